@@ -1,0 +1,13 @@
+//! Everything Linux-specific and `unsafe` in Warden.
+//!
+//! - [`spec`]: the compiled sandbox description the daemon hands to the sandbox init.
+//! - [`launch`]: the daemon side: start the sandbox init, wait for it, signal it.
+//! - [`init`]: the sandbox side: a single-threaded re-exec of the daemon binary that
+//!   builds namespaces and the root filesystem, then runs the server as its child.
+//! - [`fdpass`]: SCM_RIGHTS fd passing on Unix sockets (shim → daemon stdio).
+//! - [`stdio`]: moving bytes between the client's stdio and the server's pipes.
+pub mod fdpass;
+pub mod init;
+pub mod launch;
+pub mod spec;
+pub mod stdio;
