@@ -1,0 +1,38 @@
+//! The sandbox description the daemon compiles from a policy and hands to the
+//! sandbox init over its control socket. Plain data: everything here is already
+//! validated by `warden-core`'s policy compiler.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// One sandboxed server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    /// Session id, used for the hostname and in error messages.
+    pub session_id: String,
+    /// Absolute, symlink-free host path of the program to execute. Bound
+    /// read-only at the same path unless a runtime bind or grant already covers it.
+    pub program: PathBuf,
+    /// argv, including argv[0] as the user wrote it. Raw bytes.
+    pub argv: Vec<Vec<u8>>,
+    /// The final environment of the server (already filtered by the daemon).
+    pub env: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Working directory inside the sandbox; must exist there.
+    pub cwd: PathBuf,
+    /// Host paths bound read-only at the same absolute path. Absolute,
+    /// normalised, symlink-free when compiled; opened again without following
+    /// symlinks when bound.
+    pub read: Vec<PathBuf>,
+    /// Host paths bound read-write at the same absolute path.
+    pub write: Vec<PathBuf>,
+    /// The server's `$HOME`: a private tmpfs at this path, unless a grant
+    /// covers it.
+    pub home: PathBuf,
+    /// The caller's uid and gid (mapped to themselves inside the user namespace).
+    pub uid: u32,
+    pub gid: u32,
+    /// User name for the synthetic /etc/passwd.
+    pub user: String,
+    /// Size of the private /tmp tmpfs in MiB.
+    pub tmp_size_mb: u64,
+}
