@@ -1,0 +1,184 @@
+//! Where Warden keeps its socket, state and profiles for one user
+//! (DESIGN.md §3, §7), and the ownership checks made before trusting them.
+
+use std::env;
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PathError {
+    #[error("cannot determine the home directory: HOME is not set")]
+    NoHome,
+    #[error("cannot create {path}: {source}")]
+    Create { path: PathBuf, source: io::Error },
+    #[error("cannot inspect {path}: {source}")]
+    Inspect { path: PathBuf, source: io::Error },
+    #[error("{path} belongs to uid {owner}, not to you (uid {uid}); refusing to use it")]
+    WrongOwner { path: PathBuf, owner: u32, uid: u32 },
+    #[error("{path} has loose permissions {mode:04o} (group or others have access); expected {expected:04o}")]
+    LoosePermissions { path: PathBuf, mode: u32, expected: u32 },
+    #[error("{path} is not a {expected}")]
+    WrongKind { path: PathBuf, expected: &'static str },
+}
+
+/// The real uid of this process, read without `unsafe` from `/proc/self`.
+pub fn current_uid() -> u32 {
+    fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX)
+}
+
+/// The real gid of this process.
+pub fn current_gid() -> u32 {
+    fs::metadata("/proc/self").map(|m| m.gid()).unwrap_or(u32::MAX)
+}
+
+fn non_empty(var: &str) -> Option<OsString> {
+    env::var_os(var).filter(|v| !v.is_empty())
+}
+
+/// `$HOME`.
+pub fn home_dir() -> Result<PathBuf, PathError> {
+    non_empty("HOME").map(PathBuf::from).ok_or(PathError::NoHome)
+}
+
+/// The default socket: `$WARDEN_SOCKET`, else `$XDG_RUNTIME_DIR/warden/wardend.sock`,
+/// else `<tmp>/warden-<uid>/wardend.sock`. The directory is created 0700 when
+/// missing and its owner and mode are verified.
+pub fn default_socket() -> Result<PathBuf, PathError> {
+    if let Some(s) = non_empty("WARDEN_SOCKET") {
+        return Ok(PathBuf::from(s));
+    }
+    let dir = match non_empty("XDG_RUNTIME_DIR") {
+        Some(rt) => PathBuf::from(rt).join("warden"),
+        None => env::temp_dir().join(format!("warden-{}", current_uid())),
+    };
+    ensure_private_dir(&dir)?;
+    Ok(dir.join("wardend.sock"))
+}
+
+/// `--socket` if given, else [`default_socket`].
+pub fn socket_path(explicit: Option<&Path>) -> Result<PathBuf, PathError> {
+    match explicit {
+        Some(p) => Ok(p.to_path_buf()),
+        None => default_socket(),
+    }
+}
+
+/// `$XDG_STATE_HOME/warden`, default `~/.local/state/warden`.
+pub fn default_state_dir() -> Result<PathBuf, PathError> {
+    match non_empty("XDG_STATE_HOME") {
+        Some(s) => Ok(PathBuf::from(s).join("warden")),
+        None => Ok(home_dir()?.join(".local/state/warden")),
+    }
+}
+
+/// `$XDG_CONFIG_HOME/warden/policies`, default `~/.config/warden/policies`.
+pub fn profiles_dir() -> Result<PathBuf, PathError> {
+    match non_empty("XDG_CONFIG_HOME") {
+        Some(s) => Ok(PathBuf::from(s).join("warden/policies")),
+        None => Ok(home_dir()?.join(".config/warden/policies")),
+    }
+}
+
+/// Creates `dir` (and parents) with mode 0700 when missing, then verifies it is
+/// a directory owned by the current user with no group/other access.
+pub fn ensure_private_dir(dir: &Path) -> Result<(), PathError> {
+    if let Err(e) = fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        return Err(PathError::Create {
+            path: dir.to_path_buf(),
+            source: e,
+        });
+    }
+    verify_private(dir, 0o700, true)
+}
+
+/// Verifies that `path` (not followed if a symlink) is owned by the current
+/// user and grants nothing to group or others.
+pub fn verify_private(path: &Path, expected: u32, dir: bool) -> Result<(), PathError> {
+    let md = fs::symlink_metadata(path).map_err(|e| PathError::Inspect {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    if dir && !md.is_dir() {
+        return Err(PathError::WrongKind {
+            path: path.to_path_buf(),
+            expected: "directory",
+        });
+    }
+    let uid = current_uid();
+    if md.uid() != uid {
+        return Err(PathError::WrongOwner {
+            path: path.to_path_buf(),
+            owner: md.uid(),
+            uid,
+        });
+    }
+    let mode = md.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(PathError::LoosePermissions {
+            path: path.to_path_buf(),
+            mode,
+            expected,
+        });
+    }
+    Ok(())
+}
+
+/// Checks an existing socket before a client talks to it: it must be a socket
+/// owned by the current user with mode 0600 or stricter, or an impostor could
+/// be listening.
+pub fn verify_socket(path: &Path) -> Result<(), PathError> {
+    use std::os::unix::fs::FileTypeExt;
+    let md = fs::symlink_metadata(path).map_err(|e| PathError::Inspect {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    if !md.file_type().is_socket() {
+        return Err(PathError::WrongKind {
+            path: path.to_path_buf(),
+            expected: "socket",
+        });
+    }
+    verify_private(path, 0o600, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_dir_is_created_0700() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("a/b");
+        ensure_private_dir(&d).unwrap();
+        let mode = fs::metadata(&d).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+    }
+
+    #[test]
+    fn loose_dir_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("loose");
+        fs::create_dir(&d).unwrap();
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
+        let err = ensure_private_dir(&d).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{} has loose permissions 0755 (group or others have access); expected 0700",
+                d.display()
+            )
+        );
+    }
+
+    #[test]
+    fn non_socket_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let f = t.path().join("f");
+        fs::write(&f, "x").unwrap();
+        let err = verify_socket(&f).unwrap_err();
+        assert_eq!(err.to_string(), format!("{} is not a socket", f.display()));
+    }
+}
