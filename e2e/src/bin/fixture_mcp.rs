@@ -1,1 +1,491 @@
-fn main() {}
+//! `warden-fixture-mcp`: a small MCP server over stdio for Warden's end-to-end tests.
+//!
+//! Transport: newline-delimited JSON-RPC 2.0 on stdin/stdout (the MCP stdio transport).
+//! Stdout carries only JSON-RPC lines, each written with one write and a flush; anything
+//! else goes to stderr. EOF on stdin ends the process with code 0.
+//!
+//! Flags:
+//! - `--ignore-sigterm`: SIGTERM is ignored entirely. Without it, a SIGTERM handler
+//!   writes `warden-fixture: received SIGTERM` to stderr and exits with code 42, so a
+//!   test can tell that SIGTERM arrived as SIGTERM (and not as a kill).
+//! - `--marker VALUE`: ignored; lets a test find this process (and children it forks,
+//!   which share its argv) on the host by scanning `/proc/*/cmdline`.
+//!
+//! Tools: `echo`, `big`, `read_file`, `write_file`, `list_dir`, `getenv`, `stderr`,
+//! `exit`, `kill_self`, `spawn_child`, `sleep`, `whoami` (see [`tools`]).
+//!
+//! The process is single-threaded, which keeps `fork` in `spawn_child` simple.
+
+use std::io::{BufRead, Write};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+const PROTOCOL_VERSION: &str = "2025-06-18";
+const SIGTERM_MESSAGE: &[u8] = b"warden-fixture: received SIGTERM\n";
+
+extern "C" fn on_sigterm(_: libc::c_int) {
+    // SAFETY: write(2) and _exit(2) are async-signal-safe; the buffer is a static.
+    unsafe {
+        libc::write(
+            2,
+            SIGTERM_MESSAGE.as_ptr().cast(),
+            SIGTERM_MESSAGE.len() as libc::size_t,
+        );
+        libc::_exit(42);
+    }
+}
+
+fn set_sigterm(disposition: libc::sighandler_t) {
+    // SAFETY: installing a handler that only calls async-signal-safe functions, or
+    // SIG_IGN / SIG_DFL; the process is single-threaded.
+    unsafe {
+        libc::signal(libc::SIGTERM, disposition);
+    }
+}
+
+fn main() {
+    let mut ignore_sigterm = false;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--ignore-sigterm" => ignore_sigterm = true,
+            "--marker" => {
+                args.next();
+            }
+            "--help" | "-h" => {
+                eprintln!("usage: warden-fixture-mcp [--ignore-sigterm] [--marker VALUE]");
+                return;
+            }
+            // Anything else is ignored so tests can tag the process freely.
+            _ => {}
+        }
+    }
+    if ignore_sigterm {
+        set_sigterm(libc::SIG_IGN);
+    } else {
+        set_sigterm(on_sigterm as extern "C" fn(libc::c_int) as libc::sighandler_t);
+    }
+
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match input.read_until(b'\n', &mut line) {
+            Ok(0) => std::process::exit(0),
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("warden-fixture: reading stdin: {e}");
+                std::process::exit(1);
+            }
+        }
+        let text = trim_line(&line);
+        if text.is_empty() {
+            continue;
+        }
+        if let Some(reply) = handle_line(text) {
+            send(&reply);
+        }
+    }
+}
+
+fn trim_line(line: &[u8]) -> &[u8] {
+    let mut end = line.len();
+    while end > 0 && matches!(line[end - 1], b'\n' | b'\r') {
+        end -= 1;
+    }
+    &line[..end]
+}
+
+/// Writes one JSON-RPC message as one line, in a single write, then flushes.
+fn send(message: &Value) {
+    let mut buf = serde_json::to_vec(message).expect("serialising a json value");
+    buf.push(b'\n');
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    // Stdout is line-buffered: a buffer ending in a newline goes straight to the fd.
+    if out.write_all(&buf).and_then(|()| out.flush()).is_err() {
+        // The reader is gone; nothing more to say to anybody.
+        std::process::exit(0);
+    }
+}
+
+fn error_reply(id: Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+fn handle_line(text: &[u8]) -> Option<Value> {
+    let message: Value = match serde_json::from_slice(text) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("warden-fixture: parse error: {e}");
+            return Some(error_reply(
+                Value::Null,
+                -32700,
+                &format!("parse error: {e}"),
+            ));
+        }
+    };
+    let Some(object) = message.as_object() else {
+        return Some(error_reply(Value::Null, -32600, "invalid request"));
+    };
+    let id = object.get("id").cloned();
+    let Some(method) = object.get("method").and_then(Value::as_str) else {
+        // A response from the client, or garbage; responses need no answer.
+        return id.map(|id| error_reply(id, -32600, "invalid request: no method"));
+    };
+    let params = object.get("params").cloned().unwrap_or(Value::Null);
+    let Some(id) = id else {
+        // A notification (notifications/initialized, notifications/cancelled, ...).
+        return None;
+    };
+    let result = match method {
+        "initialize" => Ok(json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "warden-fixture", "version": env!("CARGO_PKG_VERSION")},
+        })),
+        "ping" => Ok(json!({})),
+        "tools/list" => Ok(json!({"tools": tools()})),
+        "tools/call" => call_tool(&params),
+        _ => Err((-32601, format!("method not found: {method}"))),
+    };
+    Some(match result {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err((code, message)) => error_reply(id, code, &message),
+    })
+}
+
+fn tool(name: &str, description: &str, properties: Value, required: &[&str]) -> Value {
+    json!({
+        "name": name,
+        "description": description,
+        "inputSchema": {"type": "object", "properties": properties, "required": required},
+    })
+}
+
+fn tools() -> Vec<Value> {
+    let s = json!({"type": "string"});
+    let i = json!({"type": "integer"});
+    let b = json!({"type": "boolean"});
+    vec![
+        tool(
+            "echo",
+            "Returns text unchanged",
+            json!({"text": s}),
+            &["text"],
+        ),
+        tool(
+            "big",
+            "Returns a text of exactly `bytes` bytes (warden_e2e::big_pattern)",
+            json!({"bytes": i}),
+            &["bytes"],
+        ),
+        tool(
+            "read_file",
+            "Reads a file as text",
+            json!({"path": s}),
+            &["path"],
+        ),
+        tool(
+            "write_file",
+            "Writes content to a file (create or truncate)",
+            json!({"path": s, "content": s}),
+            &["path", "content"],
+        ),
+        tool(
+            "list_dir",
+            "Lists a directory's entry names, sorted",
+            json!({"path": s}),
+            &["path"],
+        ),
+        tool(
+            "getenv",
+            "Returns an environment variable's value, or null",
+            json!({"name": s}),
+            &["name"],
+        ),
+        tool(
+            "stderr",
+            "Writes text and a newline to stderr",
+            json!({"text": s}),
+            &["text"],
+        ),
+        tool(
+            "exit",
+            "Exits at once with this code, without replying",
+            json!({"code": i}),
+            &["code"],
+        ),
+        tool(
+            "kill_self",
+            "Sends itself a signal",
+            json!({"signal": i}),
+            &["signal"],
+        ),
+        tool(
+            "spawn_child",
+            "Forks a child that sleeps forever; returns its pid",
+            json!({"ignore_term": b, "setsid": b}),
+            &[],
+        ),
+        tool("sleep", "Sleeps, then replies", json!({"ms": i}), &["ms"]),
+        tool(
+            "whoami",
+            "uid, gid, pid, ppid, hostname, cwd, home",
+            json!({}),
+            &[],
+        ),
+    ]
+}
+
+/// A successful tool result with a text block.
+fn text(text: String) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "isError": false})
+}
+
+/// A successful tool result whose text is `value` as JSON, plus structured content.
+fn structured(value: Value) -> Value {
+    let mut result = text(value.to_string());
+    result["structuredContent"] = if value.is_object() {
+        value
+    } else {
+        json!({ "value": value })
+    };
+    result
+}
+
+/// A tool execution error (reported in the result, as MCP specifies).
+fn tool_error(message: String) -> Value {
+    json!({"content": [{"type": "text", "text": message}], "isError": true})
+}
+
+type CallResult = Result<Value, (i64, String)>;
+
+fn arg_str<'a>(args: &'a Value, name: &str) -> Result<&'a str, (i64, String)> {
+    args.get(name)
+        .and_then(Value::as_str)
+        .ok_or_else(|| (-32602, format!("argument {name:?} must be a string")))
+}
+
+fn arg_i64(args: &Value, name: &str) -> Result<i64, (i64, String)> {
+    args.get(name)
+        .and_then(Value::as_i64)
+        .ok_or_else(|| (-32602, format!("argument {name:?} must be an integer")))
+}
+
+fn arg_bool(args: &Value, name: &str) -> bool {
+    args.get(name).and_then(Value::as_bool).unwrap_or(false)
+}
+
+fn call_tool(params: &Value) -> CallResult {
+    let name = params
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| (-32602, "params.name must be a string".to_string()))?;
+    let empty = json!({});
+    let args = params.get("arguments").unwrap_or(&empty);
+    match name {
+        "echo" => Ok(text(arg_str(args, "text")?.to_string())),
+        "big" => {
+            let bytes = usize::try_from(arg_i64(args, "bytes")?)
+                .map_err(|_| (-32602, "bytes must not be negative".to_string()))?;
+            Ok(text(warden_e2e::big_pattern(bytes)))
+        }
+        "read_file" => Ok(match std::fs::read(arg_str(args, "path")?) {
+            Ok(content) => text(String::from_utf8_lossy(&content).into_owned()),
+            Err(e) => tool_error(e.to_string()),
+        }),
+        "write_file" => {
+            let content = arg_str(args, "content")?;
+            Ok(match std::fs::write(arg_str(args, "path")?, content) {
+                Ok(()) => text(format!("wrote {} bytes", content.len())),
+                Err(e) => tool_error(e.to_string()),
+            })
+        }
+        "list_dir" => Ok(match std::fs::read_dir(arg_str(args, "path")?) {
+            Ok(entries) => {
+                let mut names: Vec<String> = entries
+                    .filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect();
+                names.sort();
+                structured(json!(names))
+            }
+            Err(e) => tool_error(e.to_string()),
+        }),
+        "getenv" => {
+            let value = std::env::var_os(arg_str(args, "name")?)
+                .map(|v| Value::String(v.to_string_lossy().into_owned()));
+            Ok(structured(value.unwrap_or(Value::Null)))
+        }
+        "stderr" => {
+            let mut line = arg_str(args, "text")?.as_bytes().to_vec();
+            line.push(b'\n');
+            let stderr = std::io::stderr();
+            let mut err = stderr.lock();
+            let _ = err.write_all(&line).and_then(|()| err.flush());
+            Ok(text("ok".to_string()))
+        }
+        "exit" => {
+            let code = arg_i64(args, "code")?;
+            std::process::exit(code as i32);
+        }
+        "kill_self" => {
+            let signal = arg_i64(args, "signal")? as libc::c_int;
+            // SAFETY: plain syscalls on our own pid.
+            let rc = unsafe { libc::kill(libc::getpid(), signal) };
+            if rc != 0 {
+                return Ok(tool_error(std::io::Error::last_os_error().to_string()));
+            }
+            // Still here: the signal was ignored, handled or is non-fatal.
+            Ok(text(format!("survived signal {signal}")))
+        }
+        "spawn_child" => Ok(
+            match spawn_child(arg_bool(args, "ignore_term"), arg_bool(args, "setsid")) {
+                Ok(pid) => structured(json!({ "pid": pid })),
+                Err(e) => tool_error(e.to_string()),
+            },
+        ),
+        "sleep" => {
+            let ms = u64::try_from(arg_i64(args, "ms")?)
+                .map_err(|_| (-32602, "ms must not be negative".to_string()))?;
+            std::thread::sleep(Duration::from_millis(ms));
+            Ok(text(format!("slept {ms} ms")))
+        }
+        "whoami" => Ok(structured(whoami())),
+        _ => Err((-32602, format!("unknown tool: {name}"))),
+    }
+}
+
+fn whoami() -> Value {
+    let mut host = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; the id getters cannot fail.
+    let (uid, gid, pid, ppid, rc) = unsafe {
+        (
+            libc::getuid(),
+            libc::getgid(),
+            libc::getpid(),
+            libc::getppid(),
+            libc::gethostname(host.as_mut_ptr().cast(), host.len()),
+        )
+    };
+    let hostname = if rc == 0 {
+        let end = host.iter().position(|&c| c == 0).unwrap_or(host.len());
+        Value::String(String::from_utf8_lossy(&host[..end]).into_owned())
+    } else {
+        Value::Null
+    };
+    json!({
+        "uid": uid,
+        "gid": gid,
+        "pid": pid,
+        "ppid": ppid,
+        "hostname": hostname,
+        "cwd": std::env::current_dir().ok().map(|p| p.to_string_lossy().into_owned()),
+        "home": std::env::var("HOME").ok(),
+    })
+}
+
+/// Forks a child that sleeps forever and returns its pid (as seen by this process).
+///
+/// With `setsid`, the child starts a new session and forks again (the classic daemon
+/// double fork), so the sleeper is re-parented away from us and outlives us unless the
+/// sandbox kills its whole tree. With `ignore_term`, the sleeper ignores SIGTERM, so only
+/// SIGKILL ends it. The sleeper's stdin and stdout point at /dev/null (so it never holds
+/// the MCP channel), stderr stays. It keeps our argv, so `--marker` finds it.
+fn spawn_child(ignore_term: bool, setsid: bool) -> std::io::Result<libc::pid_t> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: fds is a valid array of two ints.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let (read_fd, write_fd) = (fds[0], fds[1]);
+    // SAFETY: this process is single-threaded, so the child may run ordinary code.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: closing fds we own.
+        unsafe {
+            libc::close(read_fd);
+            libc::close(write_fd);
+        }
+        return Err(e);
+    }
+    if child == 0 {
+        // SAFETY: only the forked child runs this; it never returns.
+        unsafe { child_main(read_fd, write_fd, ignore_term, setsid) }
+    }
+    // SAFETY: closing our copy of the write end; reading into a valid buffer.
+    unsafe { libc::close(write_fd) };
+    let mut buf = [0u8; 4];
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: the pointer and length stay within buf.
+        let n = unsafe { libc::read(read_fd, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
+        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    // SAFETY: closing an fd we own.
+    unsafe { libc::close(read_fd) };
+    if setsid {
+        // Reap the intermediate process, which exits right after the second fork.
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(child, &mut status, 0) };
+    }
+    if got != buf.len() {
+        return Err(std::io::Error::other("child did not report its pid"));
+    }
+    Ok(libc::pid_t::from_ne_bytes(buf))
+}
+
+/// # Safety
+/// Must only be called in a freshly forked child of a single-threaded process.
+unsafe fn child_main(
+    read_fd: libc::c_int,
+    write_fd: libc::c_int,
+    ignore_term: bool,
+    setsid: bool,
+) -> ! {
+    libc::close(read_fd);
+    libc::signal(
+        libc::SIGTERM,
+        if ignore_term {
+            libc::SIG_IGN
+        } else {
+            libc::SIG_DFL
+        },
+    );
+    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+    if null >= 0 {
+        libc::dup2(null, 0);
+        libc::dup2(null, 1);
+        if null > 2 {
+            libc::close(null);
+        }
+    } else {
+        libc::close(0);
+        libc::close(1);
+    }
+    if setsid {
+        libc::setsid();
+        match libc::fork() {
+            -1 => libc::_exit(1),
+            0 => {}
+            _ => libc::_exit(0),
+        }
+    }
+    let pid = libc::getpid().to_ne_bytes();
+    libc::write(write_fd, pid.as_ptr().cast(), pid.len());
+    libc::close(write_fd);
+    loop {
+        libc::pause();
+    }
+}
