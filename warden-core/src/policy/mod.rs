@@ -1,0 +1,490 @@
+//! The policy: the YAML schema (v1, see `docs/policy.md`), its strict parser, and
+//! the compiled, always-valid [`CompiledPolicy`] that the daemon enforces.
+//!
+//! [`compile`] runs in three passes:
+//!
+//! 1. [`yaml`]: a structural pass with a YAML parser that keeps positions. It reports
+//!    every unknown key (with a suggestion), duplicate key and wrong type, with file,
+//!    line, column and key path, and maps each key path to its position.
+//! 2. serde_yaml deserialises the text into [`RawPolicy`] (`deny_unknown_fields`):
+//!    the authority on values. After pass 1 it only fails on what pass 1 cannot see.
+//! 3. [`rules`]: one small function per rule (paths exist and hold no symlink,
+//!    command resolves, cwd is granted, limits in range, ...), merging the shim's
+//!    flags ([`Overrides`]). All problems are collected into one [`PolicyError`].
+
+mod diagnostic;
+mod rules;
+mod yaml;
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+pub use diagnostic::{Diagnostic, PolicyError};
+use rules::Invalid;
+use yaml::Locations;
+
+/// The policy version this build reads and writes.
+pub const VERSION: u32 = 1;
+
+/// Policy files larger than this are refused unread.
+pub const MAX_POLICY_BYTES: u64 = 1024 * 1024;
+
+/// The text of a policy and where it came from.
+#[derive(Debug, Clone, Copy)]
+pub struct PolicyInput<'a> {
+    /// Absolute path of the policy file; `None` for a flags-only policy (`text` "").
+    pub path: Option<&'a Path>,
+    pub text: &'a str,
+}
+
+/// What `warden-shim`'s flags add to (or replace in) the policy file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--read PATH`, relative to [`CompileContext::cwd`]; added to the file's grants.
+    pub read: Vec<String>,
+    /// `--write PATH`, relative to [`CompileContext::cwd`]; added to the file's grants.
+    pub write: Vec<String>,
+    /// `--allow-env NAME`; added to `env.allow`.
+    pub allow_env: Vec<String>,
+    /// `--name NAME`; replaces `name`.
+    pub name: Option<String>,
+    /// `-- CMD...`; replaces `command` when non-empty.
+    pub command: Vec<String>,
+}
+
+/// The client's side of things, which the daemon gets from the shim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompileContext {
+    /// What `~` expands to.
+    pub home: PathBuf,
+    /// The client's working directory: base of relative flag paths, and of the
+    /// policy's relative paths when there is no policy file.
+    pub cwd: PathBuf,
+    /// The client's `PATH`, searched for a bare command name.
+    pub path_env: Option<OsString>,
+}
+
+/// Resource limits; `None` means no limit beyond the daemon's defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    pub memory_mb: Option<u64>,
+    pub timeout_s: Option<u64>,
+}
+
+/// A policy that passed every rule. Paths are absolute, normalised, existing and
+/// free of symlinks at compile time; the program is canonical.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CompiledPolicy {
+    /// Always [`VERSION`].
+    pub version: u32,
+    pub name: Option<String>,
+    /// The policy file, if any.
+    pub source: Option<PathBuf>,
+    /// `sha256:<hex>` of the exact policy text (of "" for a flags-only policy).
+    pub digest: String,
+    /// The command as written; `argv[0]` unchanged.
+    pub argv: Vec<String>,
+    /// `argv[0]` resolved: absolute and canonical. It is exec'd, and bound into the
+    /// sandbox, at this path.
+    pub program: PathBuf,
+    pub cwd: PathBuf,
+    /// Read-only grants: sorted, deduplicated; a path also in `write` is only there.
+    pub read: Vec<PathBuf>,
+    /// Read-write grants: sorted, deduplicated.
+    pub write: Vec<PathBuf>,
+    /// Environment variable names passed through: sorted, deduplicated.
+    pub env_allow: Vec<String>,
+    /// Always empty in this version: any `network.allow` entry is refused.
+    pub network_allow: Vec<String>,
+    pub limits: Limits,
+}
+
+/// The v1 schema as serde sees it; every field optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    version: Option<i64>,
+    name: Option<String>,
+    command: Option<Vec<String>>,
+    cwd: Option<String>,
+    #[serde(default)]
+    filesystem: Option<RawFilesystem>,
+    network: Option<RawAllow>,
+    env: Option<RawAllow>,
+    limits: Option<RawLimits>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFilesystem {
+    read: Option<Vec<String>>,
+    write: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAllow {
+    allow: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    memory_mb: Option<i64>,
+    timeout_s: Option<i64>,
+}
+
+/// Reads a policy file. The error names the path.
+pub fn load_file(path: &Path) -> Result<String, PolicyError> {
+    let fail = |message: String| {
+        PolicyError::from(Diagnostic {
+            file: Some(path.to_path_buf()),
+            line: None,
+            column: None,
+            key: None,
+            message,
+        })
+    };
+    let reason = |e: io::Error| match e.kind() {
+        io::ErrorKind::NotFound => "cannot read policy file: no such file".to_owned(),
+        io::ErrorKind::PermissionDenied => "cannot read policy file: permission denied".to_owned(),
+        io::ErrorKind::IsADirectory => "cannot read policy file: it is a directory".to_owned(),
+        io::ErrorKind::InvalidData => "cannot read policy file: it is not valid UTF-8".to_owned(),
+        _ => {
+            let s = e.to_string();
+            let s = s.split(" (os error").next().unwrap_or(&s).to_lowercase();
+            format!("cannot read policy file: {s}")
+        }
+    };
+    let file = fs::File::open(path).map_err(|e| fail(reason(e)))?;
+    let mut text = String::new();
+    file.take(MAX_POLICY_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| fail(reason(e)))?;
+    if text.len() as u64 > MAX_POLICY_BYTES {
+        return Err(fail(format!(
+            "policy file is larger than {MAX_POLICY_BYTES} bytes"
+        )));
+    }
+    Ok(text)
+}
+
+/// `sha256:<hex>` of `text`.
+pub fn digest(text: &str) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
+}
+
+/// Collects diagnostics, placing each by key path (file) or flag.
+struct Sink<'a> {
+    file: Option<PathBuf>,
+    locations: &'a Locations,
+    diagnostics: Vec<Diagnostic>,
+}
+
+/// Where a value came from.
+#[derive(Debug, Clone)]
+enum Origin {
+    /// A key path in the policy file.
+    Key(String),
+    /// A flag of `warden-shim`.
+    Flag(&'static str),
+}
+
+impl Sink<'_> {
+    fn report(&mut self, origin: &Origin, err: Invalid) {
+        let d = match origin {
+            Origin::Key(key) => {
+                let mark = self.locations.get(key);
+                Diagnostic {
+                    file: self.file.clone(),
+                    line: mark.map(|m| m.line),
+                    column: mark.map(|m| m.column),
+                    key: Some(key.clone()),
+                    message: err.to_string(),
+                }
+            }
+            Origin::Flag(flag) => Diagnostic {
+                file: None,
+                line: None,
+                column: None,
+                key: Some((*flag).to_owned()),
+                message: err.to_string(),
+            },
+        };
+        self.diagnostics.push(d);
+    }
+
+    fn check<T>(&mut self, origin: &Origin, result: Result<T, Invalid>) -> Option<T> {
+        result.map_err(|e| self.report(origin, e)).ok()
+    }
+}
+
+/// Values from the file, each with its key path, followed by values from a flag.
+fn sourced<'v>(
+    key: &str,
+    from_file: Option<&'v Vec<String>>,
+    flag: &'static str,
+    from_flags: &'v [String],
+) -> Vec<(Origin, &'v str)> {
+    let file = from_file.into_iter().flatten().enumerate();
+    file.map(|(i, v)| (Origin::Key(format!("{key}[{i}]")), v.as_str()))
+        .chain(from_flags.iter().map(|v| (Origin::Flag(flag), v.as_str())))
+        .collect()
+}
+
+/// Validates a policy and the shim's flags into a [`CompiledPolicy`], or reports
+/// every problem found.
+pub fn compile(
+    input: &PolicyInput,
+    overrides: &Overrides,
+    ctx: &CompileContext,
+) -> Result<CompiledPolicy, PolicyError> {
+    let source = input.path.map(|p| rules::normalize(&ctx.cwd.join(p)));
+    let file_diag = |line, column, key, message| Diagnostic {
+        file: source.clone(),
+        line,
+        column,
+        key,
+        message,
+    };
+
+    // Pass 1: structure, with positions.
+    let checked = yaml::check(input.text).map_err(|p| {
+        PolicyError::from(file_diag(
+            p.mark.map(|m| m.line),
+            p.mark.map(|m| m.column),
+            p.key,
+            p.message,
+        ))
+    })?;
+    if !checked.problems.is_empty() {
+        return Err(PolicyError {
+            diagnostics: checked
+                .problems
+                .into_iter()
+                .map(|p| {
+                    file_diag(
+                        p.mark.map(|m| m.line),
+                        p.mark.map(|m| m.column),
+                        p.key,
+                        p.message,
+                    )
+                })
+                .collect(),
+        });
+    }
+
+    // Pass 2: values, by serde_yaml.
+    let raw: RawPolicy = if checked.has_content {
+        serde_yaml::from_str(input.text).map_err(|e| {
+            let loc = e.location();
+            let msg = e.to_string();
+            let msg = match msg.rfind(" at line ") {
+                Some(i) if loc.is_some() => msg[..i].to_owned(),
+                _ => msg,
+            };
+            PolicyError::from(file_diag(
+                loc.as_ref().map(|l| l.line()),
+                loc.as_ref().map(|l| l.column()),
+                None,
+                msg,
+            ))
+        })?
+    } else {
+        RawPolicy::default()
+    };
+
+    // Pass 3: rules.
+    let mut sink = Sink {
+        file: source.clone(),
+        locations: &checked.locations,
+        diagnostics: Vec::new(),
+    };
+    let policy_dir = source
+        .as_deref()
+        .and_then(Path::parent)
+        .map_or_else(|| ctx.cwd.clone(), Path::to_path_buf);
+    let base = |origin: &Origin| match origin {
+        Origin::Key(_) => policy_dir.as_path(),
+        Origin::Flag(_) => ctx.cwd.as_path(),
+    };
+
+    if let Some(v) = raw.version {
+        sink.check(&Origin::Key("version".into()), rules::version(v));
+    }
+
+    let name = match &overrides.name {
+        Some(n) => Some((Origin::Flag("--name"), n)),
+        None => raw.name.as_ref().map(|n| (Origin::Key("name".into()), n)),
+    };
+    let name = name.and_then(|(origin, n)| sink.check(&origin, rules::name(n)).map(|()| n.clone()));
+
+    // Command.
+    let (argv, command_origin) = if !overrides.command.is_empty() {
+        (overrides.command.clone(), Origin::Flag("--"))
+    } else {
+        (
+            raw.command.clone().unwrap_or_default(),
+            Origin::Key("command".into()),
+        )
+    };
+    let program = match (argv.first(), &command_origin) {
+        (None, Origin::Key(_)) if raw.command.is_some() => {
+            sink.report(&command_origin, Invalid::EmptyCommand);
+            None
+        }
+        (None, _) => {
+            sink.diagnostics.push(file_diag(
+                None,
+                None,
+                None,
+                "no command: give one in the policy (`command:`) or after `--`".into(),
+            ));
+            None
+        }
+        (Some(argv0), origin) => {
+            let at = |i: usize| match origin {
+                Origin::Key(k) => Origin::Key(format!("{k}[{i}]")),
+                Origin::Flag(f) => Origin::Flag(f),
+            };
+            for (i, arg) in argv.iter().enumerate().skip(1) {
+                sink.check(&at(i), rules::argument(arg));
+            }
+            let found = rules::program(
+                argv0,
+                base(origin),
+                &ctx.home,
+                ctx.path_env.as_deref(),
+                &ctx.cwd,
+            );
+            sink.check(&at(0), found)
+        }
+    };
+
+    // Filesystem grants.
+    let fs_raw = raw.filesystem.as_ref();
+    let mut grant_failed = false;
+    let mut grants = |key: &str, from_file, flag, from_flags: &[String], sink: &mut Sink| {
+        let mut out = Vec::new();
+        for (origin, value) in sourced(key, from_file, flag, from_flags) {
+            match sink.check(&origin, rules::grant(value, base(&origin), &ctx.home)) {
+                Some(p) => out.push(p),
+                None => grant_failed = true,
+            }
+        }
+        out
+    };
+    let write_in_order = grants(
+        "filesystem.write",
+        fs_raw.and_then(|f| f.write.as_ref()),
+        "--write",
+        &overrides.write,
+        &mut sink,
+    );
+    let read = grants(
+        "filesystem.read",
+        fs_raw.and_then(|f| f.read.as_ref()),
+        "--read",
+        &overrides.read,
+        &mut sink,
+    );
+    let mut write = write_in_order.clone();
+    write.sort();
+    write.dedup();
+    let mut read: Vec<PathBuf> = read
+        .into_iter()
+        .filter(|p| write.binary_search(p).is_err())
+        .collect();
+    read.sort();
+    read.dedup();
+
+    // Working directory.
+    let all_grants: Vec<&PathBuf> = read.iter().chain(&write).collect();
+    let cwd = match &raw.cwd {
+        Some(c) => {
+            let origin = Origin::Key("cwd".into());
+            match rules::cwd(c, &policy_dir, &ctx.home, &all_grants) {
+                // A cwd under a refused grant: the grant's error says it all.
+                Err(Invalid::CwdOutsideGrants(_)) if grant_failed => None,
+                result => sink.check(&origin, result),
+            }
+        }
+        None => Some(
+            write_in_order
+                .iter()
+                .find(|p| p.is_dir())
+                .cloned()
+                .unwrap_or_else(|| PathBuf::from("/tmp")),
+        ),
+    };
+
+    // Environment.
+    let env_raw = raw.env.as_ref().and_then(|e| e.allow.as_ref());
+    let mut env_allow: Vec<String> =
+        sourced("env.allow", env_raw, "--allow-env", &overrides.allow_env)
+            .into_iter()
+            .filter_map(|(origin, n)| {
+                sink.check(&origin, rules::env_name(n))
+                    .map(|()| n.to_owned())
+            })
+            .collect();
+    env_allow.sort();
+    env_allow.dedup();
+
+    // Network: refused, loudly, until the egress proxy exists. One diagnostic for
+    // the list, at its first entry.
+    let net_raw = raw.network.as_ref().and_then(|n| n.allow.as_ref());
+    if let Some(first) = net_raw.and_then(|l| l.first()) {
+        let at_first = sink.locations.get("network.allow[0]");
+        if let Err(e) = rules::network_entry(first) {
+            sink.diagnostics.push(file_diag(
+                at_first.map(|m| m.line),
+                at_first.map(|m| m.column),
+                Some("network.allow".into()),
+                e.to_string(),
+            ));
+        }
+    }
+
+    // Limits.
+    let limits_raw = raw.limits.as_ref();
+    let memory_mb = limits_raw
+        .and_then(|l| l.memory_mb)
+        .and_then(|v| sink.check(&Origin::Key("limits.memory_mb".into()), rules::memory_mb(v)));
+    let timeout_s = limits_raw
+        .and_then(|l| l.timeout_s)
+        .and_then(|v| sink.check(&Origin::Key("limits.timeout_s".into()), rules::timeout_s(v)));
+
+    let mut diagnostics = sink.diagnostics;
+    if !diagnostics.is_empty() {
+        // File order first (then file-wide ones), then flags in the order checked.
+        diagnostics.sort_by_key(|d| (d.file.is_none(), d.line.is_none(), d.line, d.column));
+        return Err(PolicyError { diagnostics });
+    }
+    let (Some(program), Some(cwd)) = (program, cwd) else {
+        let message = "internal error: a rule failed without a diagnostic".to_owned();
+        return Err(file_diag(None, None, None, message).into());
+    };
+    Ok(CompiledPolicy {
+        version: VERSION,
+        name,
+        source,
+        digest: digest(input.text),
+        argv,
+        program,
+        cwd,
+        read,
+        write,
+        env_allow,
+        network_allow: Vec::new(),
+        limits: Limits {
+            memory_mb,
+            timeout_s,
+        },
+    })
+}
