@@ -37,10 +37,25 @@ impl fmt::Display for Diagnostic {
             f.write_str(": ")?;
         }
         if let Some(key) = &self.key {
-            write!(f, "{key}: ")?;
+            write_one_line(f, key)?;
+            f.write_str(": ")?;
         }
-        f.write_str(&self.message)
+        write_one_line(f, &self.message)
     }
+}
+
+/// Writes `s` with control characters escaped (`\n`, `\u{1b}`), so that a value
+/// quoted in a message can neither break the one-line-per-diagnostic format nor
+/// drive the terminal.
+fn write_one_line(f: &mut fmt::Formatter<'_>, s: &str) -> fmt::Result {
+    for c in s.chars() {
+        if c.is_control() {
+            write!(f, "{}", c.escape_default())?;
+        } else {
+            write!(f, "{c}")?;
+        }
+    }
+    Ok(())
 }
 
 /// Every problem found in one compilation: those in the file in file order, then
@@ -120,6 +135,15 @@ mod tests {
         for (d, want) in cases {
             assert_eq!(d.to_string(), want);
         }
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        let d = Diagnostic {
+            message: "invalid name `a\nb\u{1b}[31m`".into(),
+            ..diag(None, None, None, Some("na\tme"))
+        };
+        assert_eq!(d.to_string(), "na\\tme: invalid name `a\\nb\\u{1b}[31m`");
     }
 
     #[test]

@@ -1,0 +1,790 @@
+//! Policy compilation end to end: real files in a temp dir, whole-value asserts on
+//! the compiled policy and on every diagnostic line.
+
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use warden_core::policy::{
+    compile, digest, load_file, CompileContext, CompiledPolicy, Limits, Overrides, PolicyError,
+    PolicyInput,
+};
+
+/// A temp tree:
+///
+/// ```text
+/// $T/home/.npm/_cacache/        ~ of the client
+/// $T/client/                    the client's cwd
+/// $T/bin/server                 on PATH (executable)
+/// $T/bin/alias -> ../opt/real   on PATH, a symlink to a program
+/// $T/opt/real                   executable
+/// $T/proj/{data,output,tool}    next to the policy file (tool is executable)
+/// ```
+struct Fixture {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+fn executable(path: &Path) {
+    fs::write(path, "#!/bin/sh\n").unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let root = fs::canonicalize(dir.path()).unwrap();
+        for d in [
+            "home/.npm/_cacache",
+            "client/sub",
+            "bin",
+            "opt",
+            "proj/data",
+            "proj/output/work",
+        ] {
+            fs::create_dir_all(root.join(d)).unwrap();
+        }
+        executable(&root.join("bin/server"));
+        executable(&root.join("opt/real"));
+        executable(&root.join("proj/tool"));
+        symlink("../opt/real", root.join("bin/alias")).unwrap();
+        Fixture { _dir: dir, root }
+    }
+
+    fn p(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    fn ctx(&self) -> CompileContext {
+        CompileContext {
+            home: self.p("home"),
+            cwd: self.p("client"),
+            path_env: Some(OsString::from(format!(
+                "{}:/nonexistent",
+                self.p("bin").display()
+            ))),
+        }
+    }
+
+    fn policy_path(&self) -> PathBuf {
+        self.p("proj/policy.yaml")
+    }
+
+    fn compile(&self, text: &str, overrides: &Overrides) -> Result<CompiledPolicy, PolicyError> {
+        let path = self.policy_path();
+        fs::write(&path, text).unwrap();
+        let text = load_file(&path).unwrap();
+        let input = PolicyInput {
+            path: Some(&path),
+            text: &text,
+        };
+        compile(&input, overrides, &self.ctx())
+    }
+
+    fn ok(&self, text: &str) -> CompiledPolicy {
+        self.compile(text, &Overrides::default())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The error's lines, with the temp root written as `$T`.
+    fn err_with(&self, text: &str, overrides: &Overrides) -> Vec<String> {
+        let err = self
+            .compile(text, overrides)
+            .expect_err("policy should be refused");
+        let root = self.root.display().to_string();
+        err.to_string()
+            .lines()
+            .map(|l| l.replace(&root, "$T"))
+            .collect()
+    }
+
+    fn err(&self, text: &str) -> Vec<String> {
+        self.err_with(text, &Overrides::default())
+    }
+
+    /// A compiled policy with what every test leaves at its default.
+    fn base(&self, text: &str) -> CompiledPolicy {
+        CompiledPolicy {
+            version: 1,
+            name: None,
+            source: Some(self.policy_path()),
+            digest: digest(text),
+            argv: vec!["server".into()],
+            program: self.p("bin/server"),
+            cwd: PathBuf::from("/tmp"),
+            read: vec![],
+            write: vec![],
+            env_allow: vec![],
+            network_allow: vec![],
+            limits: Limits::default(),
+        }
+    }
+}
+
+fn lines(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    lines(v)
+}
+
+const P: &str = "$T/proj/policy.yaml";
+
+#[test]
+fn design_example_adapted_to_temp_paths() {
+    let f = Fixture::new();
+    let text = r#"version: 1                      # optional; absent means 1
+name: github                    # optional label for ps/logs
+command: ["server", "-y", "@modelcontextprotocol/server-github"]
+cwd: ./output/work              # optional; default: first write grant, else /tmp
+filesystem:
+  read: ["./data", "~/.npm/_cacache"]   # read-only; relative to the policy file; ~ expands
+  write: ["./output"]                   # read-write; a path in both is write
+network:
+  allow: []                     # entries are refused until the egress proxy lands
+env:
+  allow: ["GITHUB_TOKEN"]       # names passed through from the client's environment
+limits:
+  memory_mb: 512
+  timeout_s: 300
+"#;
+    assert_eq!(
+        f.ok(text),
+        CompiledPolicy {
+            name: Some("github".into()),
+            argv: strings(&["server", "-y", "@modelcontextprotocol/server-github"]),
+            cwd: f.p("proj/output/work"),
+            read: vec![f.p("home/.npm/_cacache"), f.p("proj/data")],
+            write: vec![f.p("proj/output")],
+            env_allow: strings(&["GITHUB_TOKEN"]),
+            limits: Limits {
+                memory_mb: Some(512),
+                timeout_s: Some(300),
+            },
+            ..f.base(text)
+        }
+    );
+}
+
+#[test]
+fn design_example_network_entries_are_refused_loudly() {
+    let f = Fixture::new();
+    let text =
+        "command: [server]\nnetwork:\n  allow: [\"api.github.com\", \"*.githubusercontent.com\"]\n";
+    assert_eq!(
+        f.err(text),
+        lines(&[&format!(
+            "{P}:3:11: network.allow: network access is not yet supported by this version of Warden; remove the entry or leave the list empty"
+        )])
+    );
+}
+
+#[test]
+fn empty_network_list_is_fine() {
+    let f = Fixture::new();
+    let text = "command: [server]\nnetwork:\n  allow: []\n";
+    assert_eq!(f.ok(text), f.base(text));
+}
+
+#[test]
+fn flags_only_policy() {
+    let f = Fixture::new();
+    let overrides = Overrides {
+        read: strings(&["sub", "../proj/data"]),
+        write: strings(&["."]),
+        allow_env: strings(&["HOME", "A_TOKEN", "HOME"]),
+        name: Some("adhoc".into()),
+        command: strings(&["server", "--stdio"]),
+    };
+    let input = PolicyInput {
+        path: None,
+        text: "",
+    };
+    let got = compile(&input, &overrides, &f.ctx()).unwrap();
+    assert_eq!(
+        got,
+        CompiledPolicy {
+            name: Some("adhoc".into()),
+            source: None,
+            digest: digest(""),
+            argv: strings(&["server", "--stdio"]),
+            cwd: f.p("client"),
+            read: vec![f.p("client/sub"), f.p("proj/data")],
+            write: vec![f.p("client")],
+            env_allow: strings(&["A_TOKEN", "HOME"]),
+            ..f.base("")
+        }
+    );
+    assert_eq!(
+        got.digest,
+        "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    );
+}
+
+#[test]
+fn no_command_anywhere() {
+    let f = Fixture::new();
+    assert_eq!(
+        f.err("name: x\n"),
+        lines(&[&format!(
+            "{P}: no command: give one in the policy (`command:`) or after `--`"
+        )])
+    );
+    let input = PolicyInput {
+        path: None,
+        text: "",
+    };
+    let err = compile(&input, &Overrides::default(), &f.ctx()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "no command: give one in the policy (`command:`) or after `--`"
+    );
+}
+
+#[test]
+fn empty_and_comment_only_files_are_empty_policies() {
+    let f = Fixture::new();
+    let overrides = Overrides {
+        command: strings(&["server"]),
+        ..Overrides::default()
+    };
+    for text in ["", "# nothing here\n\n# at all\n"] {
+        let got = f.compile(text, &overrides).unwrap();
+        assert_eq!(got, f.base(text), "{text:?}");
+    }
+}
+
+#[test]
+fn overrides_replace_command_and_name_and_add_grants() {
+    let f = Fixture::new();
+    let text = "name: fromfile\ncommand: [nonexistent-program]\nfilesystem:\n  read: [./data]\nenv:\n  allow: [B]\n";
+    let overrides = Overrides {
+        read: strings(&["sub"]),
+        write: strings(&["../proj/output"]),
+        allow_env: strings(&["A"]),
+        name: Some("fromflag".into()),
+        command: strings(&["../proj/tool", "x"]),
+    };
+    assert_eq!(
+        f.compile(text, &overrides).unwrap(),
+        CompiledPolicy {
+            name: Some("fromflag".into()),
+            argv: strings(&["../proj/tool", "x"]),
+            program: f.p("proj/tool"),
+            cwd: f.p("proj/output"),
+            read: vec![f.p("client/sub"), f.p("proj/data")],
+            write: vec![f.p("proj/output")],
+            env_allow: strings(&["A", "B"]),
+            ..f.base(text)
+        }
+    );
+}
+
+#[test]
+fn paths_are_relative_to_the_policy_file_normalised_and_tilde_expanded() {
+    let f = Fixture::new();
+    let root = f.root.display();
+    let text = format!(
+        "command: [server]\nfilesystem:\n  read: [./data/., \"output/../data\", \"~\", \"~/.npm/_cacache/\", {root}/opt]\n"
+    );
+    assert_eq!(
+        f.ok(&text),
+        CompiledPolicy {
+            read: vec![
+                f.p("home"),
+                f.p("home/.npm/_cacache"),
+                f.p("opt"),
+                f.p("proj/data")
+            ],
+            ..f.base(&text)
+        }
+    );
+}
+
+#[test]
+fn missing_paths_are_refused_with_position_and_key() {
+    let f = Fixture::new();
+    let text =
+        "command: [server]\nfilesystem:\n  read:\n    - ./data\n    - ./nope\n  write: [~/gone]\n";
+    assert_eq!(
+        f.err(text),
+        lines(&[
+            &format!("{P}:5:7: filesystem.read[1]: path does not exist: $T/proj/nope"),
+            &format!("{P}:6:11: filesystem.write[0]: path does not exist: $T/home/gone"),
+        ])
+    );
+}
+
+#[test]
+fn flag_paths_are_relative_to_the_client_cwd() {
+    let f = Fixture::new();
+    let overrides = Overrides {
+        read: strings(&["data"]),
+        write: strings(&["/nonexistent/x"]),
+        ..Overrides::default()
+    };
+    assert_eq!(
+        f.err_with("command: [server]\n", &overrides),
+        lines(&[
+            "--write: path does not exist: /nonexistent/x",
+            "--read: path does not exist: $T/client/data",
+        ])
+    );
+}
+
+#[test]
+fn tilde_user_is_refused() {
+    let f = Fixture::new();
+    assert_eq!(
+        f.err("command: [server]\nfilesystem:\n  read: [~bob/data]\n"),
+        lines(&[&format!(
+            "{P}:3:10: filesystem.read[0]: `~bob/data`: `~user` is not supported; write the full path"
+        )])
+    );
+}
+
+#[test]
+fn symlinked_grants_are_refused_naming_the_real_path() {
+    let f = Fixture::new();
+    symlink(f.p("proj/data"), f.p("proj/link")).unwrap();
+    symlink(f.p("proj"), f.p("home/p")).unwrap();
+    symlink(f.p("proj/absent"), f.p("proj/dangling")).unwrap();
+    let text = "command: [server]\nfilesystem:\n  read: [./link, ~/p/data, ./dangling]\n  write: [./link/x]\n";
+    fs::write(f.p("proj/data/x"), "").unwrap();
+    assert_eq!(
+        f.err(text),
+        lines(&[
+            &format!("{P}:3:10: filesystem.read[0]: path is a symlink: $T/proj/link; grant the real path $T/proj/data instead"),
+            &format!("{P}:3:18: filesystem.read[1]: path $T/home/p/data passes through the symlink $T/home/p; grant the real path $T/proj/data instead"),
+            &format!("{P}:3:28: filesystem.read[2]: path is a symlink: $T/proj/dangling; its target does not exist"),
+            &format!("{P}:4:11: filesystem.write[0]: path $T/proj/link/x passes through the symlink $T/proj/link; grant the real path $T/proj/data/x instead"),
+        ])
+    );
+}
+
+#[test]
+fn root_and_empty_paths_are_refused() {
+    let f = Fixture::new();
+    let text = "command: [server]\nfilesystem:\n  read: [\"/\", \"\", \"/tmp/../..\"]\n  write: [\"a\\0b\"]\n";
+    assert_eq!(
+        f.err(text),
+        lines(&[
+            &format!("{P}:3:10: filesystem.read[0]: refusing to grant `/` (the whole filesystem); grant only the directories the server needs"),
+            &format!("{P}:3:15: filesystem.read[1]: path is empty"),
+            &format!("{P}:3:19: filesystem.read[2]: refusing to grant `/` (the whole filesystem); grant only the directories the server needs"),
+            &format!("{P}:4:11: filesystem.write[0]: path contains a NUL byte: \"a\\0b\""),
+        ])
+    );
+}
+
+#[test]
+fn non_utf8_paths_are_refused() {
+    use std::os::unix::ffi::OsStringExt;
+    let f = Fixture::new();
+    let ctx = CompileContext {
+        home: PathBuf::from(OsString::from_vec(b"/home/\xff".to_vec())),
+        ..f.ctx()
+    };
+    let overrides = Overrides {
+        read: strings(&["~/x"]),
+        command: strings(&["server"]),
+        ..Overrides::default()
+    };
+    let input = PolicyInput {
+        path: None,
+        text: "",
+    };
+    assert_eq!(
+        compile(&input, &overrides, &ctx).unwrap_err().to_string(),
+        "--read: path is not valid UTF-8: /home/\u{fffd}/x"
+    );
+}
+
+#[test]
+fn write_subsumes_read_and_grants_are_deduped_and_sorted() {
+    let f = Fixture::new();
+    let text = "command: [server]\nfilesystem:\n  read: [./output, ./data, ./data/, ../proj/data]\n  write: [./output, ./output/.]\n";
+    assert_eq!(
+        f.ok(text),
+        CompiledPolicy {
+            read: vec![f.p("proj/data")],
+            write: vec![f.p("proj/output")],
+            cwd: f.p("proj/output"),
+            ..f.base(text)
+        }
+    );
+}
+
+#[test]
+fn command_resolution() {
+    let f = Fixture::new();
+    let root = f.root.display();
+    // Bare name through a symlink on PATH: program is the canonical target.
+    let text = "command: [alias, --flag]\n";
+    assert_eq!(
+        f.ok(text),
+        CompiledPolicy {
+            argv: strings(&["alias", "--flag"]),
+            program: f.p("opt/real"),
+            ..f.base(text)
+        }
+    );
+    // Relative with a slash: from the policy's directory.
+    let text = "command: [./tool]\n";
+    assert_eq!(
+        f.ok(text),
+        CompiledPolicy {
+            argv: strings(&["./tool"]),
+            program: f.p("proj/tool"),
+            ..f.base(text)
+        }
+    );
+    // Absolute.
+    let text = format!("command: [{root}/bin/server]\n");
+    assert_eq!(
+        f.ok(&text),
+        CompiledPolicy {
+            argv: vec![format!("{root}/bin/server")],
+            ..f.base(&text)
+        }
+    );
+}
+
+#[test]
+fn command_errors() {
+    let f = Fixture::new();
+    fs::write(f.p("proj/plain"), "").unwrap();
+    let cases = [
+        ("command: [nosuch]\n", "1:11: command[0]: command `nosuch` not found on PATH"),
+        ("command: [/nonexistent/x]\n", "1:11: command[0]: program does not exist: /nonexistent/x"),
+        ("command: [./plain]\n", "1:11: command[0]: program is not executable: $T/proj/plain"),
+        ("command: [./data]\n", "1:11: command[0]: program is not a regular file: $T/proj/data"),
+        ("command: [\"\"]\n", "1:11: command[0]: program name is empty"),
+        ("command: []\n", "1:10: command: command is empty; give the program and its arguments as a list, e.g. [\"npx\", \"-y\", \"pkg\"]"),
+        ("command: [server, \"a\\0\"]\n", "1:19: command[1]: argument contains a NUL byte: \"a\\0\""),
+        ("command: npx -y pkg\n", "1:10: command: expected a list of strings, found a string; write it as a list: command: [\"npx\", \"-y\", \"pkg\"]"),
+    ];
+    for (text, want) in cases {
+        assert_eq!(f.err(text), lines(&[&format!("{P}:{want}")]), "{text:?}");
+    }
+    let overrides = Overrides {
+        command: strings(&["nosuch"]),
+        ..Overrides::default()
+    };
+    assert_eq!(
+        f.err_with("", &overrides),
+        lines(&["--: command `nosuch` not found on PATH"])
+    );
+    let ctx = CompileContext {
+        path_env: None,
+        ..f.ctx()
+    };
+    let input = PolicyInput {
+        path: None,
+        text: "command: [server]",
+    };
+    assert_eq!(
+        compile(&input, &Overrides::default(), &ctx)
+            .unwrap_err()
+            .to_string(),
+        "command[0]: command `server` not found on PATH"
+    );
+}
+
+#[test]
+fn cwd_rules() {
+    let f = Fixture::new();
+    fs::write(f.p("proj/output/file"), "").unwrap();
+    // Default: the first write grant that is a directory.
+    let text =
+        "command: [server]\nfilesystem:\n  write: [./output/file, ./output/work, ./output]\n";
+    assert_eq!(
+        f.ok(text),
+        CompiledPolicy {
+            write: vec![
+                f.p("proj/output"),
+                f.p("proj/output/file"),
+                f.p("proj/output/work")
+            ],
+            cwd: f.p("proj/output/work"),
+            ..f.base(text)
+        }
+    );
+    // Explicit, inside a read grant.
+    let text = "command: [server]\ncwd: data\nfilesystem:\n  read: [.]\n";
+    assert_eq!(
+        f.ok(text),
+        CompiledPolicy {
+            read: vec![f.p("proj")],
+            cwd: f.p("proj/data"),
+            ..f.base(text)
+        }
+    );
+    // /tmp is always allowed (the sandbox's own).
+    let text = "command: [server]\ncwd: /tmp\n";
+    assert_eq!(f.ok(text), f.base(text));
+
+    let cases = [
+        (
+            "cwd: ./data\n",
+            "2:6: cwd: cwd $T/proj/data is not inside any filesystem grant",
+        ),
+        (
+            "cwd: ./missing\n",
+            "2:6: cwd: path does not exist: $T/proj/missing",
+        ),
+        (
+            "cwd: ./tool\nfilesystem: {read: [.]}\n",
+            "2:6: cwd: cwd $T/proj/tool is not a directory",
+        ),
+    ];
+    for (tail, want) in cases {
+        let text = format!("command: [server]\n{tail}");
+        assert_eq!(f.err(&text), lines(&[&format!("{P}:{want}")]), "{text:?}");
+    }
+}
+
+#[test]
+fn env_rules() {
+    let f = Fixture::new();
+    let text = "command: [server]\nenv:\n  allow: [B, A, B, \"\", \"X=1\"]\n";
+    let overrides = Overrides {
+        allow_env: strings(&["C=", "D"]),
+        ..Overrides::default()
+    };
+    assert_eq!(
+        f.err_with(text, &overrides),
+        lines(&[
+            &format!("{P}:3:20: env.allow[3]: variable name is empty"),
+            &format!(
+                "{P}:3:24: env.allow[4]: invalid variable name `X=1`: a name cannot contain `=`"
+            ),
+            "--allow-env: invalid variable name `C=`: a name cannot contain `=`",
+        ])
+    );
+    let text = "command: [server]\nenv:\n  allow: [B, A, B]\n";
+    let overrides = Overrides {
+        allow_env: strings(&["A", "C"]),
+        ..Overrides::default()
+    };
+    assert_eq!(
+        f.compile(text, &overrides).unwrap(),
+        CompiledPolicy {
+            env_allow: strings(&["A", "B", "C"]),
+            ..f.base(text)
+        }
+    );
+}
+
+#[test]
+fn limits_rules() {
+    let f = Fixture::new();
+    assert_eq!(
+        f.err("command: [server]\nlimits:\n  memory_mb: 8\n  timeout_s: 604801\n"),
+        lines(&[
+            &format!("{P}:3:14: limits.memory_mb: 8 is out of range: must be between 16 and 1048576 (MiB, up to 1 TiB)"),
+            &format!("{P}:4:14: limits.timeout_s: 604801 is out of range: must be between 1 and 604800 (seconds, up to 7 days)"),
+        ])
+    );
+    assert_eq!(
+        f.err("command: [server]\nlimits: {timeout_s: 0, memory_mb: -5}\n"),
+        lines(&[
+            &format!("{P}:2:21: limits.timeout_s: 0 is out of range: must be between 1 and 604800 (seconds, up to 7 days)"),
+            &format!("{P}:2:35: limits.memory_mb: -5 is out of range: must be between 16 and 1048576 (MiB, up to 1 TiB)"),
+        ])
+    );
+    let text = "command: [server]\nlimits: {timeout_s: 604800, memory_mb: 16}\n";
+    assert_eq!(
+        f.ok(text),
+        CompiledPolicy {
+            limits: Limits {
+                memory_mb: Some(16),
+                timeout_s: Some(604_800),
+            },
+            ..f.base(text)
+        }
+    );
+}
+
+#[test]
+fn version_and_name_rules() {
+    let f = Fixture::new();
+    assert_eq!(
+        f.err("version: 2\nname: \"has space\"\ncommand: [server]\n"),
+        lines(&[
+            &format!("{P}:1:10: version: unsupported policy version 2; this version of Warden reads version 1"),
+            &format!("{P}:2:7: name: invalid name `has space`: use 1 to 64 characters from A-Z, a-z, 0-9, `.`, `_` and `-`"),
+        ])
+    );
+    let overrides = Overrides {
+        name: Some("bad/name".into()),
+        ..Overrides::default()
+    };
+    assert_eq!(
+        f.err_with("name: fine\ncommand: [server]\n", &overrides),
+        lines(&["--name: invalid name `bad/name`: use 1 to 64 characters from A-Z, a-z, 0-9, `.`, `_` and `-`"])
+    );
+    let text = "version: 1\nname: my-server_2.0\ncommand: [server]\n";
+    assert_eq!(
+        f.ok(text),
+        CompiledPolicy {
+            name: Some("my-server_2.0".into()),
+            ..f.base(text)
+        }
+    );
+}
+
+#[test]
+fn strict_yaml_structure() {
+    let f = Fixture::new();
+    assert_eq!(
+        f.err("command: [server]\nfilesytem:\n  read: []\nlimits:\n  timeout_s: 5\n  timeout_s: 6\n  memory: 5\n"),
+        lines(&[
+            &format!("{P}:2:1: filesytem: unknown key `filesytem`, did you mean `filesystem`?"),
+            &format!("{P}:6:3: limits.timeout_s: duplicate key `timeout_s`"),
+            &format!("{P}:7:3: limits.memory: unknown key `memory`, did you mean `memory_mb`?"),
+        ])
+    );
+    assert_eq!(
+        f.err("command: [server]\nlimits:\n  timeout_s: soon\n"),
+        lines(&[&format!(
+            "{P}:3:14: limits.timeout_s: expected an integer, found a string `soon`"
+        )])
+    );
+}
+
+#[test]
+fn yaml_syntax_error_is_reported_alone() {
+    let f = Fixture::new();
+    assert_eq!(
+        f.err("command: [server\nname: x\n"),
+        lines(&[&format!(
+            "{P}:2:5: invalid YAML: illegal placement of ':' indicator"
+        )])
+    );
+}
+
+#[test]
+fn many_problems_in_one_file_are_all_reported_in_file_order() {
+    let f = Fixture::new();
+    let text = "version: 3\nname: \"a b\"\ncommand: [nosuch]\ncwd: /\nfilesystem:\n  read: [./nope]\n  write: [\"/\"]\nnetwork:\n  allow: [example.com]\nenv:\n  allow: [\"=\"]\nlimits:\n  timeout_s: 0\n";
+    assert_eq!(
+        f.err(text),
+        lines(&[
+            &format!("{P}:1:10: version: unsupported policy version 3; this version of Warden reads version 1"),
+            &format!("{P}:2:7: name: invalid name `a b`: use 1 to 64 characters from A-Z, a-z, 0-9, `.`, `_` and `-`"),
+            &format!("{P}:3:11: command[0]: command `nosuch` not found on PATH"),
+            &format!("{P}:6:10: filesystem.read[0]: path does not exist: $T/proj/nope"),
+            &format!("{P}:7:11: filesystem.write[0]: refusing to grant `/` (the whole filesystem); grant only the directories the server needs"),
+            &format!("{P}:9:11: network.allow: network access is not yet supported by this version of Warden; remove the entry or leave the list empty"),
+            &format!("{P}:11:11: env.allow[0]: invalid variable name `=`: a name cannot contain `=`"),
+            &format!("{P}:13:14: limits.timeout_s: 0 is out of range: must be between 1 and 604800 (seconds, up to 7 days)"),
+        ])
+    );
+}
+
+#[test]
+fn digest_is_of_the_exact_text() {
+    let f = Fixture::new();
+    let a = f.ok("command: [server]\n");
+    let b = f.ok("command: [server]  \n");
+    assert_ne!(a.digest, b.digest);
+    assert_eq!(a.digest, digest("command: [server]\n"));
+    assert!(a.digest.starts_with("sha256:") && a.digest.len() == 7 + 64);
+}
+
+#[test]
+fn compiled_policy_round_trips_through_json() {
+    let f = Fixture::new();
+    let got = f.ok(
+        "name: x\ncommand: [server, a]\nfilesystem: {read: [./data]}\nlimits: {timeout_s: 5}\n",
+    );
+    let json = serde_json::to_string(&got).unwrap();
+    let back: CompiledPolicy = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, got);
+}
+
+#[test]
+fn load_file_errors_name_the_path() {
+    let f = Fixture::new();
+    let show = |p: &Path| {
+        load_file(p)
+            .unwrap_err()
+            .to_string()
+            .replace(&f.root.display().to_string(), "$T")
+    };
+    assert_eq!(
+        show(&f.p("proj/missing.yaml")),
+        "$T/proj/missing.yaml: cannot read policy file: no such file"
+    );
+    assert_eq!(
+        show(&f.p("proj")),
+        "$T/proj: cannot read policy file: it is a directory"
+    );
+    fs::write(f.p("proj/bin.yaml"), b"name: \xff\n").unwrap();
+    assert_eq!(
+        show(&f.p("proj/bin.yaml")),
+        "$T/proj/bin.yaml: cannot read policy file: it is not valid UTF-8"
+    );
+    fs::write(f.p("proj/big.yaml"), vec![b'#'; 1024 * 1024 + 1]).unwrap();
+    assert_eq!(
+        show(&f.p("proj/big.yaml")),
+        "$T/proj/big.yaml: policy file is larger than 1048576 bytes"
+    );
+    fs::write(f.p("proj/ok.yaml"), "name: x\n").unwrap();
+    assert_eq!(load_file(&f.p("proj/ok.yaml")).unwrap(), "name: x\n");
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Whatever the text, compile returns (never panics), and every diagnostic
+        /// is one line.
+        #[test]
+        fn arbitrary_text_never_panics(text in "[a-z_:\\[\\]{}, \\n\\-'\"~./0-9#&*!|>]{0,80}") {
+            let f = Fixture::new();
+            let input = PolicyInput { path: Some(&f.policy_path()), text: &text };
+            if let Err(e) = compile(&input, &Overrides::default(), &f.ctx()) {
+                prop_assert!(!e.diagnostics.is_empty());
+                for d in &e.diagnostics {
+                    prop_assert!(!d.to_string().contains('\n'), "{}", d);
+                }
+            }
+        }
+
+        /// Any accepted grant is absolute, normalised and its own canonical path (no
+        /// symlink anywhere), whatever mix of `.`, `..` and symlinks was written.
+        #[test]
+        fn accepted_grants_are_canonical(
+            segments in proptest::collection::vec(
+                prop_oneof![Just("."), Just(".."), Just("data"), Just("output"), Just("link"), Just("work")],
+                0..6,
+            )
+        ) {
+            let f = Fixture::new();
+            symlink(f.p("proj/output"), f.p("proj/link")).unwrap();
+            let rel = if segments.is_empty() { ".".to_owned() } else { segments.join("/") };
+            let text = format!("command: [server]\nfilesystem:\n  read: [{rel:?}]\n");
+            let input = PolicyInput { path: Some(&f.policy_path()), text: &text };
+            match compile(&input, &Overrides::default(), &f.ctx()) {
+                Ok(p) => {
+                    prop_assert_eq!(p.read.len(), 1);
+                    let g = &p.read[0];
+                    prop_assert!(g.is_absolute());
+                    prop_assert_eq!(&fs::canonicalize(g).unwrap(), g);
+                    prop_assert!(g.parent().is_some());
+                }
+                Err(e) => {
+                    prop_assert_eq!(e.diagnostics.len(), 1);
+                    prop_assert_eq!(e.diagnostics[0].key.as_deref(), Some("filesystem.read[0]"));
+                }
+            }
+        }
+    }
+}
