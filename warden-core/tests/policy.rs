@@ -788,3 +788,39 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn anchors_and_aliases() {
+    let f = Fixture::new();
+    // An alias is expanded; a problem in it is reported where it is used.
+    let text = "command: [server]\nfilesystem:\n  read: &r [./data]\n  write: *r\n";
+    assert_eq!(
+        f.ok(text),
+        CompiledPolicy {
+            write: vec![f.p("proj/data")],
+            cwd: f.p("proj/data"),
+            ..f.base(text)
+        }
+    );
+    assert_eq!(
+        f.err("command: &c [server]\nname: *c\n"),
+        lines(&[&format!("{P}:2:7: name: expected a string, found a list")])
+    );
+    assert_eq!(
+        f.err("command: [server]\nname: *nope\n"),
+        lines(&[&format!(
+            "{P}:2:7: invalid YAML: while parsing node, found unknown anchor"
+        )])
+    );
+}
+
+#[test]
+fn what_only_serde_sees_is_still_reported_with_a_position() {
+    let f = Fixture::new();
+    assert_eq!(
+        f.err("command: [server]\nlimits: {timeout_s: 99999999999999999999}\n"),
+        lines(&[&format!(
+            "{P}:2:21: limits.timeout_s: invalid type: integer `99999999999999999999` as u128, expected i64"
+        )])
+    );
+}

@@ -214,9 +214,11 @@ impl MarkedEventReceiver for Builder {
                 self.push(node, anchor);
             }
             Event::Alias(id) => {
-                let Some(node) = self.anchors.get(&id).cloned() else {
+                let Some(mut node) = self.anchors.get(&id).cloned() else {
                     return;
                 };
+                // Report problems where the alias is used, not where it was defined.
+                node.mark = mark;
                 self.expanded += count(&node);
                 if self.expanded > ALIAS_BUDGET {
                     self.too_many_aliases.get_or_insert(mark);
@@ -425,8 +427,22 @@ fn unknown_key(key: &str, fields: &[(&str, Ty)]) -> String {
         .iter()
         .map(|(name, _)| (strsim::damerau_levenshtein(key, name), *name))
         .min();
-    match best {
-        Some((distance, name)) if distance <= 2.max(name.len() / 3) && distance < name.len() => {
+    // A typo (a third of the letters wrong), or a shortened or extended name
+    // (`memory` for `memory_mb`, `environment` for `env`).
+    let prefix = fields.iter().map(|(n, _)| *n).find(|n| {
+        let (short, long) = if key.len() < n.len() {
+            (key, *n)
+        } else {
+            (*n, key)
+        };
+        short.len() >= 3 && long.starts_with(short)
+    });
+    match best
+        .filter(|(d, n)| *d <= 1.max(n.len() / 3))
+        .map(|(_, n)| n)
+        .or(prefix)
+    {
+        Some(name) => {
             format!("unknown key `{key}`, did you mean `{name}`?")
         }
         _ => {
@@ -484,11 +500,13 @@ mod tests {
     #[test]
     fn unknown_keys_get_suggestions() {
         assert_eq!(
-            problems("filesytem:\n  reed: []\nlimits:\n  timeout: 3\nfoo: 1\n"),
+            problems("filesytem:\n  reed: []\nenvironment: {}\nbase: 1\nlimits:\n  timeout: 3\nfoo: 1\n"),
             vec![
                 "1:1: filesytem: unknown key `filesytem`, did you mean `filesystem`?",
-                "4:3: limits.timeout: unknown key `timeout`, did you mean `timeout_s`?",
-                "5:1: foo: unknown key `foo`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`",
+                "3:1: environment: unknown key `environment`, did you mean `env`?",
+                "4:1: base: unknown key `base`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`",
+                "6:3: limits.timeout: unknown key `timeout`, did you mean `timeout_s`?",
+                "7:1: foo: unknown key `foo`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`",
             ]
         );
     }
