@@ -112,7 +112,6 @@ struct RawPolicy {
     name: Option<String>,
     command: Option<Vec<String>>,
     cwd: Option<String>,
-    #[serde(default)]
     filesystem: Option<RawFilesystem>,
     network: Option<RawAllow>,
     env: Option<RawAllow>,
