@@ -1,0 +1,338 @@
+//! The daemon side: start the sandbox init (a re-exec of a binary that calls
+//! [`init_entry_if_requested`] first thing in `main`), hand it the spec, and control
+//! the running sandbox.
+//!
+//! ```text
+//! daemon ──socketpair (fd 3)──▶ launcher (host pid ns, new user ns)
+//!                                  └─ PID 1 (new pid/mount/net/ipc/uts/cgroup ns)
+//!                                       └─ server (execve, no privileges)
+//! ```
+//! PID 1 is signalled only through a pidfd the launcher passes back, so a recycled
+//! pid can never be hit. Server signals and tree-wide SIGTERM go through PID 1 as
+//! control messages.
+
+use crate::init;
+use crate::proto::{self, Exit, Failure, FromInit, Recv, ToInit};
+use crate::spec::SandboxSpec;
+use crate::sys;
+use nix::errno::Errno;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+
+/// argv[1] that selects the sandbox init role.
+pub const INIT_ARG: &str = "__warden-sandbox-init";
+
+/// Call first thing in `main()` of any binary used as `exe` for [`Sandbox::spawn`]
+/// (before any thread or async runtime exists). If argv[1] is [`INIT_ARG`], runs the
+/// sandbox init role and never returns; otherwise returns at once.
+pub fn init_entry_if_requested() {
+    if std::env::args_os().nth(1).is_some_and(|a| a == INIT_ARG) {
+        init::run();
+    }
+}
+
+/// How the server (PID 1's child) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitOutcome {
+    /// Exited with this code.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+}
+
+impl From<Exit> for ExitOutcome {
+    fn from(e: Exit) -> Self {
+        match e {
+            Exit::Code(c) => ExitOutcome::Code(c),
+            Exit::Signal(s) => ExitOutcome::Signal(s),
+        }
+    }
+}
+
+/// Errors of the sandbox launch and control. Setup failures carry the stage and the
+/// child's own message.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("cannot start the sandbox init {}: {source}", exe.display())]
+    Start {
+        exe: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "unprivileged user namespaces are not available: {message}; check \
+         kernel.unprivileged_userns_clone / apparmor_restrict_unprivileged_userns"
+    )]
+    UserNamespaceUnavailable { errno: i32, message: String },
+    #[error("sandbox setup failed at {stage}: {message}")]
+    Setup {
+        stage: String,
+        errno: Option<i32>,
+        message: String,
+    },
+    #[error("cannot execute {program}: {message}")]
+    Exec {
+        program: String,
+        errno: i32,
+        message: String,
+    },
+    #[error("sandbox init exited before the server started ({status})")]
+    InitDied { status: String },
+    #[error("sandbox control channel: {0}")]
+    Control(#[source] std::io::Error),
+    #[error("sandbox control protocol: {0}")]
+    Protocol(String),
+}
+
+impl From<Failure> for SandboxError {
+    fn from(f: Failure) -> Self {
+        match f {
+            Failure::UserNamespace { errno } => SandboxError::UserNamespaceUnavailable {
+                errno,
+                message: sys::errno_text(Errno::from_raw(errno)),
+            },
+            Failure::Exec { program, errno } => SandboxError::Exec {
+                program,
+                errno,
+                message: sys::errno_text(Errno::from_raw(errno)),
+            },
+            Failure::Setup { stage, errno, message } => SandboxError::Setup { stage, errno, message },
+        }
+    }
+}
+
+fn control(e: Errno) -> SandboxError {
+    SandboxError::Control(std::io::Error::from_raw_os_error(e as i32))
+}
+
+/// Launcher process and the server's outcome, behind one lock: `wait` holds it while
+/// blocking, a second waiter then sees the cached outcome.
+struct WaitState {
+    launcher: Child,
+    outcome: Option<ExitOutcome>,
+}
+
+/// A running sandbox. `Send + Sync`: control calls may come from any thread while
+/// another blocks in [`Sandbox::wait`].
+pub struct Sandbox {
+    sock: OwnedFd,
+    pidfd: OwnedFd,
+    pid: u32,
+    state: Mutex<WaitState>,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox").field("pid", &self.pid).finish_non_exhaustive()
+    }
+}
+
+fn reap(child: &mut Child) -> String {
+    match child.wait() {
+        Ok(st) => st.to_string(),
+        Err(e) => format!("wait failed: {e}"),
+    }
+}
+
+impl Sandbox {
+    /// Blocking. Re-executes `exe` with [`INIT_ARG`] and a control socketpair, sends
+    /// `spec`, and returns once the server has been exec'd inside the sandbox, or the
+    /// reason it was not (sent back as data by the child, including an execve
+    /// failure of the program). `stdio` become the server's fds 0, 1, 2.
+    pub fn spawn(exe: &Path, spec: &SandboxSpec, stdio: [OwnedFd; 3]) -> Result<Sandbox, SandboxError> {
+        use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+        // SEQPACKET: message boundaries and EOF when the other side is gone.
+        // CLOEXEC on both ends: only the dup2'd fd 3 reaches the init.
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(control)?;
+        let [stdin, stdout, stderr] = stdio;
+        let mut cmd = Command::new(exe);
+        cmd.arg(INIT_ARG)
+            // The daemon's environment never reaches the sandbox.
+            .env_clear()
+            .stdin(Stdio::from(stdin))
+            .stdout(Stdio::from(stdout))
+            .stderr(Stdio::from(stderr));
+        let raw = theirs.as_raw_fd();
+        // SAFETY: the closure runs in the forked child before exec and only calls
+        // async-signal-safe dup2/fcntl. std has already placed stdio on 0..2.
+        unsafe {
+            cmd.pre_exec(move || {
+                if raw == init::CONTROL_FD {
+                    // dup2 onto itself keeps FD_CLOEXEC: clear it instead.
+                    if libc::fcntl(raw, libc::F_SETFD, 0) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(raw, init::CONTROL_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let launcher = cmd.spawn().map_err(|source| SandboxError::Start {
+            exe: exe.to_path_buf(),
+            source,
+        })?;
+        // Drop our copies of their end and of the stdio fds (held by `cmd`).
+        drop(cmd);
+        drop(theirs);
+        let mut launcher = launcher;
+
+        let fail = |launcher: &mut Child, err: SandboxError| -> SandboxError {
+            let _ = launcher.kill();
+            reap(launcher);
+            err
+        };
+        if let Err(e) = proto::send(ours.as_fd(), &ToInit::Spec(Box::new(spec.clone())), None) {
+            // EPIPE: the init died before reading; report how.
+            let status = reap(&mut launcher);
+            return Err(if e == Errno::EPIPE {
+                SandboxError::InitDied { status }
+            } else {
+                control(e)
+            });
+        }
+
+        // Launched (from the launcher) and Started/Failed (from PID 1) may arrive in
+        // either order.
+        let mut pidfd: Option<(OwnedFd, u32)> = None;
+        let mut started = false;
+        while pidfd.is_none() || !started {
+            match proto::recv::<FromInit>(ours.as_fd()) {
+                Ok(Recv::Msg(FromInit::Launched { pid }, Some(fd))) => pidfd = Some((fd, pid as u32)),
+                Ok(Recv::Msg(FromInit::Started, _)) => started = true,
+                Ok(Recv::Msg(FromInit::Failed(f), _)) => {
+                    // The init exits by itself after reporting; reap it.
+                    reap(&mut launcher);
+                    return Err(f.into());
+                }
+                Ok(Recv::Msg(other, _)) => {
+                    return Err(fail(&mut launcher, SandboxError::Protocol(format!("unexpected message {other:?}"))))
+                }
+                Ok(Recv::Eof) => {
+                    let status = reap(&mut launcher);
+                    return Err(SandboxError::InitDied { status });
+                }
+                Err(e) => return Err(fail(&mut launcher, control(e))),
+            }
+        }
+        let (pidfd, pid) = pidfd.expect("loop ends only with a pidfd");
+        Ok(Sandbox {
+            sock: ours,
+            pidfd,
+            pid,
+            state: Mutex::new(WaitState {
+                launcher,
+                outcome: None,
+            }),
+        })
+    }
+
+    /// Host pid of the sandbox's PID 1.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Sends a control message; a sandbox that is already gone is not an error.
+    fn send(&self, msg: &ToInit) -> Result<(), SandboxError> {
+        match proto::send(self.sock.as_fd(), msg, None) {
+            Ok(()) | Err(Errno::EPIPE | Errno::ECONNRESET | Errno::ECONNREFUSED) => Ok(()),
+            Err(e) => Err(control(e)),
+        }
+    }
+
+    /// Forwards `sig` to the server process (not the whole tree). A no-op once the
+    /// sandbox has exited.
+    pub fn signal(&self, sig: i32) -> Result<(), SandboxError> {
+        self.send(&ToInit::Signal(sig))
+    }
+
+    /// SIGTERM to every process in the sandbox (PID 1 itself excepted; it exits when
+    /// the server does). A no-op once the sandbox has exited.
+    pub fn terminate_tree(&self) -> Result<(), SandboxError> {
+        self.send(&ToInit::TerminateTree)
+    }
+
+    /// SIGKILL to PID 1 through its pidfd: the kernel then kills every process in
+    /// the pid namespace. A no-op once the sandbox has exited.
+    pub fn kill_tree(&self) -> Result<(), SandboxError> {
+        match sys::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL) {
+            Ok(()) | Err(Errno::ESRCH) => Ok(()),
+            Err(e) => Err(control(e)),
+        }
+    }
+
+    /// Blocking: waits until the server has exited and returns how. When it returns
+    /// the whole sandbox is gone (every process of the pid namespace has been reaped).
+    /// If PID 1 was killed ([`Sandbox::kill_tree`]) the server died with the
+    /// namespace: `Signal(SIGKILL)`.
+    pub fn wait(&self) -> Result<ExitOutcome, SandboxError> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(o) = st.outcome {
+            return Ok(o);
+        }
+        let mut outcome = None;
+        loop {
+            match proto::recv::<FromInit>(self.sock.as_fd()) {
+                Ok(Recv::Msg(FromInit::Exited(e), _)) => {
+                    outcome = Some(e.into());
+                    // PID 1 exits right after; its exit completes only once the
+                    // namespace is empty, and the launcher exits after reaping it.
+                }
+                Ok(Recv::Msg(_, _)) => {}
+                Ok(Recv::Eof) => break,
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(control(e)),
+            }
+        }
+        st.launcher.wait().map_err(SandboxError::Control)?;
+        let o = outcome.unwrap_or(ExitOutcome::Signal(libc::SIGKILL));
+        st.outcome = Some(o);
+        Ok(o)
+    }
+}
+
+impl Drop for Sandbox {
+    /// A sandbox dropped without [`Sandbox::wait`] is killed and reaped.
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        if st.outcome.is_none() {
+            let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL);
+            let _ = st.launcher.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sandbox_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Sandbox>();
+    }
+
+    #[test]
+    fn errors_name_the_stage() {
+        let e: SandboxError = Failure::os("bind-mount /home/u/data", Errno::ENOENT).into();
+        assert_eq!(
+            e.to_string(),
+            "sandbox setup failed at bind-mount /home/u/data: No such file or directory"
+        );
+        let e: SandboxError = Failure::Exec {
+            program: "/x/y".into(),
+            errno: libc::ENOENT,
+        }
+        .into();
+        assert_eq!(e.to_string(), "cannot execute /x/y: No such file or directory");
+    }
+}

@@ -6,8 +6,16 @@
 //!   builds namespaces and the root filesystem, then runs the server as its child.
 //! - [`fdpass`]: SCM_RIGHTS fd passing on Unix sockets (shim → daemon stdio).
 //! - [`stdio`]: moving bytes between the client's stdio and the server's pipes.
+//!
+//! Private helpers: `proto` (the typed daemon ↔ init control protocol), `mounts`
+//! (the sandbox root filesystem) and `sys` (raw kernel calls not wrapped by nix).
 pub mod fdpass;
 pub mod init;
 pub mod launch;
+mod mounts;
+mod proto;
 pub mod spec;
 pub mod stdio;
+mod sys;
+
+pub use launch::{init_entry_if_requested, ExitOutcome, Sandbox, SandboxError, INIT_ARG};

@@ -1,0 +1,43 @@
+//! Debug driver: runs one sandbox from a `SandboxSpec` JSON file with this process's
+//! own stdin/stdout/stderr, and exits with the server's code (128+N on signal N).
+//! Setup errors go to stderr prefixed `warden-sandbox-run:` with exit code 125.
+
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use warden_sandbox::spec::SandboxSpec;
+use warden_sandbox::{init_entry_if_requested, ExitOutcome, Sandbox};
+
+fn main() {
+    // Before anything else: this binary is also the sandbox init.
+    init_entry_if_requested();
+    std::process::exit(match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("warden-sandbox-run: {e}");
+            125
+        }
+    })
+}
+
+fn run() -> Result<i32, String> {
+    let path = std::env::args_os()
+        .nth(1)
+        .ok_or("usage: warden-sandbox-run SPEC.json")?;
+    let text = std::fs::read(&path).map_err(|e| format!("{}: {e}", PathBuf::from(&path).display()))?;
+    let spec: SandboxSpec = serde_json::from_slice(&text).map_err(|e| format!("bad spec: {e}"))?;
+    let dup = |fd: std::os::fd::BorrowedFd<'_>| fd.try_clone_to_owned().map_err(|e| format!("dup stdio: {e}"));
+    let stdio = [
+        dup(std::io::stdin().as_fd())?,
+        dup(std::io::stdout().as_fd())?,
+        dup(std::io::stderr().as_fd())?,
+    ];
+    let exe = std::env::current_exe().map_err(|e| format!("current exe: {e}"))?;
+    let sandbox = Sandbox::spawn(&exe, &spec, stdio).map_err(|e| e.to_string())?;
+    if let Ok(p) = std::env::var("WARDEN_SANDBOX_RUN_PIDFILE") {
+        std::fs::write(p, sandbox.pid().to_string()).map_err(|e| format!("pidfile: {e}"))?;
+    }
+    Ok(match sandbox.wait().map_err(|e| e.to_string())? {
+        ExitOutcome::Code(c) => c,
+        ExitOutcome::Signal(s) => 128 + s,
+    })
+}

@@ -1,0 +1,438 @@
+//! The sandbox's root filesystem, built by PID 1 inside its fresh mount namespace:
+//! a tmpfs root holding read-only binds of the runtime, a minimal synthetic `/etc`,
+//! a minimal `/dev`, a fresh `/proc`, private `/tmp` and `$HOME`, and the policy's
+//! grants. Then `pivot_root` and the old root is detached.
+//!
+//! Every bind source is opened as an `O_PATH` fd with `RESOLVE_NO_SYMLINKS` *before*
+//! anything is mounted, and bound from that fd with the new mount API, so a path is
+//! resolved exactly once and a symlink in a grant is refused, never followed.
+
+use crate::proto::Failure;
+use crate::spec::SandboxSpec;
+use crate::sys::{self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
+use nix::errno::Errno;
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+/// Runtime directories bound read-only (or recreated as symlinks on merged-/usr hosts).
+const RUNTIME: &[&str] = &["/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin"];
+/// Host `/etc` entries the dynamic loader, libc and TLS stacks need. No resolv.conf:
+/// there is no resolver inside, so DNS fails at once.
+const ETC: &[&str] = &[
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "nsswitch.conf",
+    "host.conf",
+    "localtime",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "alternatives",
+];
+/// Device nodes bound from the host's /dev. No tty, no ptmx.
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
+/// Where the new root is assembled (shadowing /tmp of this private mount namespace
+/// is harmless: every source is already an open fd).
+const NEWROOT: &str = "/tmp";
+
+const RO: u64 = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+const RW: u64 = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+
+/// A host path opened for binding, or a host symlink to recreate verbatim.
+enum Source {
+    Bind { fd: OwnedFd, is_dir: bool },
+    Symlink(PathBuf),
+}
+
+/// One grant (policy path or program) ready to bind.
+struct Grant {
+    path: PathBuf,
+    fd: OwnedFd,
+    is_dir: bool,
+    attrs: u64,
+}
+
+/// Things mounted after the fixed skeleton, applied in order of path depth so that
+/// a grant under /tmp or $HOME lands on top of the private tmpfs.
+enum Late {
+    Tmp,
+    Home,
+    Grant(Grant),
+}
+
+fn depth(p: &Path) -> usize {
+    p.components().count()
+}
+
+fn check_abs(what: &str, p: &Path) -> Result<(), Failure> {
+    if !p.is_absolute() || p.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(Failure::msg(
+            format!("{what} {}", p.display()),
+            "path must be absolute and normalised",
+        ));
+    }
+    Ok(())
+}
+
+fn is_dir_fd(fd: &OwnedFd) -> Result<bool, Errno> {
+    nix::sys::stat::fstat(fd)
+        .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+}
+
+/// Opens a system path: absent → None; a symlink → recreated; else an O_PATH fd.
+fn open_system(path: &Path) -> Result<Option<Source>, Failure> {
+    let stage = || format!("open {}", path.display());
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Failure::os(stage(), Errno::from_raw(e.raw_os_error().unwrap_or(0)))),
+        Ok(m) if m.file_type().is_symlink() => {
+            let target = std::fs::read_link(path)
+                .map_err(|e| Failure::os(stage(), Errno::from_raw(e.raw_os_error().unwrap_or(0))))?;
+            return Ok(Some(Source::Symlink(target)));
+        }
+        Ok(_) => {}
+    }
+    let fd = sys::open_path_nofollow(None, path).map_err(|e| Failure::os(stage(), e))?;
+    let is_dir = is_dir_fd(&fd).map_err(|e| Failure::os(stage(), e))?;
+    Ok(Some(Source::Bind { fd, is_dir }))
+}
+
+/// Opens a grant without following any symlink on the way.
+fn open_grant(path: &Path, attrs: u64) -> Result<Grant, Failure> {
+    check_abs("grant", path)?;
+    let stage = format!("open grant {}", path.display());
+    let fd = sys::open_path_nofollow(None, path).map_err(|e| match e {
+        Errno::ELOOP => Failure::Setup {
+            stage: stage.clone(),
+            errno: Some(e as i32),
+            message: "the path is a symlink or passes through one; grants are never \
+                      followed through symlinks"
+                .into(),
+        },
+        e => Failure::os(stage.clone(), e),
+    })?;
+    let is_dir = is_dir_fd(&fd).map_err(|e| Failure::os(stage, e))?;
+    Ok(Grant {
+        path: path.to_path_buf(),
+        fd,
+        is_dir,
+        attrs,
+    })
+}
+
+fn cpath(p: &Path) -> Result<CString, Errno> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)
+}
+
+fn mkdirat(dir: BorrowedFd<'_>, name: &Path, mode: u32) -> Result<(), Errno> {
+    let c = cpath(name)?;
+    // SAFETY: valid C string; `dir` is a live directory fd.
+    if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode) } < 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+fn symlinkat(target: &Path, dir: BorrowedFd<'_>, name: &Path) -> Result<(), Errno> {
+    let t = cpath(target)?;
+    let n = cpath(name)?;
+    // SAFETY: valid C strings; `dir` is a live directory fd.
+    if unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), n.as_ptr()) } < 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// Creates a file `name` in `dir` with `content` (never following a symlink).
+fn write_file(dir: BorrowedFd<'_>, name: &str, content: &str) -> Result<(), Errno> {
+    let c = CString::new(name).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: valid C string; O_EXCL|O_NOFOLLOW so we only ever create a new file.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o644 as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: fd was just returned by openat and is ours.
+    let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    std::io::Write::write_all(&mut f, content.as_bytes()).map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
+}
+
+/// Walks `target` (absolute, inside the new root) from `root` one component at a
+/// time, never following symlinks, creating missing directories (0755) and, for a
+/// file mount point, an empty file. Returns an O_PATH fd of the mount point.
+fn mountpoint(root: BorrowedFd<'_>, target: &Path, is_dir: bool) -> Result<OwnedFd, Errno> {
+    let comps: Vec<&std::ffi::OsStr> = target
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(Ok(s)),
+            Component::RootDir | Component::CurDir => None,
+            _ => Some(Err(Errno::EINVAL)),
+        })
+        .collect::<Result<_, _>>()?;
+    let mut cur: Option<OwnedFd> = None;
+    for (i, name) in comps.iter().enumerate() {
+        let last = i + 1 == comps.len();
+        let dir = cur.as_ref().map_or(root, |f| f.as_fd());
+        let name = Path::new(name);
+        let next = match sys::open_path_nofollow(Some(dir), name) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => {
+                if !last || is_dir {
+                    match mkdirat(dir, name, 0o755) {
+                        Ok(()) | Err(Errno::EEXIST) => {}
+                        Err(e) => return Err(e),
+                    }
+                } else {
+                    write_file(dir, &name.to_string_lossy(), "")?;
+                }
+                sys::open_path_nofollow(Some(dir), name)?
+            }
+            Err(e) => return Err(e),
+        };
+        cur = Some(next);
+    }
+    // An empty target means the root itself.
+    match cur {
+        Some(fd) => Ok(fd),
+        None => sys::open_path_nofollow(Some(root), Path::new(".")),
+    }
+}
+
+/// Binds the tree at `src` onto `target` inside the new root with `attrs`.
+fn bind(root: BorrowedFd<'_>, target: &Path, src: BorrowedFd<'_>, is_dir: bool, attrs: u64) -> Result<(), Failure> {
+    let stage = || format!("bind-mount {}", target.display());
+    // OPEN_TREE_CLONE|AT_RECURSIVE: a detached copy including submounts (a
+    // non-recursive clone of a tree with locked submounts would be refused).
+    let tree = sys::clone_tree(src).map_err(|e| Failure::os(stage(), e))?;
+    // Set the flags on the detached copy before it becomes visible anywhere.
+    sys::set_mount_attr(tree.as_fd(), attrs, true).map_err(|e| Failure::os(stage(), e))?;
+    let mp = mountpoint(root, target, is_dir).map_err(|e| Failure::os(stage(), e))?;
+    sys::move_mount(tree.as_fd(), mp.as_fd()).map_err(|e| Failure::os(stage(), e))
+}
+
+/// Mounts a new tmpfs (or other fs) at `target` inside the new root and returns its
+/// mount fd (usable as a directory fd, and for making it read-only later).
+fn fresh(
+    root: BorrowedFd<'_>,
+    target: &Path,
+    fstype: &std::ffi::CStr,
+    opts: &[(&str, &str)],
+    attrs: u64,
+) -> Result<OwnedFd, Failure> {
+    let stage = || format!("mount {} {}", fstype.to_string_lossy(), target.display());
+    let mnt = sys::new_fs(fstype, opts, attrs).map_err(|e| Failure::os(stage(), e))?;
+    let mp = mountpoint(root, target, true).map_err(|e| Failure::os(stage(), e))?;
+    sys::move_mount(mnt.as_fd(), mp.as_fd()).map_err(|e| Failure::os(stage(), e))?;
+    Ok(mnt)
+}
+
+fn place(root: BorrowedFd<'_>, target: &Path, src: &Source, attrs: u64) -> Result<(), Failure> {
+    match src {
+        Source::Bind { fd, is_dir } => bind(root, target, fd.as_fd(), *is_dir, attrs),
+        Source::Symlink(to) => {
+            let stage = || format!("symlink {}", target.display());
+            let parent = target.parent().unwrap_or(Path::new("/"));
+            let dir = mountpoint(root, parent, true).map_err(|e| Failure::os(stage(), e))?;
+            let name = target.file_name().ok_or_else(|| Failure::msg(stage(), "no file name"))?;
+            symlinkat(to, dir.as_fd(), Path::new(name)).map_err(|e| Failure::os(stage(), e))
+        }
+    }
+}
+
+fn passwd(spec: &SandboxSpec) -> Result<(String, String), Failure> {
+    let home = spec.home.to_string_lossy();
+    for (what, v) in [("user", spec.user.as_str()), ("home", home.as_ref())] {
+        if v.is_empty() || v.contains([':', '\n', '\0']) {
+            return Err(Failure::msg("write /etc/passwd", format!("invalid {what} {v:?}")));
+        }
+    }
+    let (uid, gid, user) = (spec.uid, spec.gid, &spec.user);
+    let mut passwd = String::new();
+    let mut group = String::new();
+    if uid == 0 {
+        passwd.push_str(&format!("root:x:0:{gid}:root:{home}:/bin/sh\n"));
+    } else {
+        passwd.push_str("root:x:0:0:root:/root:/bin/sh\n");
+        passwd.push_str(&format!("{user}:x:{uid}:{gid}:{user}:{home}:/bin/sh\n"));
+    }
+    group.push_str("root:x:0:\n");
+    if gid != 0 {
+        group.push_str(&format!("{user}:x:{gid}:\n"));
+    }
+    Ok((passwd, group))
+}
+
+/// Builds the root filesystem and pivots into it. Called by PID 1, in its own mount
+/// namespace, before anything of the server runs.
+pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
+    // 1. Nothing we do may propagate back to the host's mounts (and pivot_root
+    //    refuses shared mounts anyway).
+    nix::mount::mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        nix::mount::MsFlags::MS_REC | nix::mount::MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| Failure::os("make / private", e))?;
+
+    // 2. Open every source first (after unshare(CLONE_NEWNS), so the fds refer to
+    //    mounts of *this* namespace, which open_tree(OPEN_TREE_CLONE) requires).
+    check_abs("program", &spec.program)?;
+    check_abs("home", &spec.home)?;
+    check_abs("cwd", &spec.cwd)?;
+    let mut runtime = Vec::new();
+    for p in RUNTIME {
+        if let Some(s) = open_system(Path::new(p))? {
+            runtime.push((PathBuf::from(p), s));
+        }
+    }
+    let mut etc = Vec::new();
+    for name in ETC {
+        let p = Path::new("/etc").join(name);
+        if let Some(s) = open_system(&p)? {
+            etc.push((p, s));
+        }
+    }
+    let mut devs = Vec::new();
+    for name in DEVICES {
+        let p = Path::new("/dev").join(name);
+        let fd = sys::open_path_nofollow(None, &p).map_err(|e| Failure::os(format!("open {}", p.display()), e))?;
+        devs.push((p, fd));
+    }
+    let mut late = vec![Late::Tmp];
+    let mut grants: Vec<&Path> = Vec::new();
+    for p in &spec.write {
+        late.push(Late::Grant(open_grant(p, RW)?));
+        grants.push(p);
+    }
+    for p in &spec.read {
+        // A path in both lists is write.
+        if !spec.write.contains(p) {
+            late.push(Late::Grant(open_grant(p, RO)?));
+            grants.push(p);
+        }
+    }
+    if !grants.iter().any(|g| spec.home.starts_with(g)) {
+        late.push(Late::Home);
+    }
+    let program_covered = runtime.iter().any(|(p, _)| spec.program.starts_with(p))
+        || grants.iter().any(|g| spec.program.starts_with(g));
+    let program = if program_covered {
+        None
+    } else {
+        Some(open_grant(&spec.program, RO).map_err(|f| match f {
+            Failure::Setup { errno, message, .. } => Failure::Setup {
+                stage: format!("open program {}", spec.program.display()),
+                errno,
+                message,
+            },
+            f => f,
+        })?)
+    };
+    let target_of = |l: &Late| -> PathBuf {
+        match l {
+            Late::Tmp => PathBuf::from("/tmp"),
+            Late::Home => spec.home.clone(),
+            Late::Grant(g) => g.path.clone(),
+        }
+    };
+    // Stable sort: parents before children; /tmp and $HOME before grants inside them.
+    late.sort_by_key(|l| depth(&target_of(l)));
+
+    // 3. The new root: a small tmpfs, made read-only once populated.
+    let newroot = sys::open_path_nofollow(None, Path::new(NEWROOT))
+        .map_err(|e| Failure::os(format!("open {NEWROOT}"), e))?;
+    let root = sys::new_fs(c"tmpfs", &[("mode", "0755"), ("size", "1m")], MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+        .map_err(|e| Failure::os("mount root tmpfs", e))?;
+    sys::move_mount(root.as_fd(), newroot.as_fd()).map_err(|e| Failure::os("mount root tmpfs", e))?;
+    drop(newroot);
+    let r = root.as_fd();
+
+    // 4. Read-only runtime, symlinks recreated to match the host.
+    for (p, s) in &runtime {
+        place(r, p, s, RO)?;
+    }
+
+    // 5. Minimal /etc: synthetic passwd/group/hosts plus the loader/TLS files.
+    let etc_mnt = fresh(r, Path::new("/etc"), c"tmpfs", &[("mode", "0755"), ("size", "1m")], RW | MOUNT_ATTR_NOEXEC)?;
+    let (pw, gr) = passwd(spec)?;
+    let hosts = format!("127.0.0.1\tlocalhost {hostname}\n::1\tlocalhost {hostname}\n");
+    for (name, content) in [("passwd", pw.as_str()), ("group", gr.as_str()), ("hosts", hosts.as_str())] {
+        write_file(etc_mnt.as_fd(), name, content).map_err(|e| Failure::os(format!("write /etc/{name}"), e))?;
+    }
+    for (p, s) in &etc {
+        place(r, p, s, RO)?;
+    }
+
+    // 6. Minimal /dev: device binds keep the host devtmpfs (a tmpfs mounted in a
+    //    user namespace is always nodev), symlinks into /proc/self/fd, private shm.
+    let dev_mnt = fresh(r, Path::new("/dev"), c"tmpfs", &[("mode", "0755"), ("size", "64k")], MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)?;
+    for (p, fd) in &devs {
+        bind(r, p, fd.as_fd(), false, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)?;
+    }
+    for (name, to) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        symlinkat(Path::new(to), dev_mnt.as_fd(), Path::new(name))
+            .map_err(|e| Failure::os(format!("symlink /dev/{name}"), e))?;
+    }
+    fresh(r, Path::new("/dev/shm"), c"tmpfs", &[("mode", "1777")], RW | MOUNT_ATTR_NOEXEC)?;
+
+    // Fresh /proc for the new pid namespace. Must happen here, by PID 1 of that
+    // namespace and while the host's full /proc is still visible: the kernel refuses
+    // a new proc mount in a user namespace unless a fully visible one exists
+    // (mount_too_revealing), which stops being true once the old root is detached.
+    fresh(r, Path::new("/proc"), c"proc", &[], MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)?;
+
+    // Private /tmp, private $HOME, then the grants, parents first.
+    let size = format!("{}m", spec.tmp_size_mb.max(1));
+    let (uid, gid) = (spec.uid.to_string(), spec.gid.to_string());
+    for l in &late {
+        match l {
+            Late::Tmp => {
+                fresh(r, Path::new("/tmp"), c"tmpfs", &[("mode", "1777"), ("size", &size)], RW)?;
+            }
+            Late::Home => {
+                fresh(
+                    r,
+                    &spec.home,
+                    c"tmpfs",
+                    &[("mode", "0700"), ("size", &size), ("uid", &uid), ("gid", &gid)],
+                    RW,
+                )?;
+            }
+            Late::Grant(g) => bind(r, &g.path, g.fd.as_fd(), g.is_dir, g.attrs)?,
+        }
+    }
+    if let Some(g) = &program {
+        bind(r, &g.path, g.fd.as_fd(), g.is_dir, g.attrs)?;
+    }
+
+    // 7. Seal the skeleton: the server cannot create files in /, /etc or /dev.
+    // Non-recursive: binds below keep their own flags (/tmp, /dev/shm, grants).
+    for (what, fd) in [("/etc", &etc_mnt), ("/dev", &dev_mnt), ("/", &root)] {
+        sys::set_mount_attr(fd.as_fd(), MOUNT_ATTR_RDONLY, false)
+            .map_err(|e| Failure::os(format!("make {what} read-only"), e))?;
+    }
+
+    // pivot_root(".", "."): the old root ends up stacked on top of the new one at
+    // "/", and is then lazily detached, so no host path stays reachable.
+    nix::unistd::fchdir(&root).map_err(|e| Failure::os("chdir new root", e))?;
+    sys::pivot_root(c".", c".").map_err(|e| Failure::os("pivot_root", e))?;
+    nix::mount::umount2(".", nix::mount::MntFlags::MNT_DETACH).map_err(|e| Failure::os("detach old root", e))?;
+    nix::unistd::chdir("/").map_err(|e| Failure::os("chdir /", e))?;
+    Ok(())
+}

@@ -1,0 +1,192 @@
+//! The typed control protocol between the daemon ([`crate::launch`]) and the sandbox
+//! init ([`crate::init`]): one JSON document per `SOCK_SEQPACKET` message, so message
+//! boundaries come from the kernel. The child reports failures as data
+//! ([`Failure`]), never as log lines.
+
+use crate::spec::SandboxSpec;
+use nix::errno::Errno;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// Daemon → sandbox init.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ToInit {
+    /// First and only once: what to build and run.
+    Spec(Box<SandboxSpec>),
+    /// Forward this signal to the server process.
+    Signal(i32),
+    /// SIGTERM every process in the sandbox except PID 1.
+    TerminateTree,
+}
+
+/// Sandbox init → daemon.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum FromInit {
+    /// From the launcher, carrying a pidfd of PID 1 as SCM_RIGHTS, and its host pid.
+    Launched { pid: i32 },
+    /// From PID 1: the server was exec'd.
+    Started,
+    /// From the launcher or PID 1: setup failed; nothing was executed.
+    Failed(Failure),
+    /// From PID 1: the server exited.
+    Exited(Exit),
+}
+
+/// How the server ended, on the wire.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+/// A setup failure: which stage, and the OS error if there was one.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Failure {
+    /// `unshare(CLONE_NEWUSER)` failed.
+    UserNamespace { errno: i32 },
+    /// `execve` of the program failed.
+    Exec { program: String, errno: i32 },
+    /// Any other stage.
+    Setup {
+        stage: String,
+        errno: Option<i32>,
+        message: String,
+    },
+}
+
+impl Failure {
+    pub fn os(stage: impl Into<String>, e: Errno) -> Failure {
+        Failure::Setup {
+            stage: stage.into(),
+            errno: Some(e as i32),
+            message: crate::sys::errno_text(e),
+        }
+    }
+
+    pub fn msg(stage: impl Into<String>, message: impl Into<String>) -> Failure {
+        Failure::Setup {
+            stage: stage.into(),
+            errno: None,
+            message: message.into(),
+        }
+    }
+}
+
+/// Sends one message, optionally with one fd attached (SCM_RIGHTS).
+/// `MSG_NOSIGNAL`: a gone peer is an `EPIPE`, not a SIGPIPE.
+pub fn send<T: Serialize>(sock: BorrowedFd<'_>, msg: &T, fd: Option<BorrowedFd<'_>>) -> Result<(), Errno> {
+    let bytes = serde_json::to_vec(msg).map_err(|_| Errno::EINVAL)?;
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // u64 alignment is enough for cmsghdr.
+    let mut cbuf = [0u64; 8];
+    // SAFETY: zeroed msghdr is a valid "no name, no control" header.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_iov = &mut iov;
+    hdr.msg_iovlen = 1;
+    if let Some(fd) = fd {
+        // SAFETY: the buffer is large enough for one cmsg carrying one int (CMSG_SPACE(4) <= 64)
+        // and CMSG_FIRSTHDR returns a pointer into it.
+        unsafe {
+            let space = libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) as usize;
+            hdr.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+            hdr.msg_controllen = space;
+            let c = libc::CMSG_FIRSTHDR(&hdr);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut i32, fd.as_raw_fd());
+        }
+    }
+    loop {
+        // SAFETY: hdr points to live buffers for the duration of the call.
+        let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &hdr, libc::MSG_NOSIGNAL) };
+        if r >= 0 {
+            return Ok(());
+        }
+        let e = Errno::last();
+        if e != Errno::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// Outcome of [`recv`].
+pub enum Recv<T> {
+    Msg(T, Option<OwnedFd>),
+    /// The peer closed (all copies of) its end.
+    Eof,
+}
+
+/// Receives one message of any size (peeking at its length first) and an fd if one
+/// was attached (received close-on-exec).
+pub fn recv<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<Recv<T>, Errno> {
+    let len = loop {
+        // SAFETY: MSG_PEEK|MSG_TRUNC with a zero-length buffer only reports the length.
+        let r = unsafe {
+            libc::recv(
+                sock.as_raw_fd(),
+                std::ptr::null_mut(),
+                0,
+                libc::MSG_PEEK | libc::MSG_TRUNC,
+            )
+        };
+        if r >= 0 {
+            break r as usize;
+        }
+        let e = Errno::last();
+        if e != Errno::EINTR {
+            return Err(e);
+        }
+    };
+    let mut buf = vec![0u8; len.max(1)];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let mut cbuf = [0u64; 8];
+    // SAFETY: zeroed msghdr is valid; we point it at our live buffers.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_iov = &mut iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+    hdr.msg_controllen = std::mem::size_of_val(&cbuf);
+    let n = loop {
+        // SAFETY: as above; MSG_CMSG_CLOEXEC so a received fd never leaks into an exec.
+        let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut hdr, libc::MSG_CMSG_CLOEXEC) };
+        if r >= 0 {
+            break r as usize;
+        }
+        let e = Errno::last();
+        if e != Errno::EINTR {
+            return Err(e);
+        }
+    };
+    let mut fd = None;
+    // SAFETY: walking the control buffer the kernel filled, with the libc CMSG helpers.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c);
+                let count = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<i32>();
+                for i in 0..count {
+                    let raw = std::ptr::read_unaligned((data as *const i32).add(i));
+                    // The kernel installed this fd for us: we own it (extra ones are closed on drop).
+                    let owned = OwnedFd::from_raw_fd(raw);
+                    if fd.is_none() {
+                        fd = Some(owned);
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(&hdr, c);
+        }
+    }
+    if n == 0 && len == 0 {
+        return Ok(Recv::Eof);
+    }
+    let msg = serde_json::from_slice(&buf[..n]).map_err(|_| Errno::EBADMSG)?;
+    Ok(Recv::Msg(msg, fd))
+}
