@@ -1,1 +1,327 @@
-fn main() {}
+//! `warden-shim`: what an MCP client runs instead of the server.
+//!
+//! It parses its flags and the policy (failing fast with file:line:column
+//! errors), connects to `wardend` (starting it if none answers), hands over its
+//! own stdin, stdout and stderr, and asks for a session. The daemon moves the
+//! bytes; the shim forwards signals and exits the way the server did.
+//!
+//! The shim never writes to stdout: stdout carries the server's bytes only.
+//! Its own messages are single lines on stderr starting with `warden:`.
+#![forbid(unsafe_code)]
+#![deny(clippy::print_stdout)]
+
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use tokio::signal::unix::{signal, SignalKind};
+use warden_client::pb;
+use warden_core::exit::ShimExit;
+use warden_core::policy::{self, CompileContext, Overrides, PolicyInput};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "warden-shim",
+    version,
+    about = "Run an MCP server inside Warden's sandbox, transparently on stdio",
+    after_help = "Exit status: the server's; 128+N if it died by signal N; 124 on timeout; \
+                  137 on a memory breach; 125 for Warden's own errors."
+)]
+struct Args {
+    /// Control socket of wardend.
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Policy file (YAML).
+    #[arg(long, value_name = "FILE", conflicts_with = "profile")]
+    policy: Option<PathBuf>,
+    /// Policy $XDG_CONFIG_HOME/warden/policies/NAME.yaml.
+    #[arg(long, value_name = "NAME")]
+    profile: Option<String>,
+    /// Grant read-only access to PATH (repeatable).
+    #[arg(long = "read", value_name = "PATH")]
+    read: Vec<String>,
+    /// Grant read-write access to PATH (repeatable).
+    #[arg(long = "write", value_name = "PATH")]
+    write: Vec<String>,
+    /// Pass environment variable NAME through (repeatable).
+    #[arg(long = "allow-env", value_name = "NAME")]
+    allow_env: Vec<String>,
+    /// Session name shown by `wardenctl ps`.
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// Do not start wardend when none answers.
+    #[arg(long)]
+    no_autostart: bool,
+    /// The server command (overrides the policy's `command`).
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+/// A failure of Warden itself: exit 125 with one `warden:` line per message line.
+struct Fail(String);
+
+impl<E: std::fmt::Display> From<E> for Fail {
+    fn from(e: E) -> Fail {
+        Fail(e.to_string())
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                // Help goes to stderr too: stdout belongs to the server.
+                eprint!("{e}");
+                return ExitCode::SUCCESS;
+            }
+            let msg = e.to_string();
+            let first = msg.lines().next().unwrap_or("invalid arguments");
+            eprintln!("warden: {}", first.trim_start_matches("error: "));
+            return ExitCode::from(ShimExit::WardenError.code());
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("warden: cannot start the runtime: {e}");
+            return ExitCode::from(ShimExit::WardenError.code());
+        }
+    };
+    let exit = match rt.block_on(run(args)) {
+        Ok(exit) => exit,
+        Err(Fail(msg)) => {
+            for line in msg.lines().filter(|l| !l.trim().is_empty()) {
+                eprintln!("warden: {line}");
+            }
+            ShimExit::WardenError
+        }
+    };
+    ExitCode::from(exit.code())
+}
+
+fn absolute(p: &Path, cwd: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        cwd.join(p)
+    }
+}
+
+async fn run(args: Args) -> Result<ShimExit, Fail> {
+    let cwd = std::env::current_dir()
+        .map_err(|e| Fail(format!("cannot read the working directory: {e}")))?;
+    let policy_path = match (&args.policy, &args.profile) {
+        (Some(p), _) => Some(absolute(p, &cwd)),
+        (None, Some(name)) => {
+            if name.is_empty() || name.contains('/') || name.starts_with('.') {
+                return Err(Fail(format!(
+                    "--profile `{name}`: a profile is a plain name (no `/`)"
+                )));
+            }
+            Some(warden_core::paths::profiles_dir()?.join(format!("{name}.yaml")))
+        }
+        (None, None) => None,
+    };
+    if policy_path.is_none() && args.command.is_empty() {
+        return Err(Fail(
+            "nothing to run: give --policy FILE, --profile NAME, or a command after --".into(),
+        ));
+    }
+    let text = match &policy_path {
+        Some(p) => policy::load_file(p)?,
+        None => String::new(),
+    };
+    let overrides = Overrides {
+        read: args.read.clone(),
+        write: args.write.clone(),
+        allow_env: args.allow_env.clone(),
+        name: args.name.clone(),
+        command: args.command.clone(),
+    };
+    // Fail fast here; the daemon compiles the same text again and is the authority.
+    let ctx = CompileContext {
+        home: warden_core::paths::home_dir()?,
+        cwd: cwd.clone(),
+        path_env: std::env::var_os("PATH"),
+    };
+    policy::compile(
+        &PolicyInput {
+            path: policy_path.as_deref(),
+            text: &text,
+        },
+        &overrides,
+        &ctx,
+    )?;
+
+    let socket = warden_core::paths::socket_path(args.socket.as_deref())?;
+    let socket = absolute(&socket, &cwd);
+    let stream = match warden_client::connect_raw(&socket) {
+        Ok(s) => s,
+        Err(warden_client::ClientError::NotRunning { .. }) if !args.no_autostart => {
+            warden_client::autostart(&socket, Duration::from_secs(10))?;
+            warden_client::connect_raw(&socket)?
+        }
+        Err(e @ warden_client::ClientError::NotRunning { .. }) => {
+            return Err(Fail(format!("{e} (autostart is off: start wardend first)")))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    {
+        let stdin = std::io::stdin();
+        let stdout = std::io::stdout();
+        let stderr = std::io::stderr();
+        warden_client::send_stdio(&stream, [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()])?;
+    }
+    let mut client = warden_client::client_over(stream).await?;
+
+    // Signals are caught from here on and forwarded once the session runs.
+    let mut sigs = Vec::new();
+    for (kind, num) in [
+        (SignalKind::interrupt(), 2),
+        (SignalKind::terminate(), 15),
+        (SignalKind::hangup(), 1),
+        (SignalKind::quit(), 3),
+        (SignalKind::user_defined1(), 10),
+        (SignalKind::user_defined2(), 12),
+    ] {
+        sigs.push((signal(kind)?, num));
+    }
+    let (sig_tx, mut sig_rx) = tokio::sync::mpsc::unbounded_channel::<i32>();
+    for (mut s, num) in sigs {
+        let tx = sig_tx.clone();
+        tokio::spawn(async move {
+            while s.recv().await.is_some() {
+                if tx.send(num).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
+    let env = std::env::vars_os()
+        .map(|(k, v)| pb::EnvVar {
+            name: k.as_bytes().to_vec(),
+            value: v.as_bytes().to_vec(),
+        })
+        .collect();
+    let req = pb::SpawnRequest {
+        policy_path: policy_path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        policy_text: text,
+        extra: Some(pb::PolicyGrants {
+            read: args.read,
+            write: args.write,
+            allow_env: args.allow_env,
+        }),
+        name: args.name.unwrap_or_default(),
+        command: args.command,
+        cwd: cwd.display().to_string(),
+        env,
+        client: Some(pb::ClientInfo {
+            pid: std::process::id(),
+            program: "warden-shim".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        }),
+    };
+    let mut events = client
+        .spawn(req)
+        .await
+        .map_err(|s| Fail(s.message().to_string()))?
+        .into_inner();
+    let mut session: Option<String> = None;
+    let mut pending: Vec<i32> = Vec::new();
+    loop {
+        tokio::select! {
+            ev = events.message() => {
+                let ev = match ev {
+                    Ok(Some(ev)) => ev,
+                    Ok(None) => return Err(Fail("wardend closed the session without an exit status".into())),
+                    Err(s) => return Err(Fail(format!("lost the session: {}", s.message()))),
+                };
+                match ev.event {
+                    Some(pb::spawn_event::Event::Started(s)) => {
+                        let id = s.session_id;
+                        for sig in pending.drain(..) {
+                            forward(&mut client, &id, sig).await;
+                        }
+                        session = Some(id);
+                    }
+                    Some(pb::spawn_event::Event::Exited(x)) => return Ok(exit_of(x)),
+                    None => {}
+                }
+            }
+            Some(sig) = sig_rx.recv() => {
+                match &session {
+                    Some(id) => forward(&mut client, id, sig).await,
+                    None => pending.push(sig),
+                }
+            }
+        }
+    }
+}
+
+async fn forward(
+    client: &mut warden_proto_client::WardenClient<tonic::transport::Channel>,
+    id: &str,
+    sig: i32,
+) {
+    let req = pb::SignalRequest {
+        session_id: id.to_string(),
+        signal: sig,
+    };
+    if let Err(s) = client.signal(req).await {
+        // The server may have just exited; the exit event follows.
+        if s.code() != tonic::Code::NotFound {
+            eprintln!("warden: cannot forward signal {sig}: {}", s.message());
+        }
+    }
+}
+
+mod warden_proto_client {
+    pub use warden_client::pb::warden_client::WardenClient;
+}
+
+fn exit_of(x: pb::Exited) -> ShimExit {
+    use pb::exited::Outcome;
+    let note = |reason: &str| {
+        if !reason.is_empty() {
+            eprintln!("warden: {reason}");
+        }
+    };
+    match x.outcome {
+        Some(Outcome::Code(c)) => {
+            note(&x.reason);
+            ShimExit::from_code(c)
+        }
+        Some(Outcome::Signal(s)) => {
+            note(&x.reason);
+            ShimExit::Signal(s)
+        }
+        Some(Outcome::Timeout(_)) => {
+            note(&x.reason);
+            ShimExit::Timeout
+        }
+        Some(Outcome::Memory(_)) => {
+            note(&x.reason);
+            ShimExit::Memory
+        }
+        Some(Outcome::Error(e)) => {
+            eprintln!("warden: {e}");
+            ShimExit::WardenError
+        }
+        None => {
+            eprintln!("warden: the session ended without an exit status");
+            ShimExit::WardenError
+        }
+    }
+}

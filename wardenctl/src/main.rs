@@ -1,1 +1,316 @@
-fn main() {}
+//! `wardenctl`: watch and steer `wardend`.
+//!
+//! `ps`, `kill ID`, `status` talk to the daemon; `policy check FILE` works
+//! offline. Every command takes `--socket PATH` and `--json`; JSON output is
+//! typed structs serialised, human output is aligned columns.
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+use warden_client::pb;
+use warden_core::policy::{self, CompileContext, Overrides, PolicyInput};
+
+#[derive(Parser, Debug)]
+#[command(name = "wardenctl", version, about = "Watch and steer Warden sessions")]
+struct Cli {
+    /// Control socket of wardend.
+    #[arg(long, global = true, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// List live sessions.
+    Ps,
+    /// End a session: SIGTERM to its whole sandbox, SIGKILL after a grace.
+    Kill(KillArgs),
+    /// Show the daemon and what the kernel offers.
+    Status,
+    /// Policy tools.
+    Policy {
+        #[command(subcommand)]
+        cmd: PolicyCmd,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct KillArgs {
+    /// Session id (or a unique prefix).
+    id: String,
+}
+
+#[derive(Subcommand, Debug)]
+enum PolicyCmd {
+    /// Validate a policy file and print the compiled policy.
+    Check { file: PathBuf },
+}
+
+#[derive(Serialize)]
+struct SessionRow {
+    id: String,
+    name: String,
+    pid: u32,
+    command: Vec<String>,
+    policy: String,
+    started_at_ms: i64,
+    uptime_ms: u64,
+    client_pid: u32,
+    limits: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Feature {
+    name: String,
+    available: bool,
+    detail: String,
+}
+
+#[derive(Serialize)]
+struct StatusOut {
+    version: String,
+    pid: u32,
+    uid: u32,
+    socket: String,
+    state_dir: String,
+    audit_path: String,
+    sessions: u32,
+    uptime_ms: u64,
+    features: Vec<Feature>,
+}
+
+#[derive(Serialize)]
+struct KillOut {
+    killed: String,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("wardenctl: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Cmd::Policy {
+        cmd: PolicyCmd::Check { file },
+    } = &cli.cmd
+    {
+        return policy_check(file, cli.json);
+    }
+    let socket = warden_core::paths::socket_path(cli.socket.as_deref())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut c = warden_client::connect(&socket).await?;
+        match cli.cmd {
+            Cmd::Ps => {
+                let r = c
+                    .list_sessions(pb::ListSessionsRequest {})
+                    .await?
+                    .into_inner();
+                let rows: Vec<SessionRow> = r
+                    .sessions
+                    .into_iter()
+                    .map(|s| SessionRow {
+                        id: s.id,
+                        name: s.name,
+                        pid: s.pid,
+                        command: s.command,
+                        policy: s.policy_path,
+                        started_at_ms: s.started_at_ms,
+                        uptime_ms: s.uptime_ms,
+                        client_pid: s.client_pid,
+                        limits: s.limits,
+                    })
+                    .collect();
+                if cli.json {
+                    println!("{}", serde_json::to_string_pretty(&rows)?);
+                } else {
+                    print_ps(&rows);
+                }
+            }
+            Cmd::Kill(k) => {
+                let r = c
+                    .kill(pb::KillRequest { session_id: k.id })
+                    .await
+                    .map_err(|s| anyhow::anyhow!("{}", s.message()))?
+                    .into_inner();
+                if cli.json {
+                    println!(
+                        "{}",
+                        serde_json::to_string(&KillOut {
+                            killed: r.session_id
+                        })?
+                    );
+                } else {
+                    println!("killed {}", r.session_id);
+                }
+            }
+            Cmd::Status => {
+                let s = c.status(pb::StatusRequest {}).await?.into_inner();
+                let out = StatusOut {
+                    version: s.version,
+                    pid: s.pid,
+                    uid: s.uid,
+                    socket: s.socket,
+                    state_dir: s.state_dir,
+                    audit_path: s.audit_path,
+                    sessions: s.sessions,
+                    uptime_ms: s.uptime_ms,
+                    features: s
+                        .features
+                        .into_iter()
+                        .map(|f| Feature {
+                            name: f.name,
+                            available: f.available,
+                            detail: f.detail,
+                        })
+                        .collect(),
+                };
+                if cli.json {
+                    println!("{}", serde_json::to_string_pretty(&out)?);
+                } else {
+                    print_status(&out);
+                }
+            }
+            Cmd::Policy { .. } => unreachable!("handled above"),
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+    .map_err(|e: anyhow::Error| match e.downcast_ref::<tonic::Status>() {
+        Some(s) => anyhow::anyhow!("{}", s.message()),
+        None => e,
+    })
+}
+
+fn human_duration(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+fn print_ps(rows: &[SessionRow]) {
+    let header = ["ID", "NAME", "PID", "UPTIME", "COMMAND"];
+    let cells: Vec<[String; 5]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.id.clone(),
+                if r.name.is_empty() {
+                    "-".into()
+                } else {
+                    r.name.clone()
+                },
+                r.pid.to_string(),
+                human_duration(r.uptime_ms),
+                r.command.join(" "),
+            ]
+        })
+        .collect();
+    let mut width = header.map(str::len);
+    for c in &cells {
+        for (i, v) in c.iter().enumerate() {
+            width[i] = width[i].max(v.chars().count());
+        }
+    }
+    let line = |c: [&str; 5]| {
+        let mut s = String::new();
+        for (i, v) in c.iter().enumerate() {
+            if i == 4 {
+                s.push_str(v);
+            } else {
+                s.push_str(&format!("{:<w$}  ", v, w = width[i]));
+            }
+        }
+        println!("{}", s.trim_end());
+    };
+    line(header);
+    for c in &cells {
+        line([&c[0], &c[1], &c[2], &c[3], &c[4]]);
+    }
+}
+
+fn print_status(s: &StatusOut) {
+    println!("wardend {} (pid {}, uid {})", s.version, s.pid, s.uid);
+    println!("socket     {}", s.socket);
+    println!("state      {}", s.state_dir);
+    println!("audit      {}", s.audit_path);
+    println!("sessions   {}", s.sessions);
+    println!("uptime     {}", human_duration(s.uptime_ms));
+    println!("kernel:");
+    for f in &s.features {
+        println!(
+            "  {:<16} {:<3}  {}",
+            f.name,
+            if f.available { "yes" } else { "no" },
+            f.detail
+        );
+    }
+}
+
+fn policy_check(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let cwd = std::env::current_dir()?;
+    let path = if file.is_absolute() {
+        file.to_path_buf()
+    } else {
+        cwd.join(file)
+    };
+    let text = match policy::load_file(&path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprint!("{}", with_newline(&e.to_string()));
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let ctx = CompileContext {
+        home: warden_core::paths::home_dir()?,
+        cwd,
+        path_env: std::env::var_os("PATH"),
+    };
+    let input = PolicyInput {
+        path: Some(&path),
+        text: &text,
+    };
+    match policy::compile(&input, &Overrides::default(), &ctx) {
+        Ok(p) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&p)?);
+            } else {
+                print!(
+                    "{}",
+                    serde_yaml::to_string(&p).context("rendering the policy")?
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprint!("{}", with_newline(&e.to_string()));
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn with_newline(s: &str) -> String {
+    if s.ends_with('\n') {
+        s.to_string()
+    } else {
+        format!("{s}\n")
+    }
+}

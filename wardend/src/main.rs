@@ -1,1 +1,172 @@
-fn main() {}
+//! `wardend [--socket PATH] [--state-dir DIR]`
+//!
+//! The sandbox init role is checked before anything else: namespaces must be
+//! entered by a single-threaded process, so it runs before any runtime exists.
+#![forbid(unsafe_code)]
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use nix::fcntl::{Flock, FlockArg};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "wardend",
+    version,
+    about = "The Warden daemon: runs MCP servers in a deny-by-default sandbox"
+)]
+struct Args {
+    /// Control socket (default: $WARDEN_SOCKET, else $XDG_RUNTIME_DIR/warden/wardend.sock,
+    /// else a private directory under the temp dir).
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// State directory holding the audit store (default: $XDG_STATE_HOME/warden).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    warden_sandbox::launch::init_entry_if_requested();
+    let args = Args::parse();
+    init_tracing();
+    match real_main(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wardend: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_tracing() {
+    use tracing_subscriber::prelude::*;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Under systemd (JOURNAL_STREAM set) log to journald when it answers.
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        if let Ok(j) = tracing_journald::layer() {
+            tracing_subscriber::registry().with(filter).with(j).init();
+            return;
+        }
+    }
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .init();
+}
+
+/// Takes the single-instance lock next to the socket, holding it for the
+/// daemon's life.
+fn lock_instance(socket: &Path) -> anyhow::Result<Flock<File>> {
+    let lock_path = PathBuf::from(format!("{}.lock", socket.display()));
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .open(&lock_path)
+        .with_context(|| format!("cannot open lock file {}", lock_path.display()))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(mut lock) => {
+            lock.set_len(0).ok();
+            let _ = write!(lock, "{}\n", std::process::id());
+            Ok(lock)
+        }
+        Err((_, errno)) if errno == nix::errno::Errno::EWOULDBLOCK => {
+            let pid = fs::read_to_string(&lock_path).unwrap_or_default();
+            bail!(
+                "another wardend is already running for socket {} (pid {})",
+                socket.display(),
+                pid.trim()
+            )
+        }
+        Err((_, errno)) => bail!("cannot lock {}: {errno}", lock_path.display()),
+    }
+}
+
+fn bind(socket: &Path) -> anyhow::Result<std::os::unix::net::UnixListener> {
+    let parent = socket
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        bail!("socket directory {} does not exist", parent.display());
+    }
+    match fs::symlink_metadata(socket) {
+        Ok(_) => {
+            // We hold the instance lock, so a socket file left here is stale
+            // if it is ours; anyone else's is refused.
+            warden_core::paths::verify_socket(socket).with_context(|| {
+                format!("refusing to replace existing socket {}", socket.display())
+            })?;
+            fs::remove_file(socket)
+                .with_context(|| format!("cannot remove stale socket {}", socket.display()))?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot inspect {}", socket.display())),
+    }
+    // Created with no group/other access from the first instant.
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let listener = std::os::unix::net::UnixListener::bind(socket);
+    nix::sys::stat::umask(old);
+    let listener = listener.with_context(|| format!("cannot bind {}", socket.display()))?;
+    fs::set_permissions(socket, fs::Permissions::from_mode(0o600))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+fn real_main(args: Args) -> anyhow::Result<()> {
+    let socket = warden_core::paths::socket_path(args.socket.as_deref())?;
+    let socket = if socket.is_absolute() {
+        socket
+    } else {
+        std::env::current_dir()?.join(socket)
+    };
+    let state_dir = match args.state_dir {
+        Some(d) => d,
+        None => warden_core::paths::default_state_dir()?,
+    };
+    warden_core::paths::ensure_private_dir(&state_dir)
+        .with_context(|| format!("state directory {}", state_dir.display()))?;
+    if std::env::var_os("WARDEN_AUTOSTARTED").is_some() {
+        // Started by a shim: leave its session and process group so its
+        // terminal's signals do not reach the daemon.
+        let _ = nix::unistd::setsid();
+    }
+    let _lock = lock_instance(&socket)?;
+    let listener = bind(&socket)?;
+    let config = wardend::Config {
+        socket: socket.clone(),
+        state_dir,
+        sandbox_exe: PathBuf::from("/proc/self/exe"),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let result = rt.block_on(async move {
+        let listener = tokio::net::UnixListener::from_std(listener)?;
+        let shutdown = async {
+            use tokio::signal::unix::{signal, SignalKind};
+            let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+            let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+        };
+        wardend::run(listener, config, shutdown, || {
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+        })
+        .await
+    });
+    let _ = fs::remove_file(&socket);
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
+}

@@ -1,0 +1,201 @@
+//! Connecting to `wardend` over its Unix socket, shared by `warden-shim` and
+//! `wardenctl`.
+//!
+//! Before talking to a socket the client checks that it belongs to the current
+//! user with mode 0600 (an impostor daemon must not receive the client's stdio
+//! or environment). A shim connection first sends its stdin, stdout and
+//! stderr (the stdio preamble), then speaks gRPC on the same connection.
+#![forbid(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::TokioIo;
+use tonic::transport::{Channel, Endpoint};
+use warden_proto::v1::warden_client::WardenClient;
+use warden_sandbox::fdpass::{send_with_fds, STDIO_PREAMBLE};
+
+pub use warden_proto::v1 as pb;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("no daemon is listening on {socket}: {source}")]
+    NotRunning { socket: PathBuf, source: io::Error },
+    #[error("unsafe socket: {0}")]
+    Unsafe(#[from] warden_core::paths::PathError),
+    #[error("cannot connect to {socket}: {source}")]
+    Connect { socket: PathBuf, source: io::Error },
+    #[error("cannot pass stdio to the daemon: {0}")]
+    Preamble(io::Error),
+    #[error("gRPC channel: {0}")]
+    Channel(#[from] tonic::transport::Error),
+    #[error("cannot start wardend: {0}")]
+    Autostart(String),
+}
+
+/// Connects a blocking Unix stream after checking the socket's owner and mode.
+pub fn connect_raw(socket: &Path) -> Result<StdUnixStream, ClientError> {
+    match std::fs::symlink_metadata(socket) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(ClientError::NotRunning {
+                socket: socket.to_path_buf(),
+                source: e,
+            })
+        }
+        _ => {}
+    }
+    warden_core::paths::verify_socket(socket)?;
+    StdUnixStream::connect(socket).map_err(|e| match e.kind() {
+        io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound => ClientError::NotRunning {
+            socket: socket.to_path_buf(),
+            source: e,
+        },
+        _ => ClientError::Connect {
+            socket: socket.to_path_buf(),
+            source: e,
+        },
+    })
+}
+
+/// Sends the stdio preamble: these three fds become the session's stdio.
+pub fn send_stdio(stream: &StdUnixStream, stdio: [BorrowedFd<'_>; 3]) -> Result<(), ClientError> {
+    send_with_fds(stream.as_fd(), STDIO_PREAMBLE, &stdio).map_err(ClientError::Preamble)
+}
+
+/// Wraps an already connected stream in a gRPC client. The channel never
+/// reconnects: a lost daemon is an error, not a silent new connection.
+pub async fn client_over(stream: StdUnixStream) -> Result<WardenClient<Channel>, ClientError> {
+    stream
+        .set_nonblocking(true)
+        .map_err(ClientError::Preamble)?;
+    let slot = Arc::new(Mutex::new(Some(stream)));
+    let channel = Endpoint::from_static("http://wardend.invalid")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let slot = slot.clone();
+            async move {
+                let s = slot
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take()
+                    .ok_or_else(|| {
+                        io::Error::new(
+                            io::ErrorKind::NotConnected,
+                            "connection to wardend was lost",
+                        )
+                    })?;
+                let s = tokio::net::UnixStream::from_std(s)?;
+                Ok::<_, io::Error>(TokioIo::new(s))
+            }
+        }))
+        .await?;
+    Ok(WardenClient::new(channel).max_decoding_message_size(64 << 20))
+}
+
+/// Connects for control calls (no stdio).
+pub async fn connect(socket: &Path) -> Result<WardenClient<Channel>, ClientError> {
+    let s = connect_raw(socket)?;
+    client_over(s).await
+}
+
+/// Finds `wardend`: next to the running executable, else on PATH.
+pub fn find_daemon() -> Option<PathBuf> {
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(dir) = exe.parent() {
+            let p = dir.join("wardend");
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("wardend"))
+        .find(|p| p.is_file())
+}
+
+/// Environment variables an autostarted daemon keeps; everything else (the
+/// first client's secrets among it) is left behind.
+const DAEMON_ENV: &[&str] = &[
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "PATH",
+    "LANG",
+    "XDG_RUNTIME_DIR",
+    "XDG_STATE_HOME",
+    "XDG_CONFIG_HOME",
+    "WARDEN_LOG",
+];
+
+/// Starts `wardend --socket SOCKET` detached (its own session, stdio on
+/// /dev/null, log in the state directory) and waits until it accepts
+/// connections. Another client may win the race to start it: that is fine.
+pub fn autostart(socket: &Path, timeout: Duration) -> Result<(), ClientError> {
+    let daemon = find_daemon().ok_or_else(|| {
+        ClientError::Autostart("wardend not found next to this program or on PATH".into())
+    })?;
+    let state = warden_core::paths::default_state_dir()
+        .map_err(|e| ClientError::Autostart(e.to_string()))?;
+    warden_core::paths::ensure_private_dir(&state)
+        .map_err(|e| ClientError::Autostart(e.to_string()))?;
+    let log_path = state.join("wardend.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| ClientError::Autostart(format!("{}: {e}", log_path.display())))?;
+    let mut cmd = Command::new(&daemon);
+    cmd.arg("--socket")
+        .arg(socket)
+        .env_clear()
+        .envs(
+            DAEMON_ENV
+                .iter()
+                .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
+        )
+        .env("WARDEN_AUTOSTARTED", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log));
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| ClientError::Autostart(format!("{}: {e}", daemon.display())))?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(s) = connect_raw(socket) {
+            drop(s);
+            // Reap it later without blocking: the daemon outlives us.
+            std::thread::spawn(move || child.wait());
+            return Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            // Lost a race with another starter? Then its daemon answers soon.
+            if Instant::now() < deadline && connect_raw(socket).is_ok() {
+                return Ok(());
+            }
+            if !status.success() && Instant::now() + Duration::from_millis(500) > deadline {
+                let tail = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let last = tail.lines().last().unwrap_or("").to_string();
+                return Err(ClientError::Autostart(format!(
+                    "{} exited with {status}: {last}",
+                    daemon.display()
+                )));
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(ClientError::Autostart(format!(
+                "{} did not answer on {} within {:?} (log: {})",
+                daemon.display(),
+                socket.display(),
+                timeout,
+                log_path.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

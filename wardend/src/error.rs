@@ -1,0 +1,44 @@
+//! The one place where daemon errors become gRPC statuses.
+
+use tonic::{Code, Status};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("permission denied: peer uid {peer} is not the daemon's uid {daemon}")]
+    PeerUid { peer: u32, daemon: u32 },
+    #[error("{0}")]
+    Policy(String),
+    #[error("spawn needs the client's stdin, stdout and stderr: connect with the stdio preamble (use warden-shim)")]
+    NoStdio,
+    #[error("invalid request: {0}")]
+    BadRequest(String),
+    #[error("no session matches `{0}`")]
+    NoSuchSession(String),
+    #[error("`{0}` matches more than one session; give more of the id")]
+    AmbiguousSession(String),
+    #[error("cannot write the audit record, so the server was not started: {0}")]
+    Audit(std::io::Error),
+    #[error("{0}")]
+    Sandbox(String),
+    #[error("wardend is shutting down")]
+    ShuttingDown,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<DaemonError> for Status {
+    fn from(e: DaemonError) -> Status {
+        let code = match &e {
+            DaemonError::PeerUid { .. } => Code::PermissionDenied,
+            DaemonError::Policy(_) | DaemonError::BadRequest(_) | DaemonError::NoStdio => {
+                Code::InvalidArgument
+            }
+            DaemonError::NoSuchSession(_) => Code::NotFound,
+            DaemonError::AmbiguousSession(_) => Code::InvalidArgument,
+            DaemonError::Sandbox(_) => Code::FailedPrecondition,
+            DaemonError::ShuttingDown => Code::Unavailable,
+            DaemonError::Audit(_) | DaemonError::Internal(_) => Code::Internal,
+        };
+        Status::new(code, e.to_string())
+    }
+}

@@ -1,0 +1,121 @@
+//! `wardend`: the Warden daemon.
+//!
+//! It owns the sessions (each a sandboxed MCP server), their sandbox lifecycle
+//! and the audit store, and serves the `warden.v1` gRPC API on a Unix socket.
+//!
+//! - [`run`]: the entry point; `main.rs` only parses flags, takes the
+//!   single-instance lock, binds the socket and calls it. Tests start a real
+//!   daemon the same way.
+//! - [`conn`]: accepting connections and the stdio preamble (fd passing).
+//! - [`service`]: the gRPC methods and the peer-uid check.
+//! - [`session`]: policy → audit → sandbox → stdio pumps → exit.
+//! - [`audit`]: the JSONL audit store.
+//! - [`error`]: errors and their one mapping to gRPC statuses.
+#![forbid(unsafe_code)]
+
+pub mod audit;
+pub mod conn;
+pub mod error;
+pub mod features;
+pub mod service;
+pub mod session;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use dashmap::DashMap;
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::ReceiverStream;
+use warden_core::audit::{Decision, Record, RecordType};
+use warden_proto::v1::warden_server::WardenServer;
+
+use crate::audit::AuditStore;
+use crate::session::{EndCause, Session};
+
+/// Where the daemon lives.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub socket: PathBuf,
+    pub state_dir: PathBuf,
+    /// The binary re-executed as the sandbox init: `/proc/self/exe` in
+    /// production, which always names the running daemon's own image.
+    pub sandbox_exe: PathBuf,
+}
+
+/// Shared state of one daemon.
+pub struct Daemon {
+    pub config: Config,
+    pub audit: AuditStore,
+    pub sessions: DashMap<String, Arc<Session>>,
+    pub uid: u32,
+    pub started: Instant,
+    pub shutting_down: AtomicBool,
+}
+
+/// Serves on `listener` until `shutdown` resolves, then ends every session
+/// (SIGTERM, SIGKILL after the grace), writes their exit records and flushes
+/// the audit store.
+pub async fn run(
+    listener: UnixListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    ready: impl FnOnce() + Send,
+) -> anyhow::Result<()> {
+    let audit = AuditStore::open(&config.state_dir)?;
+    let daemon = Arc::new(Daemon {
+        config,
+        audit,
+        sessions: DashMap::new(),
+        uid: warden_core::paths::current_uid(),
+        started: Instant::now(),
+        shutting_down: AtomicBool::new(false),
+    });
+    daemon.audit.append(
+        Record::new(
+            RecordType::Daemon,
+            "start",
+            None,
+            daemon.config.socket.display().to_string(),
+            Decision::Info,
+            "",
+        )
+        .with_details(
+            serde_json::json!({ "pid": std::process::id(), "version": env!("CARGO_PKG_VERSION") }),
+        ),
+        true,
+    )?;
+    let svc = service::Service {
+        daemon: daemon.clone(),
+    };
+    let checker = daemon.clone();
+    let server = WardenServer::with_interceptor(svc, move |req: tonic::Request<()>| {
+        service::check_peer(&checker, &req)?;
+        Ok(req)
+    });
+    let incoming = ReceiverStream::new(conn::incoming(listener));
+    let d2 = daemon.clone();
+    let stop = async move {
+        shutdown.await;
+        tracing::info!("shutting down");
+        d2.shutting_down.store(true, Ordering::SeqCst);
+        d2.end_all(EndCause::Shutdown).await;
+    };
+    ready();
+    tracing::info!(socket = %daemon.config.socket.display(), "listening");
+    tonic::transport::Server::builder()
+        .serve_with_incoming_shutdown(server, incoming, stop)
+        .await?;
+    daemon.audit.record(Record::new(
+        RecordType::Daemon,
+        "stop",
+        None,
+        daemon.config.socket.display().to_string(),
+        Decision::Info,
+        "",
+    ));
+    daemon.audit.sync()?;
+    Ok(())
+}

@@ -1,0 +1,156 @@
+//! The gRPC service (`warden.v1.Warden`) and the peer-uid check in front of it.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+use warden_core::audit::{Decision, Record, RecordType};
+use warden_proto::v1 as pb;
+use warden_proto::v1::warden_server::Warden;
+
+use crate::conn::ConnInfo;
+use crate::error::DaemonError;
+use crate::session::EndCause;
+use crate::Daemon;
+
+/// Signals a client may forward to its server.
+const FORWARDABLE: [i32; 6] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+pub struct Service {
+    pub daemon: Arc<Daemon>,
+}
+
+/// Every call: the peer's uid (SO_PEERCRED, taken at accept) must be the
+/// daemon's own. Others get PermissionDenied and an audit record.
+pub fn check_peer(daemon: &Daemon, req: &Request<()>) -> Result<(), Status> {
+    let Some(info) = req.extensions().get::<ConnInfo>() else {
+        return Err(DaemonError::Internal("connection without credentials".into()).into());
+    };
+    if info.uid == daemon.uid {
+        return Ok(());
+    }
+    daemon.audit.record(
+        Record::new(
+            RecordType::Daemon,
+            "peer",
+            None,
+            format!("uid {}", info.uid),
+            Decision::Deny,
+            "peer uid is not the daemon's uid",
+        )
+        .with_details(
+            json!({ "peer_uid": info.uid, "peer_pid": info.pid, "daemon_uid": daemon.uid }),
+        ),
+    );
+    Err(DaemonError::PeerUid {
+        peer: info.uid,
+        daemon: daemon.uid,
+    }
+    .into())
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<pb::SpawnEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Warden for Service {
+    type SpawnStream = EventStream;
+
+    async fn spawn(
+        &self,
+        req: Request<pb::SpawnRequest>,
+    ) -> Result<Response<Self::SpawnStream>, Status> {
+        let stdio = req
+            .extensions()
+            .get::<ConnInfo>()
+            .and_then(|i| i.take_stdio());
+        let req = req.into_inner();
+        let prepared = self.daemon.prepare(&req)?;
+        let Some(stdio) = stdio else {
+            return Err(DaemonError::NoStdio.into());
+        };
+        let (tx, rx) = mpsc::channel(4);
+        self.daemon.start(prepared, stdio, tx).await?;
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn signal(
+        &self,
+        req: Request<pb::SignalRequest>,
+    ) -> Result<Response<pb::SignalResponse>, Status> {
+        let req = req.into_inner();
+        if !FORWARDABLE.contains(&req.signal) {
+            return Err(DaemonError::BadRequest(format!(
+                "signal {} cannot be forwarded (allowed: INT, TERM, HUP, QUIT, USR1, USR2)",
+                req.signal
+            ))
+            .into());
+        }
+        let session = self
+            .daemon
+            .sessions
+            .get(&req.session_id)
+            .map(|s| s.clone())
+            .ok_or_else(|| DaemonError::NoSuchSession(req.session_id.clone()))?;
+        session.signal(req.signal)?;
+        Ok(Response::new(pb::SignalResponse {}))
+    }
+
+    async fn list_sessions(
+        &self,
+        _req: Request<pb::ListSessionsRequest>,
+    ) -> Result<Response<pb::ListSessionsResponse>, Status> {
+        let mut sessions: Vec<pb::Session> =
+            self.daemon.sessions.iter().map(|s| s.to_proto()).collect();
+        sessions.sort_by_key(|s| s.started_at_ms);
+        Ok(Response::new(pb::ListSessionsResponse { sessions }))
+    }
+
+    async fn kill(
+        &self,
+        req: Request<pb::KillRequest>,
+    ) -> Result<Response<pb::KillResponse>, Status> {
+        let req = req.into_inner();
+        let session = self.daemon.find(&req.session_id)?;
+        session.request_end(EndCause::Killed);
+        self.daemon.audit.record(Record::new(
+            RecordType::Session,
+            "kill",
+            Some(&session.id),
+            session.argv.join(" "),
+            Decision::Info,
+            "requested by wardenctl kill",
+        ));
+        Ok(Response::new(pb::KillResponse {
+            session_id: session.id.clone(),
+        }))
+    }
+
+    async fn status(
+        &self,
+        _req: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
+        let d = &self.daemon;
+        Ok(Response::new(pb::StatusResponse {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            pid: std::process::id(),
+            uid: d.uid,
+            socket: d.config.socket.display().to_string(),
+            state_dir: d.config.state_dir.display().to_string(),
+            audit_path: d.audit.path().display().to_string(),
+            sessions: d.sessions.len() as u32,
+            uptime_ms: d.started.elapsed().as_millis() as u64,
+            features: crate::features::probe(),
+        }))
+    }
+}

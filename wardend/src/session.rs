@@ -1,0 +1,618 @@
+//! Sessions: compile the policy, audit, start the sandbox, splice stdio,
+//! enforce the timeout, and end with exactly one exit record and event.
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::sync::{mpsc, Notify};
+use warden_core::audit::{Decision, Record, RecordType};
+use warden_core::policy::{self, CompileContext, CompiledPolicy, Overrides, PolicyInput};
+use warden_proto::v1 as pb;
+use warden_sandbox::launch::{ExitOutcome, Sandbox};
+use warden_sandbox::spec::SandboxSpec;
+use warden_sandbox::stdio::{pipe, Pump};
+
+use crate::error::DaemonError;
+use crate::Daemon;
+
+/// Grace between SIGTERM to the tree and SIGKILL (DESIGN.md §5 "Limits").
+pub const KILL_GRACE: Duration = Duration::from_millis(750);
+/// How long the server's last output may take to reach the client once it
+/// has exited, before the pumps are abandoned.
+const DRAIN_GRACE: Duration = Duration::from_secs(5);
+/// Size of the private /tmp.
+const TMP_SIZE_MB: u64 = 256;
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Why Warden (rather than the server) ended a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndCause {
+    Timeout,
+    Killed,
+    ClientGone,
+    Shutdown,
+}
+
+impl EndCause {
+    fn reason(self) -> &'static str {
+        match self {
+            EndCause::Timeout => "limits.timeout_s passed",
+            EndCause::Killed => "killed by wardenctl kill",
+            EndCause::ClientGone => "the client (warden-shim) went away",
+            EndCause::Shutdown => "wardend is shutting down",
+        }
+    }
+}
+
+pub struct Session {
+    pub id: String,
+    pub name: String,
+    pub argv: Vec<String>,
+    pub policy_path: String,
+    pub started_at_ms: i64,
+    pub started: Instant,
+    pub client_pid: u32,
+    pub pid: u32,
+    pub limits: Vec<String>,
+    sandbox: Arc<Sandbox>,
+    cause: Mutex<Option<EndCause>>,
+    end: Notify,
+    ended: AtomicBool,
+}
+
+impl Session {
+    /// Asks the session to end (first cause wins). Returns false if it was
+    /// already ending.
+    pub fn request_end(&self, cause: EndCause) -> bool {
+        let mut c = self.cause.lock().unwrap_or_else(|p| p.into_inner());
+        if c.is_some() {
+            return false;
+        }
+        *c = Some(cause);
+        self.end.notify_one();
+        true
+    }
+
+    fn cause(&self) -> Option<EndCause> {
+        *self.cause.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn signal(&self, sig: i32) -> Result<(), DaemonError> {
+        self.sandbox
+            .signal(sig)
+            .map_err(|e| DaemonError::Sandbox(e.to_string()))
+    }
+
+    pub fn to_proto(&self) -> pb::Session {
+        pb::Session {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            pid: self.pid,
+            command: self.argv.clone(),
+            policy_path: self.policy_path.clone(),
+            started_at_ms: self.started_at_ms,
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            client_pid: self.client_pid,
+            limits: self.limits.clone(),
+        }
+    }
+}
+
+fn new_session_id() -> String {
+    let mut b = [0u8; 6];
+    getrandom::fill(&mut b).expect("getrandom");
+    hex::encode(b)
+}
+
+fn env_get<'a>(env: &'a [pb::EnvVar], name: &str) -> Option<&'a [u8]> {
+    env.iter()
+        .rev()
+        .find(|v| v.name == name.as_bytes())
+        .map(|v| v.value.as_slice())
+}
+
+/// The server's environment: only `env.allow` names from the client's
+/// environment, plus PATH, HOME, LANG and TERM defaults (DESIGN.md §5).
+/// Returns the environment and the names passed through (for the audit).
+fn build_env(
+    client: &[pb::EnvVar],
+    allow: &[String],
+    home: &Path,
+) -> (Vec<(Vec<u8>, Vec<u8>)>, Vec<String>) {
+    let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut passed = Vec::new();
+    for name in allow {
+        if let Some(v) = env_get(client, name) {
+            out.push((name.as_bytes().to_vec(), v.to_vec()));
+            passed.push(name.clone());
+        }
+    }
+    let defaults: [(&str, Vec<u8>); 4] = [
+        ("PATH", DEFAULT_PATH.as_bytes().to_vec()),
+        ("HOME", home.as_os_str().as_bytes().to_vec()),
+        ("LANG", b"C.UTF-8".to_vec()),
+        ("TERM", b"dumb".to_vec()),
+    ];
+    for (k, v) in defaults {
+        if !out.iter().any(|(n, _)| n == k.as_bytes()) {
+            out.push((k.as_bytes().to_vec(), v));
+        }
+    }
+    (out, passed)
+}
+
+/// What a spawn needs after validation.
+pub struct Prepared {
+    id: String,
+    policy: CompiledPolicy,
+    spec: SandboxSpec,
+    env_names: Vec<String>,
+    client: pb::ClientInfo,
+}
+
+impl Daemon {
+    fn refuse(&self, id: &str, req: &pb::SpawnRequest, reason: &str) {
+        let rec = Record::new(
+            RecordType::Session,
+            "refused",
+            Some(id),
+            req.command.join(" "),
+            Decision::Deny,
+            reason,
+        )
+        .with_details(json!({
+            "policy_path": req.policy_path,
+            "client_pid": req.client.as_ref().map(|c| c.pid),
+        }));
+        if let Err(e) = self.audit.append(rec, true) {
+            tracing::error!(error = %e, "cannot write audit record for a refused spawn");
+        }
+    }
+
+    /// Compiles the request's policy; a refusal is audited.
+    pub fn prepare(&self, req: &pb::SpawnRequest) -> Result<Prepared, DaemonError> {
+        let id = new_session_id();
+        let result = self.prepare_inner(&id, req);
+        if let Err(e) = &result {
+            self.refuse(&id, req, &e.to_string());
+        }
+        result
+    }
+
+    fn prepare_inner(&self, id: &str, req: &pb::SpawnRequest) -> Result<Prepared, DaemonError> {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return Err(DaemonError::ShuttingDown);
+        }
+        let home = env_get(&req.env, "HOME")
+            .filter(|h| !h.is_empty())
+            .map(|h| PathBuf::from(OsString::from_vec(h.to_vec())))
+            .or_else(|| warden_core::paths::home_dir().ok())
+            .ok_or_else(|| DaemonError::BadRequest("HOME is not set".into()))?;
+        if !home.is_absolute() {
+            return Err(DaemonError::BadRequest(format!(
+                "HOME must be absolute, got {}",
+                home.display()
+            )));
+        }
+        let cwd = PathBuf::from(&req.cwd);
+        if !cwd.is_absolute() {
+            return Err(DaemonError::BadRequest(format!(
+                "cwd must be absolute, got `{}`",
+                req.cwd
+            )));
+        }
+        let policy_path = (!req.policy_path.is_empty()).then(|| PathBuf::from(&req.policy_path));
+        if let Some(p) = &policy_path {
+            if !p.is_absolute() {
+                return Err(DaemonError::BadRequest(format!(
+                    "policy_path must be absolute, got `{}`",
+                    p.display()
+                )));
+            }
+        }
+        let extra = req.extra.clone().unwrap_or_default();
+        let overrides = Overrides {
+            read: extra.read,
+            write: extra.write,
+            allow_env: extra.allow_env,
+            name: (!req.name.is_empty()).then(|| req.name.clone()),
+            command: req.command.clone(),
+        };
+        let ctx = CompileContext {
+            home: home.clone(),
+            cwd,
+            path_env: env_get(&req.env, "PATH").map(|p| OsString::from_vec(p.to_vec())),
+        };
+        let input = PolicyInput {
+            path: policy_path.as_deref(),
+            text: &req.policy_text,
+        };
+        let policy = policy::compile(&input, &overrides, &ctx)
+            .map_err(|e| DaemonError::Policy(e.to_string()))?;
+        let (env, env_names) = build_env(&req.env, &policy.env_allow, &home);
+        let user = env_get(&req.env, "USER")
+            .or_else(|| env_get(&req.env, "LOGNAME"))
+            .and_then(|u| std::str::from_utf8(u).ok())
+            .filter(|u| {
+                !u.is_empty()
+                    && u.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+            })
+            .unwrap_or("user")
+            .to_string();
+        let spec = SandboxSpec {
+            session_id: id.to_string(),
+            program: policy.program.clone(),
+            argv: policy.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
+            env,
+            cwd: policy.cwd.clone(),
+            read: policy.read.clone(),
+            write: policy.write.clone(),
+            home,
+            uid: warden_core::paths::current_uid(),
+            gid: warden_core::paths::current_gid(),
+            user,
+            tmp_size_mb: TMP_SIZE_MB,
+        };
+        Ok(Prepared {
+            id: id.to_string(),
+            policy,
+            spec,
+            env_names,
+            client: req.client.clone().unwrap_or_default(),
+        })
+    }
+
+    /// Audits `session.start` (fsynced), starts the sandbox and the stdio
+    /// pumps, and supervises the session until it ends.
+    pub async fn start(
+        self: &Arc<Self>,
+        p: Prepared,
+        stdio: [OwnedFd; 3],
+        events: mpsc::Sender<Result<pb::SpawnEvent, tonic::Status>>,
+    ) -> Result<(), DaemonError> {
+        let Prepared {
+            id,
+            policy,
+            spec,
+            env_names,
+            client,
+        } = p;
+        let limits = describe_limits(&policy);
+        let start = Record::new(
+            RecordType::Session,
+            "start",
+            Some(&id),
+            policy.program.display().to_string(),
+            Decision::Allow,
+            "",
+        )
+        .with_details(json!({
+            "name": policy.name,
+            "argv": policy.argv,
+            "program": policy.program,
+            "cwd": policy.cwd,
+            "policy_path": policy.source,
+            "policy_digest": policy.digest,
+            "read": policy.read,
+            "write": policy.write,
+            "network_allow": policy.network_allow,
+            "env_names": env_names,
+            "limits": limits,
+            "client": { "pid": client.pid, "program": client.program, "version": client.version },
+            "sandbox": { "backend": "linux", "namespaces": ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"] },
+        }));
+        // Audit-before-execute: the start record is on disk before the server runs.
+        self.audit.append(start, true).map_err(DaemonError::Audit)?;
+
+        let started = Instant::now();
+        let result = self.launch(&spec, stdio).await;
+        let (sandbox, pumps) = match result {
+            Ok(v) => v,
+            Err(e) => {
+                self.audit_exit(&id, started, None, None, &e.to_string());
+                return Err(e);
+            }
+        };
+        let sandbox = Arc::new(sandbox);
+        let session = Arc::new(Session {
+            id: id.clone(),
+            name: policy.name.clone().unwrap_or_default(),
+            argv: policy.argv.clone(),
+            policy_path: policy
+                .source
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            started_at_ms: (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000)
+                as i64,
+            started,
+            client_pid: client.pid,
+            pid: sandbox.pid(),
+            limits,
+            sandbox: sandbox.clone(),
+            cause: Mutex::new(None),
+            end: Notify::new(),
+            ended: AtomicBool::new(false),
+        });
+        self.sessions.insert(id.clone(), session.clone());
+        let _ = events
+            .send(Ok(pb::SpawnEvent {
+                event: Some(pb::spawn_event::Event::Started(pb::Started {
+                    session_id: id.clone(),
+                    pid: session.pid,
+                })),
+            }))
+            .await;
+        let daemon = self.clone();
+        let timeout = policy.limits.timeout_s.map(Duration::from_secs);
+        tokio::spawn(async move {
+            daemon.supervise(session, pumps, timeout, events).await;
+        });
+        Ok(())
+    }
+
+    async fn launch(
+        &self,
+        spec: &SandboxSpec,
+        stdio: [OwnedFd; 3],
+    ) -> Result<(Sandbox, [Pump; 3]), DaemonError> {
+        let io = |e: std::io::Error| DaemonError::Internal(format!("stdio pipes: {e}"));
+        let (in_r, in_w) = pipe().map_err(io)?;
+        let (out_r, out_w) = pipe().map_err(io)?;
+        let (err_r, err_w) = pipe().map_err(io)?;
+        let exe = self.config.sandbox_exe.clone();
+        let spec2 = spec.clone();
+        let sandbox =
+            tokio::task::spawn_blocking(move || Sandbox::spawn(&exe, &spec2, [in_r, out_w, err_w]))
+                .await
+                .map_err(|e| DaemonError::Internal(e.to_string()))?
+                .map_err(|e| DaemonError::Sandbox(e.to_string()))?;
+        // The server's ends now live only in the sandbox; ours are closed, so
+        // EOF travels both ways.
+        let [c_in, c_out, c_err] = stdio;
+        let pumps = (|| {
+            Ok::<_, std::io::Error>([
+                Pump::start("stdin", c_in, in_w)?,
+                Pump::start("stdout", out_r, c_out)?,
+                Pump::start("stderr", err_r, c_err)?,
+            ])
+        })();
+        match pumps {
+            Ok(p) => Ok((sandbox, p)),
+            Err(e) => {
+                let _ = sandbox.kill_tree();
+                let _ = sandbox.wait();
+                Err(io(e))
+            }
+        }
+    }
+
+    async fn supervise(
+        self: Arc<Self>,
+        session: Arc<Session>,
+        pumps: [Pump; 3],
+        timeout: Option<Duration>,
+        events: mpsc::Sender<Result<pb::SpawnEvent, tonic::Status>>,
+    ) {
+        let sb = session.sandbox.clone();
+        let mut wait = tokio::task::spawn_blocking(move || sb.wait());
+        let deadline = async {
+            match timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(deadline);
+        let outcome = tokio::select! {
+            r = &mut wait => Some(r),
+            _ = &mut deadline => { session.request_end(EndCause::Timeout); None }
+            _ = events.closed() => { session.request_end(EndCause::ClientGone); None }
+            _ = session.end.notified() => None,
+        };
+        let outcome = match outcome {
+            Some(r) => r,
+            None => {
+                // Warden ends it: SIGTERM to the whole tree, SIGKILL after the grace.
+                let _ = session.sandbox.terminate_tree();
+                match tokio::time::timeout(KILL_GRACE, &mut wait).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        let _ = session.sandbox.kill_tree();
+                        wait.await
+                    }
+                }
+            }
+        };
+        let outcome = match outcome {
+            Ok(Ok(o)) => Ok(o),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        // Let the server's last bytes reach the client before saying it exited.
+        let [stdin, mut stdout, mut stderr] = pumps;
+        stdin.cancel();
+        tokio::task::spawn_blocking(move || {
+            stdout.wait_for(DRAIN_GRACE);
+            stderr.wait_for(Duration::from_millis(200));
+            stdin.stop(Duration::from_millis(100));
+            stdout.stop(Duration::from_millis(10));
+            stderr.stop(Duration::from_millis(10));
+        })
+        .await
+        .ok();
+        session.ended.store(true, Ordering::SeqCst);
+        self.sessions.remove(&session.id);
+
+        let cause = session.cause();
+        let (exit, reason) = exit_event(&session, cause, &outcome);
+        let (code, signal) = match &outcome {
+            Ok(ExitOutcome::Code(c)) => (Some(*c), None),
+            Ok(ExitOutcome::Signal(s)) => (None, Some(*s)),
+            Err(_) => (None, None),
+        };
+        self.audit_exit(&session.id, session.started, code, signal, &reason);
+        let _ = events
+            .send(Ok(pb::SpawnEvent {
+                event: Some(pb::spawn_event::Event::Exited(exit)),
+            }))
+            .await;
+    }
+
+    fn audit_exit(
+        &self,
+        id: &str,
+        started: Instant,
+        code: Option<i32>,
+        signal: Option<i32>,
+        reason: &str,
+    ) {
+        let rec = Record::new(
+            RecordType::Session,
+            "exit",
+            Some(id),
+            "",
+            Decision::Info,
+            reason,
+        )
+        .with_details(json!({
+            "code": code,
+            "signal": signal,
+            "duration_ms": started.elapsed().as_millis() as u64,
+        }));
+        if let Err(e) = self.audit.append(rec, true) {
+            tracing::error!(error = %e, session = id, "cannot write session.exit");
+        }
+    }
+
+    /// Ends every live session (daemon shutdown) and waits for them.
+    pub async fn end_all(&self, cause: EndCause) {
+        for s in self.sessions.iter() {
+            s.request_end(cause);
+        }
+        let deadline = Instant::now() + KILL_GRACE + Duration::from_secs(3);
+        while !self.sessions.is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A session by id or unique id prefix.
+    pub fn find(&self, id: &str) -> Result<Arc<Session>, DaemonError> {
+        if id.is_empty() {
+            return Err(DaemonError::BadRequest("empty session id".into()));
+        }
+        if let Some(s) = self.sessions.get(id) {
+            return Ok(s.clone());
+        }
+        let matches: Vec<Arc<Session>> = self
+            .sessions
+            .iter()
+            .filter(|s| s.id.starts_with(id))
+            .map(|s| s.clone())
+            .collect();
+        match matches.len() {
+            0 => Err(DaemonError::NoSuchSession(id.to_string())),
+            1 => Ok(matches.into_iter().next().unwrap()),
+            _ => Err(DaemonError::AmbiguousSession(id.to_string())),
+        }
+    }
+}
+
+fn describe_limits(p: &CompiledPolicy) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(t) = p.limits.timeout_s {
+        out.push(format!("timeout_s={t} (daemon timer)"));
+    }
+    if let Some(m) = p.limits.memory_mb {
+        out.push(format!("memory_mb={m} (not enforced yet)"));
+    }
+    out
+}
+
+fn exit_event(
+    session: &Session,
+    cause: Option<EndCause>,
+    outcome: &Result<ExitOutcome, String>,
+) -> (pb::Exited, String) {
+    use pb::exited::Outcome;
+    let (outcome_pb, reason) = match (cause, outcome) {
+        (_, Err(e)) => (Outcome::Error(e.clone()), format!("sandbox failed: {e}")),
+        (Some(EndCause::Timeout), _) => (
+            Outcome::Timeout(true),
+            format!(
+                "session {} ended: {}",
+                session.id,
+                EndCause::Timeout.reason()
+            ),
+        ),
+        (Some(c), Ok(ExitOutcome::Signal(s))) => (
+            Outcome::Signal(*s),
+            format!("session {} ended: {}", session.id, c.reason()),
+        ),
+        (Some(c), Ok(ExitOutcome::Code(code))) => (
+            Outcome::Code(*code),
+            format!("session {} ended: {}", session.id, c.reason()),
+        ),
+        (None, Ok(ExitOutcome::Code(c))) => (Outcome::Code(*c), String::new()),
+        (None, Ok(ExitOutcome::Signal(s))) => (Outcome::Signal(*s), String::new()),
+    };
+    (
+        pb::Exited {
+            session_id: session.id.clone(),
+            outcome: Some(outcome_pb),
+            reason: reason.clone(),
+            duration_ms: session.started.elapsed().as_millis() as u64,
+        },
+        reason,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn var(n: &str, v: &str) -> pb::EnvVar {
+        pb::EnvVar {
+            name: n.as_bytes().to_vec(),
+            value: v.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn env_is_filtered_to_allow_list_plus_defaults() {
+        let client = vec![
+            var("SECRET", "x"),
+            var("GITHUB_TOKEN", "t"),
+            var("PATH", "/evil"),
+            var("TERM", "xterm"),
+        ];
+        let (env, names) = build_env(
+            &client,
+            &["GITHUB_TOKEN".into(), "MISSING".into()],
+            Path::new("/home/u"),
+        );
+        let got: BTreeSet<(String, String)> = env
+            .into_iter()
+            .map(|(k, v)| (String::from_utf8(k).unwrap(), String::from_utf8(v).unwrap()))
+            .collect();
+        let want: BTreeSet<(String, String)> = [
+            ("GITHUB_TOKEN", "t"),
+            ("PATH", DEFAULT_PATH),
+            ("HOME", "/home/u"),
+            ("LANG", "C.UTF-8"),
+            ("TERM", "dumb"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        assert_eq!(got, want);
+        assert_eq!(names, vec!["GITHUB_TOKEN".to_string()]);
+    }
+}
