@@ -235,8 +235,8 @@ pub fn warden_lines(stderr: &str) -> Vec<&str> {
         .collect()
 }
 
-/// A private world for one test: a tempdir with `home/`, `runtime/` (0700), `state/`,
-/// `config/` and a socket path, plus scratch space. Dropping it stops any daemon that
+/// A private world for one test: a tempdir with `home/`, `runtime/`, `state/` and
+/// `config/` (all 0700) and a socket path (`runtime/warden/` is left to the daemon), plus scratch space. Dropping it stops any daemon that
 /// was autostarted for it.
 pub struct TestEnv {
     dir: tempfile::TempDir,
@@ -269,12 +269,17 @@ impl TestEnv {
             std::fs::create_dir_all(&p).expect("creating a test dir");
             p
         };
-        let home = sub("home");
-        let runtime = sub("runtime");
-        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700))
-            .expect("chmod runtime");
-        let state = sub("state");
-        let config = sub("config");
+        let private = |name: &str| {
+            let p = sub(name);
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700))
+                .expect("chmod 0700");
+            p
+        };
+        // Private like the real ones: the daemon refuses loose runtime and state dirs.
+        let home = private("home");
+        let runtime = private("runtime");
+        let state = private("state");
+        let config = private("config");
         let socket = runtime.join("warden").join("wardend.sock");
         TestEnv {
             dir,
@@ -327,6 +332,12 @@ impl TestEnv {
         self.write(&format!("policies/{name}"), yaml)
     }
 
+    /// A minimal policy (no grants, no command): enough for the fixture, whose path is
+    /// given after `--`.
+    pub fn minimal_policy(&self) -> PathBuf {
+        self.policy("minimal.yaml", "version: 1\nname: e2e-fixture\n")
+    }
+
     /// Runs `wardend --socket S --state-dir state/` and waits (up to 10 s) until the
     /// socket accepts connections. Panics with the daemon's stderr if it exits first.
     pub fn start_daemon(&self) -> Daemon {
@@ -341,6 +352,12 @@ impl TestEnv {
             DAEMON_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
         let log = std::fs::File::create(&log_path).expect("creating daemon log");
+        // An explicit --socket names a path in an existing directory; the default one
+        // (runtime/warden/) is the daemon's to create, see TestEnv::shim_default_socket.
+        let socket_dir = self.socket.parent().expect("socket has a parent");
+        std::fs::create_dir_all(socket_dir).expect("creating the socket dir");
+        std::fs::set_permissions(socket_dir, std::fs::Permissions::from_mode(0o700))
+            .expect("chmod socket dir");
         let mut cmd = Command::new(bin("wardend"));
         cmd.arg("--socket")
             .arg(&self.socket)
@@ -392,6 +409,19 @@ impl TestEnv {
     {
         let mut cmd = Command::new(bin("warden-shim"));
         cmd.arg("--socket").arg(&self.socket);
+        cmd.args(args.into_iter().map(Into::into));
+        self.apply_env(&mut cmd);
+        cmd
+    }
+
+    /// `warden-shim ARGS...` without `--socket`: the shim finds (or autostarts) the
+    /// daemon at the default `$XDG_RUNTIME_DIR/warden/wardend.sock`, i.e. [`TestEnv::socket`].
+    pub fn shim_default_socket<I, S>(&self, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        let mut cmd = Command::new(bin("warden-shim"));
         cmd.args(args.into_iter().map(Into::into));
         self.apply_env(&mut cmd);
         cmd
