@@ -1,0 +1,540 @@
+//! Real sandboxes, driven through the `warden-sandbox-run` binary (which is also
+//! the sandbox init) and through the library API with that binary as `exe`.
+//!
+//! Run as root and as an unprivileged user; the runner's path comes from
+//! `WARDEN_SANDBOX_RUN` (for copies of the binaries run by another user), else from
+//! Cargo. Tests that need user namespaces say so and skip when the kernel refuses
+//! them.
+
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use warden_sandbox::spec::SandboxSpec;
+use warden_sandbox::{ExitOutcome, Sandbox, SandboxError};
+
+fn runner() -> PathBuf {
+    std::env::var_os("WARDEN_SANDBOX_RUN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_warden-sandbox-run")))
+}
+
+fn uid() -> u32 {
+    nix::unistd::geteuid().as_raw()
+}
+
+/// True when this kernel lets us create a user namespace; otherwise the test says
+/// why it skips.
+fn userns_available() -> bool {
+    let ok = Command::new("unshare")
+        .args(["--user", "--map-current-user", "true"])
+        .status()
+        .map(|s| s.success())
+        // No unshare(1): assume yes and let the test fail loudly if not.
+        .unwrap_or(true);
+    if !ok {
+        eprintln!("skipping: unprivileged user namespaces are not available here");
+    }
+    ok
+}
+
+/// A scratch directory with a host "home" holding a canary file.
+struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::Builder::new().prefix("warden-sbx-").tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("home")).unwrap();
+        std::fs::write(dir.path().join("home/canary"), "secret").unwrap();
+        std::fs::write(dir.path().join("hostfile"), "host").unwrap();
+        Fixture { dir }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn spec(&self, script: &str) -> SandboxSpec {
+        let home = self.path("home");
+        SandboxSpec {
+            session_id: "t3st1234abcdef".into(),
+            program: "/bin/sh".into(),
+            argv: vec![b"sh".to_vec(), b"-c".to_vec(), script.as_bytes().to_vec()],
+            env: vec![
+                (b"PATH".to_vec(), b"/usr/bin:/bin".to_vec()),
+                (b"HOME".to_vec(), home.as_os_str().as_encoded_bytes().to_vec()),
+            ],
+            cwd: "/".into(),
+            read: vec![],
+            write: vec![],
+            home,
+            uid: uid(),
+            gid: nix::unistd::getegid().as_raw(),
+            user: "tester".into(),
+            tmp_size_mb: 16,
+        }
+    }
+
+    /// Runs the spec through the runner binary: (exit code, stdout, stderr).
+    fn run(&self, spec: &SandboxSpec) -> (i32, String, String) {
+        let file = self.dir.path().join("spec.json");
+        std::fs::write(&file, serde_json::to_vec(spec).unwrap()).unwrap();
+        let out = Command::new(runner()).arg(&file).output().unwrap();
+        let code = out.status.code().unwrap_or(-1);
+        (
+            code,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Runs a script and requires exit 0; returns stdout.
+    fn sh(&self, spec: &SandboxSpec) -> String {
+        let (code, out, err) = self.run(spec);
+        assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
+        out
+    }
+}
+
+/// stdio for the API: /dev/null in, a pipe out (returned), /dev/null err.
+fn api_stdio() -> ([OwnedFd; 3], OwnedFd) {
+    let null = || -> OwnedFd { std::fs::File::options().read(true).write(true).open("/dev/null").unwrap().into() };
+    let (r, w) = nix::unistd::pipe().unwrap();
+    ([null(), w, null()], r)
+}
+
+fn read_all(fd: OwnedFd) -> String {
+    let mut s = String::new();
+    std::fs::File::from(fd).read_to_string(&mut s).unwrap();
+    s
+}
+
+#[test]
+fn uid_inside_is_the_callers() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let out = f.sh(&f.spec("id -u; id -g"));
+    let ids: Vec<u32> = out.lines().map(|l| l.trim().parse().unwrap()).collect();
+    assert_eq!(ids, vec![uid(), nix::unistd::getegid().as_raw()]);
+}
+
+#[test]
+fn host_files_outside_grants_do_not_exist() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let script = format!(
+        "for p in /etc/shadow /etc/resolv.conf /root {canary} {host} /home/wtest /var /sys /run; do \
+           if [ -e \"$p\" ]; then echo \"visible $p\"; fi; done; echo done",
+        canary = f.path("home/canary").display(),
+        host = f.path("hostfile").display(),
+    );
+    // Control: these paths do exist on the host (except the optional ones).
+    assert!(f.path("home/canary").exists() && Path::new("/etc/shadow").exists());
+    assert_eq!(f.sh(&f.spec(&script)), "done\n");
+}
+
+#[test]
+fn etc_is_minimal_and_synthetic() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let out = f.sh(&f.spec(
+        "ls /etc | tr '\\n' ' '; echo; grep -c . /etc/passwd; cat /etc/hosts; cat /proc/sys/kernel/hostname",
+    ));
+    let mut lines = out.lines();
+    let listing = lines.next().unwrap();
+    assert!(listing.contains("passwd") && listing.contains("hosts") && listing.contains("group"));
+    assert!(!listing.contains("shadow") && !listing.contains("resolv.conf"), "{listing}");
+    assert!(out.contains("127.0.0.1\tlocalhost warden-t3st1234"), "{out}");
+    assert!(out.ends_with("warden-t3st1234\n"), "{out}");
+}
+
+#[test]
+fn read_grant_is_readable_not_writable() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    std::fs::create_dir(f.path("ro")).unwrap();
+    std::fs::write(f.path("ro/data"), "granted").unwrap();
+    let mut spec = f.spec(&format!(
+        "cat {p}/data; echo; (echo x > {p}/data) 2>&1 && echo WROTE; \
+         touch {p}/new 2>&1 || true",
+        p = f.path("ro").display()
+    ));
+    spec.read = vec![f.path("ro")];
+    let out = f.sh(&spec);
+    assert!(out.starts_with("granted\n"), "{out}");
+    assert!(!out.contains("WROTE"), "{out}");
+    assert_eq!(out.matches("Read-only file system").count(), 2, "{out}");
+    assert_eq!(std::fs::read_to_string(f.path("ro/data")).unwrap(), "granted");
+    assert!(!f.path("ro/new").exists());
+}
+
+#[test]
+fn write_grant_changes_land_on_the_host() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    std::fs::create_dir(f.path("rw")).unwrap();
+    let mut spec = f.spec(&format!("echo hello > {}/out", f.path("rw").display()));
+    spec.write = vec![f.path("rw")];
+    // A path in both lists is write.
+    spec.read = vec![f.path("rw")];
+    f.sh(&spec);
+    assert_eq!(std::fs::read_to_string(f.path("rw/out")).unwrap(), "hello\n");
+}
+
+#[test]
+fn symlink_grants_are_refused() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    std::fs::create_dir(f.path("real")).unwrap();
+    std::fs::write(f.path("real/secret"), "s").unwrap();
+    std::os::unix::fs::symlink(f.path("real"), f.path("link")).unwrap();
+    // The grant itself is a symlink.
+    let mut spec = f.spec("cat secret; echo RAN");
+    spec.read = vec![f.path("link")];
+    let (code, out, err) = f.run(&spec);
+    assert_eq!(code, 125, "{out} {err}");
+    assert!(!out.contains("RAN"));
+    assert!(err.contains("symlink") && err.contains(&f.path("link").display().to_string()), "{err}");
+    // The grant passes through a symlink.
+    spec.read = vec![];
+    spec.write = vec![f.path("link/secret")];
+    let (code, out, err) = f.run(&spec);
+    assert_eq!(code, 125, "{out} {err}");
+    assert!(err.contains("symlink"), "{err}");
+    // Control: the real path works.
+    spec.write = vec![f.path("real")];
+    spec.argv[2] = format!("cat {}/secret", f.path("real").display()).into_bytes();
+    assert_eq!(f.sh(&spec), "s");
+}
+
+#[test]
+fn pid_namespace_has_only_the_sandbox() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let out = f.sh(&f.spec(
+        "grep PPid /proc/$$/status; grep Name /proc/1/status; ls /proc | grep -E '^[0-9]+$' | tr '\\n' ' '",
+    ));
+    let mut lines = out.lines();
+    assert_eq!(lines.next().unwrap().split_whitespace().nth(1), Some("1"), "{out}");
+    assert!(lines.next().unwrap().contains("warden-sandbox"), "{out}");
+    let pids: Vec<u32> = lines.next().unwrap().split_whitespace().map(|p| p.parse().unwrap()).collect();
+    assert!(pids.contains(&1), "{out}");
+    // PID 1, sh, ls, grep, tr: a handful of small numbers, no host processes.
+    assert!(pids.len() <= 6 && pids.iter().all(|&p| p < 20), "{out}");
+}
+
+#[test]
+fn network_namespace_has_only_loopback_up() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let out = f.sh(&f.spec("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; cat /sys/class/net/lo/operstate 2>/dev/null; true"));
+    assert_eq!(out, "lo\n");
+    // lo is up: a TCP listener on 127.0.0.1 is reachable (python or not, use /proc).
+    let out = f.sh(&f.spec("grep -c . /proc/net/if_inet6 2>/dev/null || true; cat /proc/net/route | wc -l"));
+    assert!(!out.is_empty());
+}
+
+#[test]
+fn tmp_and_home_are_private_and_empty() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    // The test's $HOME lives under /tmp, so /tmp holds exactly its mount point's parent.
+    let top = f.dir.path().file_name().unwrap().to_string_lossy().into_owned();
+    let out = f.sh(&f.spec(
+        "ls -A /tmp; ls -A \"$HOME\" | wc -l; stat -c '%a %u' \"$HOME\"; stat -c %a /tmp; \
+         echo x > /tmp/t && echo x > \"$HOME/h\" && echo writable; \
+         touch /rootfile 2>/dev/null || echo root-ro",
+    ));
+    assert_eq!(out, format!("{top}\n0\n700 {}\n1777\nwritable\nroot-ro\n", uid()));
+    // Nothing leaked to the host home.
+    let names: Vec<_> = std::fs::read_dir(f.path("home")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("canary")]);
+}
+
+#[test]
+fn granted_home_is_not_replaced() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let mut spec = f.spec("cat \"$HOME/canary\"");
+    spec.read = vec![f.path("home")];
+    assert_eq!(f.sh(&spec), "secret");
+}
+
+#[test]
+fn program_outside_grants_is_bound_alone() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    std::fs::create_dir(f.path("bin")).unwrap();
+    let prog = f.path("bin/tool");
+    std::fs::write(&prog, "#!/bin/sh\necho tool-ran; ls \"$(dirname \"$0\")\"\n").unwrap();
+    std::fs::write(f.path("bin/sibling"), "x").unwrap();
+    std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut spec = f.spec("");
+    spec.program = prog.clone();
+    spec.argv = vec![prog.as_os_str().as_encoded_bytes().to_vec()];
+    assert_eq!(f.sh(&spec), "tool-ran\ntool\n");
+}
+
+#[test]
+fn exit_code_propagates() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    assert_eq!(f.run(&f.spec("exit 3")).0, 3);
+    assert_eq!(f.run(&f.spec("exit 0")).0, 0);
+}
+
+#[test]
+fn capabilities_are_empty_and_no_new_privs() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let out = f.sh(&f.spec("grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status"));
+    for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert!(out.contains(&format!("{cap}:\t0000000000000000")), "{cap}: {out}");
+    }
+    assert!(out.contains("NoNewPrivs:\t1"), "{out}");
+}
+
+#[test]
+fn cwd_must_exist_inside() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let mut spec = f.spec("pwd");
+    spec.cwd = "/nonexistent".into();
+    let (code, _, err) = f.run(&spec);
+    assert_eq!(code, 125);
+    assert!(err.contains("chdir /nonexistent: No such file or directory"), "{err}");
+    spec.cwd = "/tmp".into();
+    assert_eq!(f.sh(&spec), "/tmp\n");
+}
+
+#[test]
+fn environment_is_exactly_the_specs() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let out = f.sh(&f.spec("env | grep -v -E '^(PWD|SHLVL|_)=' | sort"));
+    assert_eq!(out, format!("HOME={}\nPATH=/usr/bin:/bin\n", f.path("home").display()));
+}
+
+// ---- through the library API ----
+
+#[test]
+fn death_by_signal_is_reported() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let (stdio, out) = api_stdio();
+    let sb = Sandbox::spawn(&runner(), &f.spec("kill -USR1 $$"), stdio).unwrap();
+    assert_eq!(sb.wait().unwrap(), ExitOutcome::Signal(libc::SIGUSR1));
+    // Waiting again returns the same outcome.
+    assert_eq!(sb.wait().unwrap(), ExitOutcome::Signal(libc::SIGUSR1));
+    assert_eq!(read_all(out), "");
+}
+
+#[test]
+fn stdout_reaches_the_caller_and_eof_works() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let (stdio, out) = api_stdio();
+    let sb = Sandbox::spawn(&runner(), &f.spec("echo out; exit 7"), stdio).unwrap();
+    // EOF arrives (read_all returns) only if no sandbox process keeps a copy.
+    assert_eq!(read_all(out), "out\n");
+    assert_eq!(sb.wait().unwrap(), ExitOutcome::Code(7));
+}
+
+#[test]
+fn missing_program_is_an_error_naming_the_path() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    // Inside a runtime bind: execve itself fails.
+    let mut spec = f.spec("");
+    spec.program = "/usr/bin/warden-definitely-missing".into();
+    let (stdio, _out) = api_stdio();
+    let err = Sandbox::spawn(&runner(), &spec, stdio).unwrap_err();
+    assert!(matches!(err, SandboxError::Exec { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "cannot execute /usr/bin/warden-definitely-missing: No such file or directory"
+    );
+    // Outside every bind: opening it for the bind fails.
+    spec.program = f.path("nope");
+    let (stdio, _out) = api_stdio();
+    let err = Sandbox::spawn(&runner(), &spec, stdio).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains(&f.path("nope").display().to_string()) && msg.contains("No such file"), "{msg}");
+    // Not executable.
+    std::fs::write(f.path("noexec"), "#!/bin/sh\n").unwrap();
+    spec.program = f.path("noexec");
+    let (stdio, _out) = api_stdio();
+    let err = Sandbox::spawn(&runner(), &spec, stdio).unwrap_err();
+    assert!(err.to_string().contains("Permission denied"), "{err}");
+}
+
+#[test]
+fn signal_is_forwarded_to_the_server() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let (stdio, _out) = api_stdio();
+    let sb = Arc::new(Sandbox::spawn(&runner(), &f.spec("sleep 1000"), stdio).unwrap());
+    let waiter = {
+        let sb = sb.clone();
+        std::thread::spawn(move || sb.wait())
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    sb.signal(libc::SIGTERM).unwrap();
+    assert_eq!(waiter.join().unwrap().unwrap(), ExitOutcome::Signal(libc::SIGTERM));
+    // After the end, control calls are harmless no-ops.
+    sb.signal(libc::SIGTERM).unwrap();
+    sb.terminate_tree().unwrap();
+    sb.kill_tree().unwrap();
+}
+
+/// Host pids of every descendant of `root`, from the PPid fields of /proc/*/status
+/// (readable by anyone, unlike the non-dumpable PID 1's namespace links).
+fn descendants(root: u32) -> Vec<(u32, String)> {
+    let mut procs = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(st) = std::fs::read_to_string(e.path().join("status")) else { continue };
+        let field = |k: &str| st.lines().find_map(|l| l.strip_prefix(k)).map(|v| v.trim().to_string());
+        if let (Some(name), Some(ppid)) = (field("Name:"), field("PPid:")) {
+            procs.push((pid, ppid.parse::<u32>().unwrap_or(0), name));
+        }
+    }
+    let mut out: Vec<(u32, String)> = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for (pid, ppid, name) in &procs {
+            if *ppid == p {
+                out.push((*pid, name.clone()));
+                frontier.push(*pid);
+            }
+        }
+    }
+    out
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie still has a /proc entry; it is gone only once reaped.
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[test]
+fn terminate_then_kill_tree_leaves_nothing() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let (stdio, _out) = api_stdio();
+    let sb = Arc::new(
+        Sandbox::spawn(&runner(), &f.spec("trap '' TERM; sleep 1000 & sleep 1000"), stdio).unwrap(),
+    );
+    let pid1 = sb.pid();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let tree = loop {
+        let d = descendants(pid1);
+        if d.iter().filter(|(_, n)| n == "sleep").count() == 2 {
+            break d;
+        }
+        assert!(Instant::now() < deadline, "sleeps never appeared: {d:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let waiter = {
+        let sb = sb.clone();
+        std::thread::spawn(move || sb.wait())
+    };
+    // SIGTERM is ignored by everything in there: the tree survives it.
+    sb.terminate_tree().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(alive(pid1) && tree.iter().all(|(p, _)| alive(*p)), "{tree:?}");
+    sb.kill_tree().unwrap();
+    assert_eq!(waiter.join().unwrap().unwrap(), ExitOutcome::Signal(libc::SIGKILL));
+    assert!(!alive(pid1));
+    for (p, name) in &tree {
+        assert!(!alive(*p), "{name} ({p}) survived");
+    }
+}
+
+#[test]
+fn terminate_tree_ends_a_cooperative_tree() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let (stdio, _out) = api_stdio();
+    let sb = Sandbox::spawn(&runner(), &f.spec("sleep 1000 & sleep 1000; exit 0"), stdio).unwrap();
+    let pid1 = sb.pid();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while descendants(pid1).iter().filter(|(_, n)| n == "sleep").count() < 2 {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let tree = descendants(pid1);
+    sb.terminate_tree().unwrap();
+    assert_eq!(sb.wait().unwrap(), ExitOutcome::Signal(libc::SIGTERM));
+    for (p, name) in &tree {
+        assert!(!alive(*p), "{name} ({p}) survived");
+    }
+}
+
+#[test]
+fn dropped_daemon_end_kills_the_sandbox() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let (stdio, _out) = api_stdio();
+    let sb = Sandbox::spawn(&runner(), &f.spec("sleep 1000"), stdio).unwrap();
+    let pid1 = sb.pid();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while descendants(pid1).is_empty() {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let tree = descendants(pid1);
+    drop(sb);
+    assert!(!alive(pid1));
+    for (p, name) in &tree {
+        assert!(!alive(*p), "{name} ({p}) survived");
+    }
+}
