@@ -45,7 +45,10 @@ pub(crate) fn run() -> ! {
     // ownership of it once, here.
     let sock = unsafe { OwnedFd::from_raw_fd(CONTROL_FD) };
     // Keep it off any exec; close anything else the daemon may have leaked to us.
-    let _ = nix::fcntl::fcntl(&sock, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
+    let _ = nix::fcntl::fcntl(
+        &sock,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    );
     let _ = sys::close_range_from(CONTROL_FD as u32 + 1, false);
     let code = match launcher(sock.as_fd()) {
         Ok(code) => code,
@@ -66,8 +69,12 @@ fn exit_code(st: WaitStatus) -> i32 {
 }
 
 fn write_proc(path: &str, content: &str) -> Result<(), Failure> {
-    std::fs::write(path, content)
-        .map_err(|e| Failure::os(format!("write {path}"), Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))
+    std::fs::write(path, content).map_err(|e| {
+        Failure::os(
+            format!("write {path}"),
+            Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        )
+    })
 }
 
 /// The launcher: returns its exit code (PID 1's), or a failure to report.
@@ -83,7 +90,10 @@ fn launcher(sock: BorrowedFd<'_>) -> Result<i32, Failure> {
     if spec.uid != uid || spec.gid != gid {
         return Err(Failure::msg(
             "check ids",
-            format!("spec asks for uid {} gid {} but the sandbox runs as uid {uid} gid {gid}", spec.uid, spec.gid),
+            format!(
+                "spec asks for uid {} gid {} but the sandbox runs as uid {uid} gid {gid}",
+                spec.uid, spec.gid
+            ),
         ));
     }
     // Kept for dropping our copies of the server's stdio after the fork.
@@ -91,11 +101,17 @@ fn launcher(sock: BorrowedFd<'_>) -> Result<i32, Failure> {
         .read(true)
         .write(true)
         .open("/dev/null")
-        .map_err(|e| Failure::os("open /dev/null", Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))?;
+        .map_err(|e| {
+            Failure::os(
+                "open /dev/null",
+                Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+            )
+        })?;
 
     // A user namespace first: it gives us the capabilities to create the others
     // without being root, and (for root) confines them to this namespace.
-    nix::sched::unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| Failure::UserNamespace { errno: e as i32 })?;
+    nix::sched::unshare(CloneFlags::CLONE_NEWUSER)
+        .map_err(|e| Failure::UserNamespace { errno: e as i32 })?;
     // setgroups must be denied before an unprivileged process may write gid_map
     // (CVE-2014-8989: otherwise dropping groups could gain access).
     write_proc("/proc/self/setgroups", "deny")?;
@@ -104,11 +120,13 @@ fn launcher(sock: BorrowedFd<'_>) -> Result<i32, Failure> {
     write_proc("/proc/self/uid_map", &format!("{uid} {uid} 1\n"))?;
     write_proc("/proc/self/gid_map", &format!("{gid} {gid} 1\n"))?;
     // CLONE_NEWPID only affects children: our next fork is PID 1 of the new namespace.
-    nix::sched::unshare(CloneFlags::CLONE_NEWPID).map_err(|e| Failure::os("unshare pid namespace", e))?;
+    nix::sched::unshare(CloneFlags::CLONE_NEWPID)
+        .map_err(|e| Failure::os("unshare pid namespace", e))?;
 
     // PID 1 cannot see its parent's pid (it is outside the new pid namespace), so
     // it watches the launcher through a pidfd opened here.
-    let parent = sys::pidfd_open(nix::unistd::getpid().as_raw()).map_err(|e| Failure::os("pidfd_open self", e))?;
+    let parent = sys::pidfd_open(nix::unistd::getpid().as_raw())
+        .map_err(|e| Failure::os("pidfd_open self", e))?;
     // SAFETY: this process is single-threaded (the init role runs before any thread
     // or runtime exists), so the child may run arbitrary code after fork.
     match unsafe { nix::unistd::fork() }.map_err(|e| Failure::os("fork pid 1", e))? {
@@ -131,8 +149,15 @@ fn launcher(sock: BorrowedFd<'_>) -> Result<i32, Failure> {
             drop(devnull);
             // A pidfd of our own unreaped child can never refer to a recycled pid;
             // the daemon gets it over SCM_RIGHTS and signals PID 1 through it only.
-            let sent = sys::pidfd_open(child.as_raw())
-                .and_then(|pidfd| proto::send(sock, &FromInit::Launched { pid: child.as_raw() }, Some(pidfd.as_fd())));
+            let sent = sys::pidfd_open(child.as_raw()).and_then(|pidfd| {
+                proto::send(
+                    sock,
+                    &FromInit::Launched {
+                        pid: child.as_raw(),
+                    },
+                    Some(pidfd.as_fd()),
+                )
+            });
             if let Err(e) = sent {
                 // No way to control it: do not let it run.
                 let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
@@ -141,7 +166,9 @@ fn launcher(sock: BorrowedFd<'_>) -> Result<i32, Failure> {
             }
             loop {
                 match waitpid(child, None) {
-                    Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => return Ok(exit_code(st)),
+                    Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => {
+                        return Ok(exit_code(st))
+                    }
                     Ok(_) | Err(Errno::EINTR) => continue,
                     Err(e) => return Err(Failure::os("wait pid 1", e)),
                 }
@@ -170,7 +197,10 @@ fn exec_args(spec: &SandboxSpec) -> Result<ExecArgs, Failure> {
         .iter()
         .map(|(k, v)| {
             if k.is_empty() || k.contains(&b'=') {
-                return Err(Failure::msg("prepare exec", "invalid environment variable name"));
+                return Err(Failure::msg(
+                    "prepare exec",
+                    "invalid environment variable name",
+                ));
             }
             let mut kv = k.clone();
             kv.push(b'=');
@@ -181,7 +211,11 @@ fn exec_args(spec: &SandboxSpec) -> Result<ExecArgs, Failure> {
     if argv.is_empty() {
         return Err(Failure::msg("prepare exec", "argv is empty"));
     }
-    Ok(ExecArgs { program, argv, envp })
+    Ok(ExecArgs {
+        program,
+        argv,
+        envp,
+    })
 }
 
 /// Brings `lo` up: the new network namespace has only a loopback device, down.
@@ -219,7 +253,10 @@ fn loopback_up() -> Result<(), Errno> {
 
 fn cap_last_cap() -> Result<u32, Failure> {
     let s = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap").map_err(|e| {
-        Failure::os("read cap_last_cap", Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
+        Failure::os(
+            "read cap_last_cap",
+            Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        )
     })?;
     s.trim()
         .parse()
@@ -227,13 +264,24 @@ fn cap_last_cap() -> Result<u32, Failure> {
 }
 
 /// PID 1 of the sandbox. Returns only on failure.
-fn pid1(sock: BorrowedFd<'_>, spec: &SandboxSpec, launcher: BorrowedFd<'_>) -> Result<std::convert::Infallible, Failure> {
+fn pid1(
+    sock: BorrowedFd<'_>,
+    spec: &SandboxSpec,
+    launcher: BorrowedFd<'_>,
+) -> Result<std::convert::Infallible, Failure> {
     // Die with the launcher (which is single-threaded, so "parent death" is exact);
     // re-check afterwards in case it died before the prctl took effect.
-    sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0).map_err(|e| Failure::os("set pdeathsig", e))?;
+    sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0)
+        .map_err(|e| Failure::os("set pdeathsig", e))?;
     // A pidfd polls readable once its process has exited.
-    let mut pfd = [nix::poll::PollFd::new(launcher, nix::poll::PollFlags::POLLIN)];
-    if nix::poll::poll(&mut pfd, nix::poll::PollTimeout::ZERO).map_err(|e| Failure::os("poll launcher", e))? > 0 {
+    let mut pfd = [nix::poll::PollFd::new(
+        launcher,
+        nix::poll::PollFlags::POLLIN,
+    )];
+    if nix::poll::poll(&mut pfd, nix::poll::PollTimeout::ZERO)
+        .map_err(|e| Failure::os("poll launcher", e))?
+        > 0
+    {
         return Err(Failure::msg("start pid 1", "the launcher exited"));
     }
     // Non-dumpable: no ptrace attach and no /proc/1/{mem,environ,...} for the
@@ -261,7 +309,8 @@ fn pid1(sock: BorrowedFd<'_>, spec: &SandboxSpec, launcher: BorrowedFd<'_>) -> R
     loopback_up().map_err(|e| Failure::os("bring up lo", e))?;
 
     // Everything that can fail with a message happens before the fork.
-    nix::unistd::chdir(&spec.cwd).map_err(|e| Failure::os(format!("chdir {}", spec.cwd.display()), e))?;
+    nix::unistd::chdir(&spec.cwd)
+        .map_err(|e| Failure::os(format!("chdir {}", spec.cwd.display()), e))?;
     let args = exec_args(spec)?;
     let mut argv: Vec<*const libc::c_char> = args.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
@@ -271,7 +320,12 @@ fn pid1(sock: BorrowedFd<'_>, spec: &SandboxSpec, launcher: BorrowedFd<'_>) -> R
         .read(true)
         .write(true)
         .open("/dev/null")
-        .map_err(|e| Failure::os("open /dev/null", Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))))?;
+        .map_err(|e| {
+            Failure::os(
+                "open /dev/null",
+                Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+            )
+        })?;
 
     // Block the signals we handle through signalfd before forking, so none is lost
     // between fork and the loop; the child unblocks everything before exec. Blocked
@@ -282,13 +336,18 @@ fn pid1(sock: BorrowedFd<'_>, spec: &SandboxSpec, launcher: BorrowedFd<'_>) -> R
     for s in FORWARDED {
         mask.add(s);
     }
-    mask.thread_block().map_err(|e| Failure::os("block signals", e))?;
-    let sfd = nix::sys::signalfd::SignalFd::with_flags(&mask, nix::sys::signalfd::SfdFlags::SFD_CLOEXEC | nix::sys::signalfd::SfdFlags::SFD_NONBLOCK)
-        .map_err(|e| Failure::os("signalfd", e))?;
+    mask.thread_block()
+        .map_err(|e| Failure::os("block signals", e))?;
+    let sfd = nix::sys::signalfd::SignalFd::with_flags(
+        &mask,
+        nix::sys::signalfd::SfdFlags::SFD_CLOEXEC | nix::sys::signalfd::SfdFlags::SFD_NONBLOCK,
+    )
+    .map_err(|e| Failure::os("signalfd", e))?;
 
     // Exec status pipe: CLOEXEC, so a successful exec closes it (EOF = success);
     // on failure the child writes (stage, errno).
-    let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Failure::os("pipe", e))?;
+    let (rd, wr) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Failure::os("pipe", e))?;
 
     // SAFETY: single-threaded; the child only makes raw syscalls before execve/_exit.
     let server = match unsafe { nix::unistd::fork() }.map_err(|e| Failure::os("fork server", e))? {
@@ -322,7 +381,10 @@ fn pid1(sock: BorrowedFd<'_>, spec: &SandboxSpec, launcher: BorrowedFd<'_>) -> R
                 program: spec.program.display().to_string(),
                 errno,
             },
-            s => Failure::os(STAGES.get(s as usize).copied().unwrap_or("start server"), Errno::from_raw(errno)),
+            s => Failure::os(
+                STAGES.get(s as usize).copied().unwrap_or("start server"),
+                Errno::from_raw(errno),
+            ),
         });
     }
     proto::send(sock, &FromInit::Started, None).map_err(|e| Failure::os("report start", e))?;
@@ -341,7 +403,10 @@ fn pid1(sock: BorrowedFd<'_>, spec: &SandboxSpec, launcher: BorrowedFd<'_>) -> R
 fn supervise(sock: BorrowedFd<'_>, sfd: &nix::sys::signalfd::SignalFd, server: Pid) -> Exit {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     loop {
-        let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN), PollFd::new(sock, PollFlags::POLLIN)];
+        let mut fds = [
+            PollFd::new(sfd.as_fd(), PollFlags::POLLIN),
+            PollFd::new(sock, PollFlags::POLLIN),
+        ];
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(_) => return kill_all_and_wait(server),
@@ -365,7 +430,9 @@ fn supervise(sock: BorrowedFd<'_>, sfd: &nix::sys::signalfd::SignalFd, server: P
             loop {
                 match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
                     Ok(WaitStatus::Exited(p, c)) if p == server => return Exit::Code(c),
-                    Ok(WaitStatus::Signaled(p, s, _)) if p == server => return Exit::Signal(s as i32),
+                    Ok(WaitStatus::Signaled(p, s, _)) if p == server => {
+                        return Exit::Signal(s as i32)
+                    }
                     Ok(WaitStatus::StillAlive) | Err(_) => break,
                     Ok(_) => continue,
                 }

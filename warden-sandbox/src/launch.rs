@@ -99,7 +99,15 @@ impl From<Failure> for SandboxError {
                 errno,
                 message: sys::errno_text(Errno::from_raw(errno)),
             },
-            Failure::Setup { stage, errno, message } => SandboxError::Setup { stage, errno, message },
+            Failure::Setup {
+                stage,
+                errno,
+                message,
+            } => SandboxError::Setup {
+                stage,
+                errno,
+                message,
+            },
         }
     }
 }
@@ -126,7 +134,9 @@ pub struct Sandbox {
 
 impl std::fmt::Debug for Sandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sandbox").field("pid", &self.pid).finish_non_exhaustive()
+        f.debug_struct("Sandbox")
+            .field("pid", &self.pid)
+            .finish_non_exhaustive()
     }
 }
 
@@ -142,7 +152,11 @@ impl Sandbox {
     /// `spec`, and returns once the server has been exec'd inside the sandbox, or the
     /// reason it was not (sent back as data by the child, including an execve
     /// failure of the program). `stdio` become the server's fds 0, 1, 2.
-    pub fn spawn(exe: &Path, spec: &SandboxSpec, stdio: [OwnedFd; 3]) -> Result<Sandbox, SandboxError> {
+    pub fn spawn(
+        exe: &Path,
+        spec: &SandboxSpec,
+        stdio: [OwnedFd; 3],
+    ) -> Result<Sandbox, SandboxError> {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
         // SEQPACKET: message boundaries and EOF when the other side is gone.
         // CLOEXEC on both ends: only the dup2'd fd 3 reaches the init.
@@ -207,7 +221,9 @@ impl Sandbox {
         let mut started = false;
         while pidfd.is_none() || !started {
             match proto::recv::<FromInit>(ours.as_fd()) {
-                Ok(Recv::Msg(FromInit::Launched { pid }, Some(fd))) => pidfd = Some((fd, pid as u32)),
+                Ok(Recv::Msg(FromInit::Launched { pid }, Some(fd))) => {
+                    pidfd = Some((fd, pid as u32))
+                }
                 Ok(Recv::Msg(FromInit::Started, _)) => started = true,
                 Ok(Recv::Msg(FromInit::Failed(f), _)) => {
                     // The init exits by itself after reporting; reap it.
@@ -215,7 +231,10 @@ impl Sandbox {
                     return Err(f.into());
                 }
                 Ok(Recv::Msg(other, _)) => {
-                    return Err(fail(&mut launcher, SandboxError::Protocol(format!("unexpected message {other:?}"))))
+                    return Err(fail(
+                        &mut launcher,
+                        SandboxError::Protocol(format!("unexpected message {other:?}")),
+                    ))
                 }
                 Ok(Recv::Eof) => {
                     let status = reap(&mut launcher);
@@ -333,6 +352,9 @@ mod tests {
             errno: libc::ENOENT,
         }
         .into();
-        assert_eq!(e.to_string(), "cannot execute /x/y: No such file or directory");
+        assert_eq!(
+            e.to_string(),
+            "cannot execute /x/y: No such file or directory"
+        );
     }
 }

@@ -17,7 +17,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 /// Runtime directories bound read-only (or recreated as symlinks on merged-/usr hosts).
-const RUNTIME: &[&str] = &["/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin"];
+const RUNTIME: &[&str] = &[
+    "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin",
+];
 /// Host `/etc` entries the dynamic loader, libc and TLS stacks need. No resolv.conf:
 /// there is no resolver inside, so DNS fails at once.
 const ETC: &[&str] = &[
@@ -78,8 +80,7 @@ fn check_abs(what: &str, p: &Path) -> Result<(), Failure> {
 }
 
 fn is_dir_fd(fd: &OwnedFd) -> Result<bool, Errno> {
-    nix::sys::stat::fstat(fd)
-        .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+    nix::sys::stat::fstat(fd).map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
 }
 
 /// Opens a system path: absent → None; a symlink → recreated; else an O_PATH fd.
@@ -87,10 +88,16 @@ fn open_system(path: &Path) -> Result<Option<Source>, Failure> {
     let stage = || format!("open {}", path.display());
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Failure::os(stage(), Errno::from_raw(e.raw_os_error().unwrap_or(0)))),
+        Err(e) => {
+            return Err(Failure::os(
+                stage(),
+                Errno::from_raw(e.raw_os_error().unwrap_or(0)),
+            ))
+        }
         Ok(m) if m.file_type().is_symlink() => {
-            let target = std::fs::read_link(path)
-                .map_err(|e| Failure::os(stage(), Errno::from_raw(e.raw_os_error().unwrap_or(0))))?;
+            let target = std::fs::read_link(path).map_err(|e| {
+                Failure::os(stage(), Errno::from_raw(e.raw_os_error().unwrap_or(0)))
+            })?;
             return Ok(Some(Source::Symlink(target)));
         }
         Ok(_) => {}
@@ -163,7 +170,8 @@ fn write_file(dir: BorrowedFd<'_>, name: &str, content: &str) -> Result<(), Errn
     }
     // SAFETY: fd was just returned by openat and is ours.
     let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    std::io::Write::write_all(&mut f, content.as_bytes()).map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
+    std::io::Write::write_all(&mut f, content.as_bytes())
+        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
 }
 
 /// Walks `target` (absolute, inside the new root) from `root` one component at a
@@ -208,7 +216,13 @@ fn mountpoint(root: BorrowedFd<'_>, target: &Path, is_dir: bool) -> Result<Owned
 }
 
 /// Binds the tree at `src` onto `target` inside the new root with `attrs`.
-fn bind(root: BorrowedFd<'_>, target: &Path, src: BorrowedFd<'_>, is_dir: bool, attrs: u64) -> Result<(), Failure> {
+fn bind(
+    root: BorrowedFd<'_>,
+    target: &Path,
+    src: BorrowedFd<'_>,
+    is_dir: bool,
+    attrs: u64,
+) -> Result<(), Failure> {
     let stage = || format!("bind-mount {}", target.display());
     // OPEN_TREE_CLONE|AT_RECURSIVE: a detached copy including submounts (a
     // non-recursive clone of a tree with locked submounts would be refused).
@@ -242,7 +256,9 @@ fn place(root: BorrowedFd<'_>, target: &Path, src: &Source, attrs: u64) -> Resul
             let stage = || format!("symlink {}", target.display());
             let parent = target.parent().unwrap_or(Path::new("/"));
             let dir = mountpoint(root, parent, true).map_err(|e| Failure::os(stage(), e))?;
-            let name = target.file_name().ok_or_else(|| Failure::msg(stage(), "no file name"))?;
+            let name = target
+                .file_name()
+                .ok_or_else(|| Failure::msg(stage(), "no file name"))?;
             symlinkat(to, dir.as_fd(), Path::new(name)).map_err(|e| Failure::os(stage(), e))
         }
     }
@@ -252,7 +268,10 @@ fn passwd(spec: &SandboxSpec) -> Result<(String, String), Failure> {
     let home = spec.home.to_string_lossy();
     for (what, v) in [("user", spec.user.as_str()), ("home", home.as_ref())] {
         if v.is_empty() || v.contains([':', '\n', '\0']) {
-            return Err(Failure::msg("write /etc/passwd", format!("invalid {what} {v:?}")));
+            return Err(Failure::msg(
+                "write /etc/passwd",
+                format!("invalid {what} {v:?}"),
+            ));
         }
     }
     let (uid, gid, user) = (spec.uid, spec.gid, &spec.user);
@@ -306,7 +325,8 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
     let mut devs = Vec::new();
     for name in DEVICES {
         let p = Path::new("/dev").join(name);
-        let fd = sys::open_path_nofollow(None, &p).map_err(|e| Failure::os(format!("open {}", p.display()), e))?;
+        let fd = sys::open_path_nofollow(None, &p)
+            .map_err(|e| Failure::os(format!("open {}", p.display()), e))?;
         devs.push((p, fd));
     }
     let mut late = vec![Late::Tmp];
@@ -352,9 +372,14 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
     // 3. The new root: a small tmpfs, made read-only once populated.
     let newroot = sys::open_path_nofollow(None, Path::new(NEWROOT))
         .map_err(|e| Failure::os(format!("open {NEWROOT}"), e))?;
-    let root = sys::new_fs(c"tmpfs", &[("mode", "0755"), ("size", "1m")], MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+    let root = sys::new_fs(
+        c"tmpfs",
+        &[("mode", "0755"), ("size", "1m")],
+        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+    )
+    .map_err(|e| Failure::os("mount root tmpfs", e))?;
+    sys::move_mount(root.as_fd(), newroot.as_fd())
         .map_err(|e| Failure::os("mount root tmpfs", e))?;
-    sys::move_mount(root.as_fd(), newroot.as_fd()).map_err(|e| Failure::os("mount root tmpfs", e))?;
     drop(newroot);
     let r = root.as_fd();
 
@@ -364,11 +389,22 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
     }
 
     // 5. Minimal /etc: synthetic passwd/group/hosts plus the loader/TLS files.
-    let etc_mnt = fresh(r, Path::new("/etc"), c"tmpfs", &[("mode", "0755"), ("size", "1m")], RW | MOUNT_ATTR_NOEXEC)?;
+    let etc_mnt = fresh(
+        r,
+        Path::new("/etc"),
+        c"tmpfs",
+        &[("mode", "0755"), ("size", "1m")],
+        RW | MOUNT_ATTR_NOEXEC,
+    )?;
     let (pw, gr) = passwd(spec)?;
     let hosts = format!("127.0.0.1\tlocalhost {hostname}\n::1\tlocalhost {hostname}\n");
-    for (name, content) in [("passwd", pw.as_str()), ("group", gr.as_str()), ("hosts", hosts.as_str())] {
-        write_file(etc_mnt.as_fd(), name, content).map_err(|e| Failure::os(format!("write /etc/{name}"), e))?;
+    for (name, content) in [
+        ("passwd", pw.as_str()),
+        ("group", gr.as_str()),
+        ("hosts", hosts.as_str()),
+    ] {
+        write_file(etc_mnt.as_fd(), name, content)
+            .map_err(|e| Failure::os(format!("write /etc/{name}"), e))?;
     }
     for (p, s) in &etc {
         place(r, p, s, RO)?;
@@ -376,9 +412,21 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
 
     // 6. Minimal /dev: device binds keep the host devtmpfs (a tmpfs mounted in a
     //    user namespace is always nodev), symlinks into /proc/self/fd, private shm.
-    let dev_mnt = fresh(r, Path::new("/dev"), c"tmpfs", &[("mode", "0755"), ("size", "64k")], MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)?;
+    let dev_mnt = fresh(
+        r,
+        Path::new("/dev"),
+        c"tmpfs",
+        &[("mode", "0755"), ("size", "64k")],
+        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
+    )?;
     for (p, fd) in &devs {
-        bind(r, p, fd.as_fd(), false, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)?;
+        bind(
+            r,
+            p,
+            fd.as_fd(),
+            false,
+            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
+        )?;
     }
     for (name, to) in [
         ("fd", "/proc/self/fd"),
@@ -389,13 +437,25 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
         symlinkat(Path::new(to), dev_mnt.as_fd(), Path::new(name))
             .map_err(|e| Failure::os(format!("symlink /dev/{name}"), e))?;
     }
-    fresh(r, Path::new("/dev/shm"), c"tmpfs", &[("mode", "1777")], RW | MOUNT_ATTR_NOEXEC)?;
+    fresh(
+        r,
+        Path::new("/dev/shm"),
+        c"tmpfs",
+        &[("mode", "1777")],
+        RW | MOUNT_ATTR_NOEXEC,
+    )?;
 
     // Fresh /proc for the new pid namespace. Must happen here, by PID 1 of that
     // namespace and while the host's full /proc is still visible: the kernel refuses
     // a new proc mount in a user namespace unless a fully visible one exists
     // (mount_too_revealing), which stops being true once the old root is detached.
-    fresh(r, Path::new("/proc"), c"proc", &[], MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)?;
+    fresh(
+        r,
+        Path::new("/proc"),
+        c"proc",
+        &[],
+        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+    )?;
 
     // Private /tmp, private $HOME, then the grants, parents first.
     let size = format!("{}m", spec.tmp_size_mb.max(1));
@@ -403,14 +463,25 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
     for l in &late {
         match l {
             Late::Tmp => {
-                fresh(r, Path::new("/tmp"), c"tmpfs", &[("mode", "1777"), ("size", &size)], RW)?;
+                fresh(
+                    r,
+                    Path::new("/tmp"),
+                    c"tmpfs",
+                    &[("mode", "1777"), ("size", &size)],
+                    RW,
+                )?;
             }
             Late::Home => {
                 fresh(
                     r,
                     &spec.home,
                     c"tmpfs",
-                    &[("mode", "0700"), ("size", &size), ("uid", &uid), ("gid", &gid)],
+                    &[
+                        ("mode", "0700"),
+                        ("size", &size),
+                        ("uid", &uid),
+                        ("gid", &gid),
+                    ],
                     RW,
                 )?;
             }
@@ -432,7 +503,8 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
     // "/", and is then lazily detached, so no host path stays reachable.
     nix::unistd::fchdir(&root).map_err(|e| Failure::os("chdir new root", e))?;
     sys::pivot_root(c".", c".").map_err(|e| Failure::os("pivot_root", e))?;
-    nix::mount::umount2(".", nix::mount::MntFlags::MNT_DETACH).map_err(|e| Failure::os("detach old root", e))?;
+    nix::mount::umount2(".", nix::mount::MntFlags::MNT_DETACH)
+        .map_err(|e| Failure::os("detach old root", e))?;
     nix::unistd::chdir("/").map_err(|e| Failure::os("chdir /", e))?;
     Ok(())
 }

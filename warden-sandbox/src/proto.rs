@@ -74,7 +74,11 @@ impl Failure {
 
 /// Sends one message, optionally with one fd attached (SCM_RIGHTS).
 /// `MSG_NOSIGNAL`: a gone peer is an `EPIPE`, not a SIGPIPE.
-pub fn send<T: Serialize>(sock: BorrowedFd<'_>, msg: &T, fd: Option<BorrowedFd<'_>>) -> Result<(), Errno> {
+pub fn send<T: Serialize>(
+    sock: BorrowedFd<'_>,
+    msg: &T,
+    fd: Option<BorrowedFd<'_>>,
+) -> Result<(), Errno> {
     let bytes = serde_json::to_vec(msg).map_err(|_| Errno::EINVAL)?;
     let mut iov = libc::iovec {
         iov_base: bytes.as_ptr() as *mut libc::c_void,
@@ -171,7 +175,8 @@ pub fn recv<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<Recv<T>, Errno>
         while !c.is_null() {
             if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
                 let data = libc::CMSG_DATA(c);
-                let count = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<i32>();
+                let count =
+                    ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<i32>();
                 for i in 0..count {
                     let raw = std::ptr::read_unaligned((data as *const i32).add(i));
                     // The kernel installed this fd for us: we own it (extra ones are closed on drop).

@@ -134,7 +134,8 @@ pub fn move_mount(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> Result<(), Errno>
 /// type `fstype` with string options, mounted with `attrs`. Returns the mount fd.
 pub fn new_fs(fstype: &CStr, options: &[(&str, &str)], attrs: u64) -> Result<OwnedFd, Errno> {
     // SAFETY: valid C string; the fd returned is ours.
-    let fsfd = fd_result(unsafe { libc::syscall(libc::SYS_fsopen, fstype.as_ptr(), FSOPEN_CLOEXEC) })?;
+    let fsfd =
+        fd_result(unsafe { libc::syscall(libc::SYS_fsopen, fstype.as_ptr(), FSOPEN_CLOEXEC) })?;
     for (k, v) in options {
         let k = CString::new(*k).map_err(|_| Errno::EINVAL)?;
         let v = CString::new(*v).map_err(|_| Errno::EINVAL)?;
@@ -194,7 +195,11 @@ pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: i32) -> Result<(), Errno> {
 
 /// Marks every fd >= `first` close-on-exec (`CLOSE_RANGE_CLOEXEC`) or closes them.
 pub fn close_range_from(first: u32, cloexec_only: bool) -> Result<(), Errno> {
-    let flags = if cloexec_only { libc::CLOSE_RANGE_CLOEXEC } else { 0 };
+    let flags = if cloexec_only {
+        libc::CLOSE_RANGE_CLOEXEC
+    } else {
+        0
+    };
     // SAFETY: closes/marks fds the caller declared it no longer needs.
     unit_result(unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, flags) })
 }
@@ -224,11 +229,7 @@ pub fn capset_empty() -> Result<(), Errno> {
     let data = [CapData::default(); 2];
     // SAFETY: header and two data structs as required by version 3.
     unit_result(unsafe {
-        libc::syscall(
-            libc::SYS_capset,
-            &mut hdr as *mut CapHeader,
-            data.as_ptr(),
-        )
+        libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr())
     })
 }
 

@@ -47,7 +47,10 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
-        let dir = tempfile::Builder::new().prefix("warden-sbx-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("warden-sbx-")
+            .tempdir()
+            .unwrap();
         std::fs::create_dir(dir.path().join("home")).unwrap();
         std::fs::write(dir.path().join("home/canary"), "secret").unwrap();
         std::fs::write(dir.path().join("hostfile"), "host").unwrap();
@@ -66,7 +69,10 @@ impl Fixture {
             argv: vec![b"sh".to_vec(), b"-c".to_vec(), script.as_bytes().to_vec()],
             env: vec![
                 (b"PATH".to_vec(), b"/usr/bin:/bin".to_vec()),
-                (b"HOME".to_vec(), home.as_os_str().as_encoded_bytes().to_vec()),
+                (
+                    b"HOME".to_vec(),
+                    home.as_os_str().as_encoded_bytes().to_vec(),
+                ),
             ],
             cwd: "/".into(),
             read: vec![],
@@ -102,7 +108,14 @@ impl Fixture {
 
 /// stdio for the API: /dev/null in, a pipe out (returned), /dev/null err.
 fn api_stdio() -> ([OwnedFd; 3], OwnedFd) {
-    let null = || -> OwnedFd { std::fs::File::options().read(true).write(true).open("/dev/null").unwrap().into() };
+    let null = || -> OwnedFd {
+        std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .unwrap()
+            .into()
+    };
     let (r, w) = nix::unistd::pipe().unwrap();
     ([null(), w, null()], r)
 }
@@ -153,8 +166,14 @@ fn etc_is_minimal_and_synthetic() {
     let mut lines = out.lines();
     let listing = lines.next().unwrap();
     assert!(listing.contains("passwd") && listing.contains("hosts") && listing.contains("group"));
-    assert!(!listing.contains("shadow") && !listing.contains("resolv.conf"), "{listing}");
-    assert!(out.contains("127.0.0.1\tlocalhost warden-t3st1234"), "{out}");
+    assert!(
+        !listing.contains("shadow") && !listing.contains("resolv.conf"),
+        "{listing}"
+    );
+    assert!(
+        out.contains("127.0.0.1\tlocalhost warden-t3st1234"),
+        "{out}"
+    );
     assert!(out.ends_with("warden-t3st1234\n"), "{out}");
 }
 
@@ -176,7 +195,10 @@ fn read_grant_is_readable_not_writable() {
     assert!(out.starts_with("granted\n"), "{out}");
     assert!(!out.contains("WROTE"), "{out}");
     assert_eq!(out.matches("Read-only file system").count(), 2, "{out}");
-    assert_eq!(std::fs::read_to_string(f.path("ro/data")).unwrap(), "granted");
+    assert_eq!(
+        std::fs::read_to_string(f.path("ro/data")).unwrap(),
+        "granted"
+    );
     assert!(!f.path("ro/new").exists());
 }
 
@@ -192,7 +214,10 @@ fn write_grant_changes_land_on_the_host() {
     // A path in both lists is write.
     spec.read = vec![f.path("rw")];
     f.sh(&spec);
-    assert_eq!(std::fs::read_to_string(f.path("rw/out")).unwrap(), "hello\n");
+    assert_eq!(
+        std::fs::read_to_string(f.path("rw/out")).unwrap(),
+        "hello\n"
+    );
 }
 
 #[test]
@@ -210,7 +235,10 @@ fn symlink_grants_are_refused() {
     let (code, out, err) = f.run(&spec);
     assert_eq!(code, 125, "{out} {err}");
     assert!(!out.contains("RAN"));
-    assert!(err.contains("symlink") && err.contains(&f.path("link").display().to_string()), "{err}");
+    assert!(
+        err.contains("symlink") && err.contains(&f.path("link").display().to_string()),
+        "{err}"
+    );
     // The grant passes through a symlink.
     spec.read = vec![];
     spec.write = vec![f.path("link/secret")];
@@ -233,9 +261,18 @@ fn pid_namespace_has_only_the_sandbox() {
         "grep PPid /proc/$$/status; grep Name /proc/1/status; ls /proc | grep -E '^[0-9]+$' | tr '\\n' ' '",
     ));
     let mut lines = out.lines();
-    assert_eq!(lines.next().unwrap().split_whitespace().nth(1), Some("1"), "{out}");
+    assert_eq!(
+        lines.next().unwrap().split_whitespace().nth(1),
+        Some("1"),
+        "{out}"
+    );
     assert!(lines.next().unwrap().contains("warden-sandbox"), "{out}");
-    let pids: Vec<u32> = lines.next().unwrap().split_whitespace().map(|p| p.parse().unwrap()).collect();
+    let pids: Vec<u32> = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
     assert!(pids.contains(&1), "{out}");
     // PID 1, sh, ls, grep, tr: a handful of small numbers, no host processes.
     assert!(pids.len() <= 6 && pids.iter().all(|&p| p < 20), "{out}");
@@ -250,7 +287,9 @@ fn network_namespace_has_only_loopback_up() {
     let out = f.sh(&f.spec("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; cat /sys/class/net/lo/operstate 2>/dev/null; true"));
     assert_eq!(out, "lo\n");
     // lo is up: a TCP listener on 127.0.0.1 is reachable (python or not, use /proc).
-    let out = f.sh(&f.spec("grep -c . /proc/net/if_inet6 2>/dev/null || true; cat /proc/net/route | wc -l"));
+    let out = f
+        .sh(&f
+            .spec("grep -c . /proc/net/if_inet6 2>/dev/null || true; cat /proc/net/route | wc -l"));
     assert!(!out.is_empty());
 }
 
@@ -261,15 +300,27 @@ fn tmp_and_home_are_private_and_empty() {
     }
     let f = Fixture::new();
     // The test's $HOME lives under /tmp, so /tmp holds exactly its mount point's parent.
-    let top = f.dir.path().file_name().unwrap().to_string_lossy().into_owned();
+    let top = f
+        .dir
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
     let out = f.sh(&f.spec(
         "ls -A /tmp; ls -A \"$HOME\" | wc -l; stat -c '%a %u' \"$HOME\"; stat -c %a /tmp; \
          echo x > /tmp/t && echo x > \"$HOME/h\" && echo writable; \
          touch /rootfile 2>/dev/null || echo root-ro",
     ));
-    assert_eq!(out, format!("{top}\n0\n700 {}\n1777\nwritable\nroot-ro\n", uid()));
+    assert_eq!(
+        out,
+        format!("{top}\n0\n700 {}\n1777\nwritable\nroot-ro\n", uid())
+    );
     // Nothing leaked to the host home.
-    let names: Vec<_> = std::fs::read_dir(f.path("home")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let names: Vec<_> = std::fs::read_dir(f.path("home"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(names, vec![std::ffi::OsString::from("canary")]);
 }
 
@@ -292,7 +343,11 @@ fn program_outside_grants_is_bound_alone() {
     let f = Fixture::new();
     std::fs::create_dir(f.path("bin")).unwrap();
     let prog = f.path("bin/tool");
-    std::fs::write(&prog, "#!/bin/sh\necho tool-ran; ls \"$(dirname \"$0\")\"\n").unwrap();
+    std::fs::write(
+        &prog,
+        "#!/bin/sh\necho tool-ran; ls \"$(dirname \"$0\")\"\n",
+    )
+    .unwrap();
     std::fs::write(f.path("bin/sibling"), "x").unwrap();
     std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let mut spec = f.spec("");
@@ -317,9 +372,14 @@ fn capabilities_are_empty_and_no_new_privs() {
         return;
     }
     let f = Fixture::new();
-    let out = f.sh(&f.spec("grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status"));
+    let out = f.sh(&f.spec(
+        "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status",
+    ));
     for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
-        assert!(out.contains(&format!("{cap}:\t0000000000000000")), "{cap}: {out}");
+        assert!(
+            out.contains(&format!("{cap}:\t0000000000000000")),
+            "{cap}: {out}"
+        );
     }
     assert!(out.contains("NoNewPrivs:\t1"), "{out}");
 }
@@ -334,7 +394,10 @@ fn cwd_must_exist_inside() {
     spec.cwd = "/nonexistent".into();
     let (code, _, err) = f.run(&spec);
     assert_eq!(code, 125);
-    assert!(err.contains("chdir /nonexistent: No such file or directory"), "{err}");
+    assert!(
+        err.contains("chdir /nonexistent: No such file or directory"),
+        "{err}"
+    );
     spec.cwd = "/tmp".into();
     assert_eq!(f.sh(&spec), "/tmp\n");
 }
@@ -346,7 +409,10 @@ fn environment_is_exactly_the_specs() {
     }
     let f = Fixture::new();
     let out = f.sh(&f.spec("env | grep -v -E '^(PWD|SHLVL|_)=' | sort"));
-    assert_eq!(out, format!("HOME={}\nPATH=/usr/bin:/bin\n", f.path("home").display()));
+    assert_eq!(
+        out,
+        format!("HOME={}\nPATH=/usr/bin:/bin\n", f.path("home").display())
+    );
 }
 
 // ---- through the library API ----
@@ -399,7 +465,10 @@ fn missing_program_is_an_error_naming_the_path() {
     let (stdio, _out) = api_stdio();
     let err = Sandbox::spawn(&runner(), &spec, stdio).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains(&f.path("nope").display().to_string()) && msg.contains("No such file"), "{msg}");
+    assert!(
+        msg.contains(&f.path("nope").display().to_string()) && msg.contains("No such file"),
+        "{msg}"
+    );
     // Not executable.
     std::fs::write(f.path("noexec"), "#!/bin/sh\n").unwrap();
     spec.program = f.path("noexec");
@@ -422,7 +491,10 @@ fn signal_is_forwarded_to_the_server() {
     };
     std::thread::sleep(Duration::from_millis(100));
     sb.signal(libc::SIGTERM).unwrap();
-    assert_eq!(waiter.join().unwrap().unwrap(), ExitOutcome::Signal(libc::SIGTERM));
+    assert_eq!(
+        waiter.join().unwrap().unwrap(),
+        ExitOutcome::Signal(libc::SIGTERM)
+    );
     // After the end, control calls are harmless no-ops.
     sb.signal(libc::SIGTERM).unwrap();
     sb.terminate_tree().unwrap();
@@ -434,9 +506,17 @@ fn signal_is_forwarded_to_the_server() {
 fn descendants(root: u32) -> Vec<(u32, String)> {
     let mut procs = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(st) = std::fs::read_to_string(e.path().join("status")) else { continue };
-        let field = |k: &str| st.lines().find_map(|l| l.strip_prefix(k)).map(|v| v.trim().to_string());
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(st) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        let field = |k: &str| {
+            st.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(|v| v.trim().to_string())
+        };
         if let (Some(name), Some(ppid)) = (field("Name:"), field("PPid:")) {
             procs.push((pid, ppid.parse::<u32>().unwrap_or(0), name));
         }
@@ -467,7 +547,12 @@ fn terminate_then_kill_tree_leaves_nothing() {
     let f = Fixture::new();
     let (stdio, _out) = api_stdio();
     let sb = Arc::new(
-        Sandbox::spawn(&runner(), &f.spec("trap '' TERM; sleep 1000 & sleep 1000"), stdio).unwrap(),
+        Sandbox::spawn(
+            &runner(),
+            &f.spec("trap '' TERM; sleep 1000 & sleep 1000"),
+            stdio,
+        )
+        .unwrap(),
     );
     let pid1 = sb.pid();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -486,9 +571,15 @@ fn terminate_then_kill_tree_leaves_nothing() {
     // SIGTERM is ignored by everything in there: the tree survives it.
     sb.terminate_tree().unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    assert!(alive(pid1) && tree.iter().all(|(p, _)| alive(*p)), "{tree:?}");
+    assert!(
+        alive(pid1) && tree.iter().all(|(p, _)| alive(*p)),
+        "{tree:?}"
+    );
     sb.kill_tree().unwrap();
-    assert_eq!(waiter.join().unwrap().unwrap(), ExitOutcome::Signal(libc::SIGKILL));
+    assert_eq!(
+        waiter.join().unwrap().unwrap(),
+        ExitOutcome::Signal(libc::SIGKILL)
+    );
     assert!(!alive(pid1));
     for (p, name) in &tree {
         assert!(!alive(*p), "{name} ({p}) survived");
@@ -505,7 +596,12 @@ fn terminate_tree_ends_a_cooperative_tree() {
     let sb = Sandbox::spawn(&runner(), &f.spec("sleep 1000 & sleep 1000; exit 0"), stdio).unwrap();
     let pid1 = sb.pid();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while descendants(pid1).iter().filter(|(_, n)| n == "sleep").count() < 2 {
+    while descendants(pid1)
+        .iter()
+        .filter(|(_, n)| n == "sleep")
+        .count()
+        < 2
+    {
         assert!(Instant::now() < deadline);
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -23,9 +23,13 @@ fn run() -> Result<i32, String> {
     let path = std::env::args_os()
         .nth(1)
         .ok_or("usage: warden-sandbox-run SPEC.json")?;
-    let text = std::fs::read(&path).map_err(|e| format!("{}: {e}", PathBuf::from(&path).display()))?;
+    let text =
+        std::fs::read(&path).map_err(|e| format!("{}: {e}", PathBuf::from(&path).display()))?;
     let spec: SandboxSpec = serde_json::from_slice(&text).map_err(|e| format!("bad spec: {e}"))?;
-    let dup = |fd: std::os::fd::BorrowedFd<'_>| fd.try_clone_to_owned().map_err(|e| format!("dup stdio: {e}"));
+    let dup = |fd: std::os::fd::BorrowedFd<'_>| {
+        fd.try_clone_to_owned()
+            .map_err(|e| format!("dup stdio: {e}"))
+    };
     let stdio = [
         dup(std::io::stdin().as_fd())?,
         dup(std::io::stdout().as_fd())?,
