@@ -9,6 +9,7 @@
 //! - [`conn`]: accepting connections and the stdio preamble (fd passing).
 //! - [`service`]: the gRPC methods and the peer-uid check.
 //! - [`session`]: policy → audit → sandbox → stdio pumps → exit.
+//! - [`limits`]: memory limit by sampling the sandbox's resident memory.
 //! - [`audit`]: the JSONL audit store.
 //! - [`error`]: errors and their one mapping to gRPC statuses.
 #![forbid(unsafe_code)]
@@ -17,6 +18,7 @@ pub mod audit;
 pub mod conn;
 pub mod error;
 pub mod features;
+pub mod limits;
 pub mod service;
 pub mod session;
 

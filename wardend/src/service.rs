@@ -75,10 +75,12 @@ impl Warden for Service {
             .get::<ConnInfo>()
             .and_then(|i| i.take_stdio());
         let req = req.into_inner();
-        let prepared = self.daemon.prepare(&req)?;
         let Some(stdio) = stdio else {
+            self.daemon
+                .refuse(None, &req, &DaemonError::NoStdio.to_string());
             return Err(DaemonError::NoStdio.into());
         };
+        let prepared = self.daemon.prepare(&req)?;
         let (tx, rx) = mpsc::channel(4);
         self.daemon.start(prepared, stdio, tx).await?;
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))

@@ -34,6 +34,7 @@ const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EndCause {
     Timeout,
+    Memory,
     Killed,
     ClientGone,
     Shutdown,
@@ -43,6 +44,7 @@ impl EndCause {
     fn reason(self) -> &'static str {
         match self {
             EndCause::Timeout => "limits.timeout_s passed",
+            EndCause::Memory => "limits.memory_mb exceeded",
             EndCause::Killed => "killed by wardenctl kill",
             EndCause::ClientGone => "the client (warden-shim) went away",
             EndCause::Shutdown => "wardend is shutting down",
@@ -157,11 +159,12 @@ pub struct Prepared {
 }
 
 impl Daemon {
-    fn refuse(&self, id: &str, req: &pb::SpawnRequest, reason: &str) {
+    /// Audits a spawn that was refused before anything started.
+    pub fn refuse(&self, id: Option<&str>, req: &pb::SpawnRequest, reason: &str) {
         let rec = Record::new(
             RecordType::Session,
             "refused",
-            Some(id),
+            id,
             req.command.join(" "),
             Decision::Deny,
             reason,
@@ -180,7 +183,7 @@ impl Daemon {
         let id = new_session_id();
         let result = self.prepare_inner(&id, req);
         if let Err(e) = &result {
-            self.refuse(&id, req, &e.to_string());
+            self.refuse(Some(&id), req, &e.to_string());
         }
         result
     }
@@ -352,6 +355,9 @@ impl Daemon {
             .await;
         let daemon = self.clone();
         let timeout = policy.limits.timeout_s.map(Duration::from_secs);
+        if let Some(mb) = policy.limits.memory_mb {
+            tokio::spawn(self.clone().watch_memory(session.clone(), mb));
+        }
         tokio::spawn(async move {
             daemon.supervise(session, pumps, timeout, events).await;
         });
@@ -390,6 +396,35 @@ impl Daemon {
                 let _ = sandbox.kill_tree();
                 let _ = sandbox.wait();
                 Err(io(e))
+            }
+        }
+    }
+
+    /// Samples the sandbox's total RSS until the session ends; a breach is
+    /// audited and ends the session (exit 137).
+    async fn watch_memory(self: Arc<Self>, session: Arc<Session>, limit_mb: u64) {
+        let limit = limit_mb * 1024 * 1024;
+        let mut tick = tokio::time::interval(crate::limits::SAMPLE_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while !session.ended.load(Ordering::SeqCst) && session.cause().is_none() {
+            tick.tick().await;
+            let pid = session.pid;
+            let rss = tokio::task::spawn_blocking(move || crate::limits::tree_rss(pid))
+                .await
+                .unwrap_or(0);
+            if rss > limit && session.request_end(EndCause::Memory) {
+                self.audit.record(
+                    Record::new(
+                        RecordType::Limit,
+                        "breach",
+                        Some(&session.id),
+                        "memory_mb",
+                        Decision::Deny,
+                        format!("resident memory {} MiB exceeds memory_mb={limit_mb}", rss >> 20),
+                    )
+                    .with_details(json!({ "rss_bytes": rss, "limit_bytes": limit, "mechanism": "rss-sampling" })),
+                );
+                return;
             }
         }
     }
@@ -530,7 +565,10 @@ fn describe_limits(p: &CompiledPolicy) -> Vec<String> {
         out.push(format!("timeout_s={t} (daemon timer)"));
     }
     if let Some(m) = p.limits.memory_mb {
-        out.push(format!("memory_mb={m} (not enforced yet)"));
+        out.push(format!(
+            "memory_mb={m} (RSS of the whole sandbox sampled every {} ms)",
+            crate::limits::SAMPLE_INTERVAL.as_millis()
+        ));
     }
     out
 }
@@ -543,6 +581,14 @@ fn exit_event(
     use pb::exited::Outcome;
     let (outcome_pb, reason) = match (cause, outcome) {
         (_, Err(e)) => (Outcome::Error(e.clone()), format!("sandbox failed: {e}")),
+        (Some(EndCause::Memory), _) => (
+            Outcome::Memory(true),
+            format!(
+                "session {} ended: {}",
+                session.id,
+                EndCause::Memory.reason()
+            ),
+        ),
         (Some(EndCause::Timeout), _) => (
             Outcome::Timeout(true),
             format!(
