@@ -41,6 +41,12 @@ const FORWARDED: [Signal; 6] = [
 
 /// Entry point of the init role. Never returns.
 pub(crate) fn run() -> ! {
+    // Started by hand, without the control socket: say so instead of guessing.
+    // SAFETY: F_GETFD only queries the fd flags.
+    if unsafe { libc::fcntl(CONTROL_FD, libc::F_GETFD) } < 0 {
+        eprintln!("warden sandbox init: no control socket on fd 3; this role is started by the daemon only");
+        std::process::exit(125);
+    }
     // SAFETY: fd 3 was placed by the daemon (launch.rs) for exactly this role; we take
     // ownership of it once, here.
     let sock = unsafe { OwnedFd::from_raw_fd(CONTROL_FD) };
@@ -509,12 +515,12 @@ unsafe fn server_child(
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
 ) -> ! {
-    // SAFETY (whole body): async-signal-safe syscalls on data prepared before fork.
+    // SAFETY: for the whole body: async-signal-safe syscalls on data prepared before fork.
     unsafe {
         let errno = || *libc::__errno_location();
         // Default dispositions for everything (Rust ignores SIGPIPE; ignored signals
         // would survive execve), then an empty mask.
-        for s in 1..libc::SIGRTMAX() {
+        for s in 1..=libc::SIGRTMAX() {
             if s != libc::SIGKILL && s != libc::SIGSTOP {
                 libc::signal(s, libc::SIG_DFL);
             }

@@ -208,7 +208,7 @@ impl Sandbox {
         if let Err(e) = proto::send(ours.as_fd(), &ToInit::Spec(Box::new(spec.clone())), None) {
             // EPIPE: the init died before reading; report how.
             let status = reap(&mut launcher);
-            return Err(if e == Errno::EPIPE {
+            return Err(if matches!(e, Errno::EPIPE | Errno::ECONNRESET) {
                 SandboxError::InitDied { status }
             } else {
                 control(e)

@@ -508,3 +508,64 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
     nix::unistd::chdir("/").map_err(|e| Failure::os("chdir /", e))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(uid: u32, gid: u32, user: &str, home: &str) -> SandboxSpec {
+        SandboxSpec {
+            session_id: "s".into(),
+            program: "/bin/sh".into(),
+            argv: vec![b"sh".to_vec()],
+            env: vec![],
+            cwd: "/".into(),
+            read: vec![],
+            write: vec![],
+            home: home.into(),
+            uid,
+            gid,
+            user: user.into(),
+            tmp_size_mb: 1,
+        }
+    }
+
+    #[test]
+    fn passwd_and_group_for_a_user() {
+        let (pw, gr) = passwd(&spec(1000, 1000, "ana", "/home/ana")).unwrap();
+        assert_eq!(
+            pw,
+            "root:x:0:0:root:/root:/bin/sh\nana:x:1000:1000:ana:/home/ana:/bin/sh\n"
+        );
+        assert_eq!(gr, "root:x:0:\nana:x:1000:\n");
+    }
+
+    #[test]
+    fn passwd_and_group_for_root() {
+        let (pw, gr) = passwd(&spec(0, 0, "root", "/root")).unwrap();
+        assert_eq!(pw, "root:x:0:0:root:/root:/bin/sh\n");
+        assert_eq!(gr, "root:x:0:\n");
+    }
+
+    #[test]
+    fn passwd_refuses_injection() {
+        assert!(passwd(&spec(1000, 1000, "a:x:0:0", "/home/a")).is_err());
+        assert!(passwd(&spec(1000, 1000, "a", "/home/a\nroot::0:0::/:/bin/sh")).is_err());
+    }
+
+    #[test]
+    fn relative_or_dotdot_paths_are_refused() {
+        assert!(check_abs("grant", Path::new("rel/x")).is_err());
+        assert!(check_abs("grant", Path::new("/a/../etc")).is_err());
+        assert!(check_abs("grant", Path::new("/a/b")).is_ok());
+    }
+
+    #[test]
+    fn runtime_tables_have_no_resolver_and_no_tty() {
+        assert!(!ETC.contains(&"resolv.conf"));
+        assert!(!ETC
+            .iter()
+            .any(|e| e.contains("shadow") || e.contains("passwd")));
+        assert!(!DEVICES.iter().any(|d| d.contains("tty") || *d == "ptmx"));
+    }
+}

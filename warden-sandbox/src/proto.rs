@@ -140,9 +140,11 @@ pub fn recv<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<Recv<T>, Errno>
         if r >= 0 {
             break r as usize;
         }
-        let e = Errno::last();
-        if e != Errno::EINTR {
-            return Err(e);
+        match Errno::last() {
+            Errno::EINTR => {}
+            // The peer closed with our message unread: as good as EOF here.
+            Errno::ECONNRESET => return Ok(Recv::Eof),
+            e => return Err(e),
         }
     };
     let mut buf = vec![0u8; len.max(1)];

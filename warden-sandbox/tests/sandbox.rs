@@ -634,3 +634,29 @@ fn dropped_daemon_end_kills_the_sandbox() {
         assert!(!alive(*p), "{name} ({p}) survived");
     }
 }
+
+#[test]
+fn an_exe_without_the_init_role_is_reported() {
+    let f = Fixture::new();
+    let (stdio, _out) = api_stdio();
+    let err = Sandbox::spawn(Path::new("/bin/true"), &f.spec("true"), stdio).unwrap_err();
+    assert!(matches!(err, SandboxError::InitDied { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .starts_with("sandbox init exited before the server started"),
+        "{err}"
+    );
+    let (stdio, _out) = api_stdio();
+    let err = Sandbox::spawn(Path::new("/nonexistent/exe"), &f.spec("true"), stdio).unwrap_err();
+    assert!(err.to_string().contains("/nonexistent/exe"), "{err}");
+}
+
+#[test]
+fn uid_mismatch_is_refused() {
+    let f = Fixture::new();
+    let mut spec = f.spec("true");
+    spec.uid = uid() + 1;
+    let (code, _, err) = f.run(&spec);
+    assert_eq!(code, 125);
+    assert!(err.contains("check ids"), "{err}");
+}
