@@ -137,6 +137,7 @@ fn launcher(sock: BorrowedFd<'_>) -> Result<i32, Failure> {
     // or runtime exists), so the child may run arbitrary code after fork.
     match unsafe { nix::unistd::fork() }.map_err(|e| Failure::os("fork pid 1", e))? {
         ForkResult::Child => {
+            drop(devnull);
             let code = match pid1(sock, &spec, parent.as_fd()) {
                 Ok(never) => match never {},
                 Err(f) => {

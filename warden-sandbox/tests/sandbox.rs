@@ -660,3 +660,35 @@ fn uid_mismatch_is_refused() {
     assert_eq!(code, 125);
     assert!(err.contains("check ids"), "{err}");
 }
+
+#[test]
+fn nested_grants_keep_their_own_mode() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    std::fs::create_dir_all(f.path("proj/docs")).unwrap();
+    std::fs::create_dir_all(f.path("proj/out")).unwrap();
+    let script = format!(
+        "cd {p}; echo a > out/a; (echo b > top) 2>&1; (echo c > docs/c) 2>&1; true",
+        p = f.path("proj").display()
+    );
+    // A read-only tree with a writable hole.
+    let mut spec = f.spec(&script);
+    spec.read = vec![f.path("proj"), f.path("proj/docs")];
+    spec.write = vec![f.path("proj/out")];
+    let out = f.sh(&spec);
+    assert_eq!(out.matches("Read-only file system").count(), 2, "{out}");
+    assert_eq!(
+        std::fs::read_to_string(f.path("proj/out/a")).unwrap(),
+        "a\n"
+    );
+    // A writable tree with a read-only hole.
+    std::fs::remove_file(f.path("proj/out/a")).unwrap();
+    spec.read = vec![f.path("proj/docs")];
+    spec.write = vec![f.path("proj")];
+    let out = f.sh(&spec);
+    assert_eq!(out.matches("Read-only file system").count(), 1, "{out}");
+    assert!(f.path("proj/top").exists() && f.path("proj/out/a").exists());
+    assert!(!f.path("proj/docs/c").exists());
+}
