@@ -19,19 +19,30 @@ pub enum PathError {
     #[error("{path} belongs to uid {owner}, not to you (uid {uid}); refusing to use it")]
     WrongOwner { path: PathBuf, owner: u32, uid: u32 },
     #[error("{path} has loose permissions {mode:04o} (group or others have access); expected {expected:04o}")]
-    LoosePermissions { path: PathBuf, mode: u32, expected: u32 },
+    LoosePermissions {
+        path: PathBuf,
+        mode: u32,
+        expected: u32,
+    },
     #[error("{path} is not a {expected}")]
-    WrongKind { path: PathBuf, expected: &'static str },
+    WrongKind {
+        path: PathBuf,
+        expected: &'static str,
+    },
 }
 
 /// The real uid of this process, read without `unsafe` from `/proc/self`.
 pub fn current_uid() -> u32 {
-    fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX)
+    fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX)
 }
 
 /// The real gid of this process.
 pub fn current_gid() -> u32 {
-    fs::metadata("/proc/self").map(|m| m.gid()).unwrap_or(u32::MAX)
+    fs::metadata("/proc/self")
+        .map(|m| m.gid())
+        .unwrap_or(u32::MAX)
 }
 
 fn non_empty(var: &str) -> Option<OsString> {
@@ -40,7 +51,9 @@ fn non_empty(var: &str) -> Option<OsString> {
 
 /// `$HOME`.
 pub fn home_dir() -> Result<PathBuf, PathError> {
-    non_empty("HOME").map(PathBuf::from).ok_or(PathError::NoHome)
+    non_empty("HOME")
+        .map(PathBuf::from)
+        .ok_or(PathError::NoHome)
 }
 
 /// The default socket: `$WARDEN_SOCKET`, else `$XDG_RUNTIME_DIR/warden/wardend.sock`,
@@ -85,7 +98,11 @@ pub fn profiles_dir() -> Result<PathBuf, PathError> {
 /// Creates `dir` (and parents) with mode 0700 when missing, then verifies it is
 /// a directory owned by the current user with no group/other access.
 pub fn ensure_private_dir(dir: &Path) -> Result<(), PathError> {
-    if let Err(e) = fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+    if let Err(e) = fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
         return Err(PathError::Create {
             path: dir.to_path_buf(),
             source: e,

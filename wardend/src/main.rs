@@ -75,7 +75,7 @@ fn lock_instance(socket: &Path) -> anyhow::Result<Flock<File>> {
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(mut lock) => {
             lock.set_len(0).ok();
-            let _ = write!(lock, "{}\n", std::process::id());
+            let _ = writeln!(lock, "{}", std::process::id());
             Ok(lock)
         }
         Err((_, errno)) if errno == nix::errno::Errno::EWOULDBLOCK => {

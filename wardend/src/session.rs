@@ -119,15 +119,14 @@ fn env_get<'a>(env: &'a [pb::EnvVar], name: &str) -> Option<&'a [u8]> {
         .map(|v| v.value.as_slice())
 }
 
+/// One environment entry, raw bytes.
+type EnvPair = (Vec<u8>, Vec<u8>);
+
 /// The server's environment: only `env.allow` names from the client's
 /// environment, plus PATH, HOME, LANG and TERM defaults (DESIGN.md §5).
 /// Returns the environment and the names passed through (for the audit).
-fn build_env(
-    client: &[pb::EnvVar],
-    allow: &[String],
-    home: &Path,
-) -> (Vec<(Vec<u8>, Vec<u8>)>, Vec<String>) {
-    let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+fn build_env(client: &[pb::EnvVar], allow: &[String], home: &Path) -> (Vec<EnvPair>, Vec<String>) {
+    let mut out: Vec<EnvPair> = Vec::new();
     let mut passed = Vec::new();
     for name in allow {
         if let Some(v) = env_get(client, name) {

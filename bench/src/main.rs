@@ -1,0 +1,235 @@
+//! `warden-bench`: measures Warden side by side with a direct baseline in one
+//! run, on the project's own MCP fixture server.
+//!
+//! Run: `cargo build --release --workspace && target/release/warden-bench`
+//! (options: `--launches N` (default 100), `--requests N` (default 1000)).
+//!
+//! - launch: time from spawning the process to the first byte of the reply to
+//!   `initialize`, for the fixture run directly and through `warden-shim`
+//!   (daemon already running);
+//! - round trip: 1000 sequential JSON-RPC `tools/call echo` requests on one
+//!   session, direct and through the shim: median and p99.
+#![forbid(unsafe_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("WARDEN_BIN_DIR") {
+        return PathBuf::from(d);
+    }
+    std::env::current_exe()
+        .expect("current_exe")
+        .parent()
+        .expect("exe dir")
+        .to_path_buf()
+}
+
+fn bin(name: &str) -> PathBuf {
+    let p = bin_dir().join(name);
+    assert!(
+        p.is_file(),
+        "{} not found: build first with cargo build --release --workspace",
+        p.display()
+    );
+    p
+}
+
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let run = dir.path().join("run");
+        std::fs::create_dir(&run).unwrap();
+        std::fs::set_permissions(&run, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+        let socket = run.join("wardend.sock");
+        let child = Command::new(bin("wardend"))
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .env("WARDEN_LOG", "warn")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start wardend");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            assert!(Instant::now() < deadline, "wardend did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Daemon {
+            child,
+            socket,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Direct,
+    Shim,
+}
+
+fn command(mode: Mode, socket: &Path) -> Command {
+    let fixture = bin("warden-fixture-mcp");
+    let mut c = match mode {
+        Mode::Direct => Command::new(&fixture),
+        Mode::Shim => {
+            let mut c = Command::new(bin("warden-shim"));
+            c.arg("--socket")
+                .arg(socket)
+                .arg("--no-autostart")
+                .arg("--")
+                .arg(&fixture);
+            c
+        }
+    };
+    c.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    c
+}
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"warden-bench","version":"1"}}}"#;
+
+fn launch_once(mode: Mode, socket: &Path) -> Duration {
+    let t0 = Instant::now();
+    let mut child = command(mode, socket).spawn().expect("spawn");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    stdin.write_all(INIT.as_bytes()).unwrap();
+    stdin.write_all(b"\n").unwrap();
+    let mut b = [0u8; 1];
+    stdout.read_exact(&mut b).expect("first byte");
+    let dt = t0.elapsed();
+    drop(stdin);
+    let mut rest = Vec::new();
+    let _ = stdout.read_to_end(&mut rest);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    dt
+}
+
+fn round_trips(mode: Mode, socket: &Path, n: usize) -> Vec<Duration> {
+    let mut child = command(mode, socket).spawn().expect("spawn");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    writeln!(stdin, "{INIT}").unwrap();
+    stdout.read_line(&mut line).unwrap();
+    let mut out = Vec::with_capacity(n);
+    for i in 1..=n {
+        let req = format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"ping {i}"}}}}}}"#
+        );
+        line.clear();
+        let t0 = Instant::now();
+        stdin.write_all(req.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdout.read_line(&mut line).unwrap();
+        out.push(t0.elapsed());
+        assert!(
+            line.contains(&format!("\"id\":{i}")),
+            "unexpected reply {line}"
+        );
+    }
+    drop(stdin);
+    child.wait().unwrap();
+    out
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn stats(mut v: Vec<Duration>) -> (Duration, Duration, Duration) {
+    v.sort();
+    (pct(&v, 0.5), pct(&v, 0.9), pct(&v, 0.99))
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let launches = arg("--launches", 100);
+    let requests = arg("--requests", 1000);
+    let daemon = Daemon::start();
+    let s = daemon.socket.clone();
+    // Warm up both paths (page cache, daemon threads).
+    for _ in 0..5 {
+        launch_once(Mode::Direct, &s);
+        launch_once(Mode::Shim, &s);
+    }
+    // Interleave so that machine noise hits both alike.
+    let (mut d, mut w) = (Vec::new(), Vec::new());
+    for _ in 0..launches {
+        d.push(launch_once(Mode::Direct, &s));
+        w.push(launch_once(Mode::Shim, &s));
+    }
+    let (dm, d90, d99) = stats(d);
+    let (wm, w90, w99) = stats(w);
+    println!("## launch to first response byte ({launches} launches each)\n");
+    println!("| path | median | p90 | p99 |");
+    println!("| --- | --- | --- | --- |");
+    println!("| direct exec | {} | {} | {} |", ms(dm), ms(d90), ms(d99));
+    println!(
+        "| through warden-shim | {} | {} | {} |",
+        ms(wm),
+        ms(w90),
+        ms(w99)
+    );
+    println!(
+        "\nlaunch overhead (median): {}\n",
+        ms(wm.saturating_sub(dm))
+    );
+    let (dm, d90, d99) = stats(round_trips(Mode::Direct, &s, requests));
+    let (wm, w90, w99) = stats(round_trips(Mode::Shim, &s, requests));
+    println!("## JSON-RPC round trip ({requests} sequential requests, one session)\n");
+    println!("| path | median | p90 | p99 |");
+    println!("| --- | --- | --- | --- |");
+    println!("| direct | {} | {} | {} |", us(dm), us(d90), us(d99));
+    println!(
+        "| through warden-shim | {} | {} | {} |",
+        us(wm),
+        us(w90),
+        us(w99)
+    );
+    println!(
+        "\nround-trip overhead (median): {}",
+        us(wm.saturating_sub(dm))
+    );
+}
