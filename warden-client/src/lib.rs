@@ -16,10 +16,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hyper_util::rt::TokioIo;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 use warden_proto::v1::warden_client::WardenClient;
 use warden_sandbox::fdpass::{send_with_fds, STDIO_PREAMBLE};
 
+pub use tonic::transport::Channel;
+pub use tonic::Code;
 pub use warden_proto::v1 as pb;
 
 #[derive(Debug, thiserror::Error)]

@@ -572,6 +572,8 @@ fn describe_limits(p: &CompiledPolicy) -> Vec<String> {
     out
 }
 
+/// The `Exited` event for the shim, and the reason for the audit record
+/// (which names the session in its own field).
 fn exit_event(
     session: &Session,
     cause: Option<EndCause>,
@@ -580,38 +582,23 @@ fn exit_event(
     use pb::exited::Outcome;
     let (outcome_pb, reason) = match (cause, outcome) {
         (_, Err(e)) => (Outcome::Error(e.clone()), format!("sandbox failed: {e}")),
-        (Some(EndCause::Memory), _) => (
-            Outcome::Memory(true),
-            format!(
-                "session {} ended: {}",
-                session.id,
-                EndCause::Memory.reason()
-            ),
-        ),
-        (Some(EndCause::Timeout), _) => (
-            Outcome::Timeout(true),
-            format!(
-                "session {} ended: {}",
-                session.id,
-                EndCause::Timeout.reason()
-            ),
-        ),
-        (Some(c), Ok(ExitOutcome::Signal(s))) => (
-            Outcome::Signal(*s),
-            format!("session {} ended: {}", session.id, c.reason()),
-        ),
-        (Some(c), Ok(ExitOutcome::Code(code))) => (
-            Outcome::Code(*code),
-            format!("session {} ended: {}", session.id, c.reason()),
-        ),
+        (Some(EndCause::Memory), _) => (Outcome::Memory(true), EndCause::Memory.reason().into()),
+        (Some(EndCause::Timeout), _) => (Outcome::Timeout(true), EndCause::Timeout.reason().into()),
+        (Some(c), Ok(ExitOutcome::Signal(s))) => (Outcome::Signal(*s), c.reason().into()),
+        (Some(c), Ok(ExitOutcome::Code(code))) => (Outcome::Code(*code), c.reason().into()),
         (None, Ok(ExitOutcome::Code(c))) => (Outcome::Code(*c), String::new()),
         (None, Ok(ExitOutcome::Signal(s))) => (Outcome::Signal(*s), String::new()),
+    };
+    let shown = match (&outcome_pb, reason.is_empty()) {
+        (_, true) => String::new(),
+        (Outcome::Error(_), _) => reason.clone(),
+        _ => format!("session {} ended: {reason}", session.id),
     };
     (
         pb::Exited {
             session_id: session.id.clone(),
             outcome: Some(outcome_pb),
-            reason: reason.clone(),
+            reason: shown,
             duration_ms: session.started.elapsed().as_millis() as u64,
         },
         reason,

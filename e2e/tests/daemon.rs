@@ -1,0 +1,306 @@
+//! The daemon's own contracts (DESIGN.md §3): single instance, socket and
+//! directory checks, the peer-uid check, sd_notify, SIGTERM shutdown, refused
+//! spawns on record, and the systemd unit.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixDatagram;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use warden_e2e::*;
+
+fn is_root() -> bool {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() == 0 }
+}
+
+#[test]
+fn a_second_daemon_on_the_same_socket_is_refused() {
+    let env = TestEnv::new();
+    let _first = env.start_daemon();
+    let mut cmd = Command::new(bin("wardend"));
+    cmd.arg("--socket")
+        .arg(&env.socket)
+        .arg("--state-dir")
+        .arg(&env.state)
+        .envs(env.env_vars());
+    let out = run(&mut cmd, Duration::from_secs(10));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("another wardend is already running for socket"),
+        "{stderr}"
+    );
+    // The first one still answers.
+    let status = env.ctl_json(&["status"]);
+    assert!(status["pid"].as_u64().is_some(), "{status}");
+}
+
+#[test]
+fn sd_notify_ready_then_stopping() {
+    let env = TestEnv::new();
+    let notify_path = env.root.join("notify.sock");
+    let sock = UnixDatagram::bind(&notify_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut daemon = env.start_daemon_with_env(&[("NOTIFY_SOCKET", notify_path.to_str().unwrap())]);
+    let mut buf = [0u8; 256];
+    let n = sock.recv(&mut buf).expect("READY=1 within 10 s");
+    assert_eq!(String::from_utf8_lossy(&buf[..n]).trim(), "READY=1");
+    // It was ready: the socket answers.
+    assert!(std::os::unix::net::UnixStream::connect(&env.socket).is_ok());
+    let status = daemon.stop(Duration::from_secs(10)).expect("daemon exits");
+    assert!(status.success(), "{status:?}\n{}", daemon.log());
+    let n = sock.recv(&mut buf).expect("STOPPING=1");
+    assert_eq!(String::from_utf8_lossy(&buf[..n]).trim(), "STOPPING=1");
+}
+
+#[test]
+fn sigterm_ends_sessions_records_them_and_removes_the_socket() {
+    let env = TestEnv::new();
+    let mut daemon = env.start_daemon();
+    let policy = env.minimal_policy();
+    let marker = unique_marker("shutdown");
+    let mut client = env.mcp([
+        "--policy".into(),
+        policy.into_os_string(),
+        "--".into(),
+        fixture().into_os_string(),
+        "--ignore-sigterm".into(),
+        "--marker".into(),
+        marker.clone().into(),
+    ]);
+    client.initialize();
+    assert!(!pids_with_marker(&marker).is_empty());
+    let t0 = Instant::now();
+    let status = daemon.stop(Duration::from_secs(15)).expect("daemon exits");
+    assert!(status.success(), "{status:?}\n{}", daemon.log());
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert!(!env.socket.exists(), "socket left behind");
+    let left = wait_no_marker(&marker, Duration::from_secs(5));
+    assert!(left.is_empty(), "left running: {left:?}");
+    let shim = client.wait_exit(Duration::from_secs(10));
+    let code = exit_code(shim);
+    assert!(code == 137 || code == 143, "shim exit {code}");
+    let stderr = client.stderr();
+    assert!(
+        stderr.contains("warden: ") && stderr.contains("wardend is shutting down"),
+        "{stderr}"
+    );
+    let records = audit_records(&env);
+    let exit = records
+        .iter()
+        .find(|r| r["type"] == "session" && r["action"] == "exit")
+        .unwrap_or_else(|| panic!("no session.exit in {records:?}"));
+    assert_eq!(exit["reason"], "wardend is shutting down");
+    assert!(records
+        .iter()
+        .any(|r| r["type"] == "daemon" && r["action"] == "stop"));
+}
+
+#[test]
+fn a_socket_with_loose_permissions_is_refused_by_clients() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    std::fs::set_permissions(&env.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let policy = env.minimal_policy();
+    let mut shim = env.shim([
+        "--policy".into(),
+        policy.into_os_string(),
+        "--".into(),
+        fixture().into_os_string(),
+    ]);
+    let out = run(&mut shim, Duration::from_secs(20));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(exit_code(out.status), EXIT_WARDEN_ERROR, "{stderr}");
+    assert!(out.stdout.is_empty());
+    let lines = warden_lines(&stderr);
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("loose permissions 0666"), "{stderr}");
+    let out = run(&mut env.ctl(["ps"]), Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("loose permissions"));
+}
+
+#[test]
+fn a_runtime_dir_with_loose_permissions_is_refused() {
+    let env = TestEnv::new();
+    let dir = env.runtime.join("warden");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let policy = env.minimal_policy();
+    let mut shim = env.shim_default_socket([
+        "--policy".into(),
+        policy.into_os_string(),
+        "--".into(),
+        fixture().into_os_string(),
+    ]);
+    let out = run(&mut shim, Duration::from_secs(20));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(exit_code(out.status), EXIT_WARDEN_ERROR, "{stderr}");
+    assert!(
+        stderr.contains(&format!("{} has loose permissions 0755", dir.display())),
+        "{stderr}"
+    );
+    // And the daemon refuses it too.
+    let mut cmd = Command::new(bin("wardend"));
+    cmd.envs(env.env_vars()).arg("--state-dir").arg(&env.state);
+    let out = run(&mut cmd, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("loose permissions"));
+}
+
+/// Runs `f` with a raw gRPC client on `socket` that skips the client-side checks
+/// (as a hostile peer would).
+fn raw_client<T>(
+    socket: &std::path::Path,
+    f: impl AsyncFnOnce(warden_client::pb::warden_client::WardenClient<warden_client::Channel>) -> T,
+) -> T {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let stream = std::os::unix::net::UnixStream::connect(socket).expect("connect");
+        let client = warden_client::client_over(stream).await.expect("channel");
+        f(client).await
+    })
+}
+
+#[test]
+fn a_spawn_refused_by_the_daemon_is_on_record() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let policy_path = env.root.join("bad.yaml");
+    let status = raw_client(&env.socket, async |mut c| {
+        c.spawn(warden_client::pb::SpawnRequest {
+            policy_path: policy_path.display().to_string(),
+            policy_text: "version: 1\nfilesytem: {}\n".into(),
+            command: vec![fixture().display().to_string()],
+            cwd: env.root.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())
+        .unwrap_err()
+    });
+    // No stdio preamble: refused before the policy is even looked at.
+    assert_eq!(status.code(), warden_client::Code::InvalidArgument);
+    assert!(
+        status.message().contains("stdin, stdout and stderr"),
+        "{status:?}"
+    );
+    let records = audit_records(&env);
+    let refused: Vec<_> = records
+        .iter()
+        .filter(|r| r["type"] == "session" && r["action"] == "refused")
+        .collect();
+    assert_eq!(refused.len(), 1, "{records:?}");
+    assert_eq!(refused[0]["decision"], "deny");
+    assert!(refused[0]["reason"].as_str().unwrap().contains("stdio"));
+}
+
+#[test]
+fn a_peer_with_another_uid_is_denied_and_audited() {
+    if !is_root() {
+        eprintln!("skipping: needs root to run the daemon as a second uid (65534)");
+        return;
+    }
+    let env = TestEnv::new();
+    // A world-traversable directory owned by the other user holds its socket and state.
+    let other = 65534u32;
+    let base = env.root.join("other");
+    std::fs::create_dir(&base).unwrap();
+    std::fs::set_permissions(&env.root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&base, Some(other), Some(other)).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let socket = base.join("wardend.sock");
+    let state = base.join("state");
+    let mut daemon = Command::new(bin("wardend"));
+    std::os::unix::process::CommandExt::uid(&mut daemon, other);
+    std::os::unix::process::CommandExt::gid(&mut daemon, other);
+    daemon
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--state-dir")
+        .arg(&state)
+        .env("HOME", &base)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = daemon.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "daemon as uid {other} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    // Root can connect to the 0600 socket, but is not the daemon's uid.
+    let status = raw_client(&socket, async |mut c| {
+        c.status(warden_client::pb::StatusRequest {})
+            .await
+            .unwrap_err()
+    });
+    assert_eq!(
+        status.code(),
+        warden_client::Code::PermissionDenied,
+        "{status:?}"
+    );
+    assert!(
+        status
+            .message()
+            .contains("peer uid 0 is not the daemon's uid 65534"),
+        "{status:?}"
+    );
+    // The client side refuses a socket it does not own before sending anything.
+    let out = run(
+        Command::new(bin("wardenctl"))
+            .arg("--socket")
+            .arg(&socket)
+            .arg("ps"),
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("belongs to uid 65534"));
+    send_signal(child.id() as i32, libc::SIGTERM);
+    let _ = child.wait();
+    let audit = std::fs::read_to_string(state.join("audit/audit.jsonl")).unwrap();
+    let denied: Vec<serde_json::Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["type"] == "daemon" && r["action"] == "peer")
+        .collect();
+    assert_eq!(denied.len(), 1, "{audit}");
+    assert_eq!(denied[0]["decision"], "deny");
+    assert_eq!(denied[0]["details"]["peer_uid"], json!(0));
+}
+
+#[test]
+fn the_systemd_unit_passes_systemd_analyze_verify() {
+    let Some(analyze) = find_on_path("systemd-analyze") else {
+        eprintln!("skipping: systemd-analyze is not installed");
+        return;
+    };
+    let env = TestEnv::new();
+    let unit = include_str!("../../packaging/systemd/wardend.service");
+    assert!(unit.contains("Type=notify"));
+    let unit = unit.replace(
+        "%h/.cargo/bin/wardend",
+        &bin("wardend").display().to_string(),
+    );
+    let path = env.write("wardend.service", unit);
+    let out = run(
+        Command::new(analyze).arg("verify").arg(&path),
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.status.success(),
+        "systemd-analyze verify failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
