@@ -232,6 +232,12 @@ fn tools() -> Vec<Value> {
         ),
         tool("sleep", "Sleeps, then replies", json!({"ms": i}), &["ms"]),
         tool(
+            "alloc",
+            "Allocates and touches `mb` MiB, `step_mb` at a time with `pause_ms` between, and keeps it",
+            json!({"mb": i, "step_mb": i, "pause_ms": i}),
+            &["mb"],
+        ),
+        tool(
             "whoami",
             "uid, gid, pid, ppid, hostname, cwd, home",
             json!({}),
@@ -353,6 +359,26 @@ fn call_tool(params: &Value) -> CallResult {
                 .map_err(|_| (-32602, "ms must not be negative".to_string()))?;
             std::thread::sleep(Duration::from_millis(ms));
             Ok(text(format!("slept {ms} ms")))
+        }
+        "alloc" => {
+            let mb = usize::try_from(arg_i64(args, "mb")?)
+                .map_err(|_| (-32602, "mb must not be negative".to_string()))?;
+            let step = args
+                .get("step_mb")
+                .and_then(Value::as_u64)
+                .unwrap_or(16)
+                .max(1) as usize;
+            let pause = args.get("pause_ms").and_then(Value::as_u64).unwrap_or(10);
+            let mut done = 0;
+            while done < mb {
+                let n = step.min(mb - done);
+                // Touch every page so it is resident, and keep it for the process's life.
+                let block = vec![0x5au8; n << 20];
+                std::mem::forget(block);
+                done += n;
+                std::thread::sleep(Duration::from_millis(pause));
+            }
+            Ok(text(format!("allocated {mb} MiB")))
         }
         "whoami" => Ok(structured(whoami())),
         _ => Err((-32602, format!("unknown tool: {name}"))),
