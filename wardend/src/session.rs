@@ -16,7 +16,7 @@ use warden_core::policy::{self, CompileContext, CompiledPolicy, Overrides, Polic
 use warden_proto::v1 as pb;
 use warden_sandbox::launch::{ExitOutcome, Sandbox};
 use warden_sandbox::spec::SandboxSpec;
-use warden_sandbox::stdio::{pipe, Pump};
+use warden_sandbox::stdio::{pipe, Pump, SpinHint};
 
 use crate::error::DaemonError;
 use crate::Daemon;
@@ -382,10 +382,12 @@ impl Daemon {
         // The server's ends now live only in the sandbox; ours are closed, so
         // EOF travels both ways.
         let [c_in, c_out, c_err] = stdio;
+        // A request going in makes the reply's pump poll briefly (see SpinHint).
+        let (hint_in, hint_out) = SpinHint::pair();
         let pumps = (|| {
             Ok::<_, std::io::Error>([
-                Pump::start("stdin", c_in, in_w)?,
-                Pump::start("stdout", out_r, c_out)?,
+                Pump::start_with("stdin", c_in, in_w, hint_in.clone())?,
+                Pump::start_with("stdout", out_r, c_out, hint_out.clone())?,
                 Pump::start("stderr", err_r, c_err)?,
             ])
         })();
