@@ -304,3 +304,35 @@ fn the_systemd_unit_passes_systemd_analyze_verify() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn when_the_shim_dies_the_session_ends() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let marker = unique_marker("shim-death");
+    let mut c = env.fixture_session(
+        &env.minimal_policy(),
+        &[],
+        &["--ignore-sigterm", "--marker", &marker],
+    );
+    c.initialize();
+    c.tool_json("spawn_child", json!({"ignore_term": true, "setsid": true}));
+    assert!(pids_with_marker(&marker).len() >= 2);
+    assert!(c.signal(libc::SIGKILL));
+    let left = wait_no_marker(&marker, Duration::from_secs(10));
+    assert!(left.is_empty(), "survived the shim: {left:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let records = audit_records(&env);
+        if let Some(exit) = records
+            .iter()
+            .find(|r| r["type"] == "session" && r["action"] == "exit")
+        {
+            assert_eq!(exit["reason"], "the client (warden-shim) went away");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no session.exit: {records:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(env.sessions().is_empty());
+}
