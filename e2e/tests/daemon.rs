@@ -336,3 +336,42 @@ fn when_the_shim_dies_the_session_ends() {
     }
     assert!(env.sessions().is_empty());
 }
+
+/// Stdio that is not a pipe or socket (here: regular files, as with
+/// `warden-shim < requests > replies`) goes through the per-stream relay.
+#[test]
+fn stdio_redirected_to_files_works() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let requests = env.write(
+        "requests.jsonl",
+        concat!(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"via files"}}}"#,
+            "\n"
+        ),
+    );
+    let replies = env.root.join("replies.jsonl");
+    let policy = env.minimal_policy();
+    let mut shim = env.shim([
+        "--policy".into(),
+        policy.into_os_string(),
+        "--".into(),
+        fixture().into_os_string(),
+    ]);
+    shim.stdin(std::fs::File::open(&requests).unwrap())
+        .stdout(std::fs::File::create(&replies).unwrap())
+        .stderr(Stdio::null());
+    let mut child = shim.spawn().unwrap();
+    let status = wait_timeout(&mut child, Duration::from_secs(20)).expect("shim exits at EOF");
+    assert_eq!(status.code(), Some(0));
+    let out = std::fs::read_to_string(&replies).unwrap();
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert_eq!(lines[1]["id"], 2);
+    assert!(lines[1].to_string().contains("via files"), "{out}");
+}

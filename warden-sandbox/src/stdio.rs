@@ -1,8 +1,11 @@
 //! Moving bytes between the client's stdio (fds the shim passed to the daemon)
 //! and the sandboxed server's pipes.
 //!
-//! One thread per direction. Each moves data with `splice(2)` (zero-copy; one
-//! side is always a pipe) and falls back to read/write when the other side
+//! [`Relay`] picks the mechanism: for pipes and sockets (what MCP clients
+//! pass) one [`Duplex`] thread serves stdin and stdout with non-blocking
+//! `splice(2)`; otherwise one [`Pump`] thread per direction moves data with
+//! `splice(2)` (zero-copy; one side is always a pipe) and falls back to
+//! read/write when the other side
 //! cannot splice (a tty, an `O_APPEND` file). Reads wait in `poll(2)` together
 //! with a cancel eventfd, so a pump can be stopped while its source is idle.
 //! Writes block when the reader is slow: that is the backpressure that keeps a
@@ -16,66 +19,14 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const CHUNK: usize = 1 << 16;
 
-/// How long a pump polls without sleeping after its partner moved data.
+/// How long the duplex relay polls without sleeping after it moved data.
 const SPIN_WINDOW: Duration = Duration::from_micros(150);
-
-fn now_ns() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
-}
-
-/// When a pump last moved data. The two directions of one session share
-/// theirs: a request that just went in means a reply is likely within
-/// microseconds, so the reply's pump polls briefly instead of sleeping. On
-/// virtual machines, waking a sleeping thread on another CPU costs tens of
-/// microseconds per hop; a bounded busy-poll removes that from the round trip
-/// and costs nothing when traffic is idle.
-#[derive(Debug, Default)]
-pub struct Activity {
-    last_ns: AtomicU64,
-}
-
-impl Activity {
-    fn touch(&self) {
-        self.last_ns.store(now_ns(), Ordering::Relaxed);
-    }
-
-    fn recent(&self) -> bool {
-        let last = self.last_ns.load(Ordering::Relaxed);
-        last != 0 && now_ns().saturating_sub(last) < SPIN_WINDOW.as_nanos() as u64
-    }
-}
-
-/// Which activity a pump reports, and which it watches to decide to spin.
-#[derive(Debug, Clone, Default)]
-pub struct SpinHint {
-    pub mine: Option<Arc<Activity>>,
-    pub partner: Option<Arc<Activity>>,
-}
-
-impl SpinHint {
-    /// Hints for the two directions of one session: (inbound, outbound).
-    pub fn pair() -> (SpinHint, SpinHint) {
-        let a = Arc::new(Activity::default());
-        let b = Arc::new(Activity::default());
-        (
-            SpinHint {
-                mine: Some(a.clone()),
-                partner: Some(b.clone()),
-            },
-            SpinHint {
-                mine: Some(b),
-                partner: Some(a),
-            },
-        )
-    }
-}
 
 /// A running copy from `src` to `dst`.
 pub struct Pump {
@@ -90,17 +41,6 @@ impl Pump {
     /// Starts copying until EOF on `src`, an error, or [`Pump::cancel`].
     /// Both fds are closed when the pump ends, which is how EOF travels on.
     pub fn start(name: &'static str, src: OwnedFd, dst: OwnedFd) -> io::Result<Pump> {
-        Self::start_with(name, src, dst, SpinHint::default())
-    }
-
-    /// Like [`Pump::start`], with a [`SpinHint`] shared with the pump of the
-    /// other direction.
-    pub fn start_with(
-        name: &'static str,
-        src: OwnedFd,
-        dst: OwnedFd,
-        hint: SpinHint,
-    ) -> io::Result<Pump> {
         // SAFETY: eventfd returns a new fd or -1.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if efd < 0 {
@@ -116,7 +56,7 @@ impl Pump {
             let bytes = bytes.clone();
             std::thread::Builder::new()
                 .name(format!("pump-{name}"))
-                .spawn(move || copy(src, dst, &cancel, &stop, &bytes, &hint))?
+                .spawn(move || copy(src, dst, &cancel, &stop, &bytes))?
         };
         Ok(Pump {
             name,
@@ -242,15 +182,11 @@ fn copy(
     cancel: &OwnedFd,
     stop: &AtomicBool,
     bytes: &AtomicU64,
-    hint: &SpinHint,
 ) -> io::Result<()> {
     let (s, d) = (src.as_raw_fd(), dst.as_raw_fd());
     let mut use_splice = true;
     let mut buf: Vec<u8> = Vec::new();
     loop {
-        if hint.partner.as_ref().is_some_and(|p| p.recent()) {
-            spin_until_readable(s, SPIN_WINDOW);
-        }
         match wait_fd(s, libc::POLLIN, cancel, stop)? {
             Wait::Cancelled => return Ok(()),
             Wait::Ready => {}
@@ -269,9 +205,6 @@ fn copy(
             };
             if n > 0 {
                 bytes.fetch_add(n as u64, Ordering::Relaxed);
-                if let Some(m) = &hint.mine {
-                    m.touch();
-                }
                 continue;
             }
             if n == 0 {
@@ -322,31 +255,58 @@ fn copy(
             }
             off += w as usize;
             bytes.fetch_add(w as u64, Ordering::Relaxed);
-            if let Some(m) = &hint.mine {
-                m.touch();
-            }
         }
     }
 }
 
-/// Polls `fd` without sleeping for up to `window`; returns early once it is
-/// readable (or hung up).
-fn spin_until_readable(fd: RawFd, window: Duration) {
-    let start = Instant::now();
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    while start.elapsed() < window {
-        // SAFETY: one valid pollfd; timeout 0 never sleeps.
-        if unsafe { libc::poll(&mut pfd, 1, 0) } != 0 {
-            return;
+/// The relay of one session: a [`Duplex`] for stdin/stdout plus a [`Pump`]
+/// for stderr when the client's fds are pipes or sockets (MCP clients pass
+/// those), else one [`Pump`] per stream (ttys, files).
+pub enum Relay {
+    Duplex { io: Duplex, err: Pump },
+    Threads([Pump; 3]),
+}
+
+impl Relay {
+    /// `client` = the client's stdin, stdout, stderr; `server` = the daemon's
+    /// ends of the server's pipes: stdin write end, stdout and stderr read ends.
+    pub fn start(client: [OwnedFd; 3], server: [OwnedFd; 3]) -> io::Result<Relay> {
+        let [c_in, c_out, c_err] = client;
+        let [in_w, out_r, err_r] = server;
+        if duplex_capable(&c_in) && duplex_capable(&c_out) {
+            Ok(Relay::Duplex {
+                io: Duplex::start(c_in, in_w, out_r, c_out)?,
+                err: Pump::start("stderr", err_r, c_err)?,
+            })
+        } else {
+            Ok(Relay::Threads([
+                Pump::start("stdin", c_in, in_w)?,
+                Pump::start("stdout", out_r, c_out)?,
+                Pump::start("stderr", err_r, c_err)?,
+            ]))
         }
-        // Yield rather than spin: a task that needs this CPU (the server
-        // computing the reply) runs first, yet the CPU never goes idle.
-        // SAFETY: sched_yield has no preconditions.
-        unsafe { libc::sched_yield() };
+    }
+
+    /// Blocking, once the server has exited: lets its last stdout bytes
+    /// reach the client (up to `drain`), then stops everything and closes
+    /// every fd, so the client sees EOF.
+    pub fn finish(self, drain: Duration) {
+        match self {
+            Relay::Duplex { io, mut err } => {
+                io.wait_outbound(drain);
+                err.wait_for(Duration::from_millis(200));
+                io.stop(Duration::from_millis(100));
+                err.stop(Duration::from_millis(10));
+            }
+            Relay::Threads([stdin, mut stdout, mut stderr]) => {
+                stdin.cancel();
+                stdout.wait_for(drain);
+                stderr.wait_for(Duration::from_millis(200));
+                stdin.stop(Duration::from_millis(100));
+                stdout.stop(Duration::from_millis(10));
+                stderr.stop(Duration::from_millis(10));
+            }
+        }
     }
 }
 
@@ -413,4 +373,390 @@ mod tests {
         assert!(pump.wait_for(Duration::from_secs(5)));
         assert_eq!(std::fs::read(&path).unwrap(), b"abc\n");
     }
+
+    #[test]
+    fn duplex_moves_both_ways_byte_exact_and_forwards_eof() {
+        let (c_in_r, c_in_w) = pipe().unwrap();
+        let (s_in_r, s_in_w) = pipe().unwrap();
+        let (s_out_r, s_out_w) = pipe().unwrap();
+        let (c_out_r, c_out_w) = pipe().unwrap();
+        let d = Duplex::start(c_in_r, s_in_w, s_out_r, c_out_w).unwrap();
+        // The "server": echoes stdin to stdout until EOF, then exits.
+        let server = std::thread::spawn(move || {
+            let mut r = std::fs::File::from(s_in_r);
+            let mut w = std::fs::File::from(s_out_w);
+            std::io::copy(&mut r, &mut w).unwrap();
+        });
+        let data: Vec<u8> = (0..2_500_000u32).map(|i| (i * 13 % 251) as u8).collect();
+        let writer = {
+            let data = data.clone();
+            std::thread::spawn(move || {
+                std::fs::File::from(c_in_w).write_all(&data).unwrap();
+            })
+        };
+        let mut out = Vec::new();
+        std::fs::File::from(c_out_r).read_to_end(&mut out).unwrap();
+        writer.join().unwrap();
+        server.join().unwrap();
+        assert!(d.wait_outbound(Duration::from_secs(5)));
+        assert_eq!(out.len(), data.len());
+        assert!(out == data);
+        assert_eq!(d.bytes(), (data.len() as u64, data.len() as u64));
+        d.stop(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn duplex_does_not_deadlock_when_the_server_floods_stdout_without_reading() {
+        let (c_in_r, c_in_w) = pipe().unwrap();
+        let (s_in_r, s_in_w) = pipe().unwrap();
+        let (s_out_r, s_out_w) = pipe().unwrap();
+        let (c_out_r, c_out_w) = pipe().unwrap();
+        let d = Duplex::start(c_in_r, s_in_w, s_out_r, c_out_w).unwrap();
+        // The client writes far more than the pipes hold while the server
+        // writes 4 MiB and never reads: the client's stdout must still flow.
+        let client_w = std::thread::spawn(move || {
+            let mut w = std::fs::File::from(c_in_w);
+            let chunk = vec![b'x'; 1 << 16];
+            for _ in 0..8 {
+                if w.write_all(&chunk).is_err() {
+                    return;
+                }
+            }
+        });
+        let server = std::thread::spawn(move || {
+            let mut w = std::fs::File::from(s_out_w);
+            w.write_all(&vec![b'y'; 4 << 20]).unwrap();
+            drop(s_in_r);
+        });
+        let mut out = Vec::new();
+        std::fs::File::from(c_out_r).read_to_end(&mut out).unwrap();
+        server.join().unwrap();
+        client_w.join().unwrap();
+        assert_eq!(out.len(), 4 << 20);
+        d.stop(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn duplex_serves_pipes_and_sockets_only() {
+        let (r, _w) = pipe().unwrap();
+        assert!(duplex_capable(&r));
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(duplex_capable(&OwnedFd::from(a)));
+        let t = tempfile::tempdir().unwrap();
+        let f = std::fs::File::create(t.path().join("f")).unwrap();
+        assert!(!duplex_capable(&OwnedFd::from(f)));
+    }
+}
+
+/// Both directions of a session's stdin/stdout on one thread.
+///
+/// Used when the client's fds are pipes or sockets (what MCP clients pass),
+/// so every move is a non-blocking `splice(2)` and one thread can wait on
+/// both directions at once. After it moves data in either direction it
+/// polls (yielding the CPU) for up to [`SPIN_WINDOW`] before sleeping: the
+/// reply to a request, or the next request after a reply, usually comes within
+/// microseconds, and on virtual machines waking a sleeping thread on another
+/// CPU costs tens of them. One polling thread per session instead of two also
+/// leaves the CPUs to the client and the server.
+///
+/// Backpressure: while the server's stdin pipe is full the thread waits for it
+/// to drain before reading more from the client; while the client does not
+/// read its stdout, the server's writes block on its full pipe. Nothing is
+/// buffered in the daemon.
+pub struct Duplex {
+    thread: Option<JoinHandle<io::Result<()>>>,
+    cancel: Arc<OwnedFd>,
+    stop: Arc<AtomicBool>,
+    out_done: Arc<AtomicBool>,
+    bytes_in: Arc<AtomicU64>,
+    bytes_out: Arc<AtomicU64>,
+}
+
+/// True for fds `Duplex` can serve: pipes and sockets.
+pub fn duplex_capable(fd: &OwnedFd) -> bool {
+    // SAFETY: fstat into a zeroed stat buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is valid for the call; st is a valid out-pointer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
+        return false;
+    }
+    matches!(st.st_mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK)
+}
+
+fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: F_GETFL/F_SETFL on an fd we own (our own pipe ends only).
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl < 0 || libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn poll_now(fd: RawFd, events: libc::c_short) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no sleep.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 }
+}
+
+/// One direction of a [`Duplex`].
+struct Lane {
+    src: OwnedFd,
+    dst: OwnedFd,
+    /// Waiting for `dst` to drain rather than for `src` to have data.
+    want_write: bool,
+    bytes: Arc<AtomicU64>,
+}
+
+enum Step {
+    Moved,
+    Idle,
+    Closed,
+}
+
+impl Lane {
+    fn pollfd(&self) -> libc::pollfd {
+        let (fd, events) = if self.want_write {
+            (self.dst.as_raw_fd(), libc::POLLOUT)
+        } else {
+            (self.src.as_raw_fd(), libc::POLLIN)
+        };
+        libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        }
+    }
+
+    fn step(&mut self) -> io::Result<Step> {
+        // SAFETY: splice between two fds we hold, at their current positions.
+        let n = unsafe {
+            libc::splice(
+                self.src.as_raw_fd(),
+                std::ptr::null_mut(),
+                self.dst.as_raw_fd(),
+                std::ptr::null_mut(),
+                CHUNK,
+                libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+            )
+        };
+        if n > 0 {
+            self.want_write = false;
+            self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+            return Ok(Step::Moved);
+        }
+        if n == 0 {
+            return Ok(Step::Closed);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => Ok(Step::Idle),
+            // Either side may be the one that is not ready: ask the destination.
+            Some(libc::EAGAIN) => {
+                self.want_write = !poll_now(self.dst.as_raw_fd(), libc::POLLOUT);
+                Ok(Step::Idle)
+            }
+            Some(libc::EPIPE) | Some(libc::ECONNRESET) => Ok(Step::Closed),
+            _ => Err(e),
+        }
+    }
+}
+
+impl Duplex {
+    /// `c_in` → `in_w` (client to server) and `out_r` → `c_out` (server to
+    /// client). `in_w` and `out_r` must be the daemon's own pipe ends (they
+    /// are made non-blocking); the client's fds are never changed.
+    pub fn start(
+        c_in: OwnedFd,
+        in_w: OwnedFd,
+        out_r: OwnedFd,
+        c_out: OwnedFd,
+    ) -> io::Result<Duplex> {
+        set_nonblocking(in_w.as_raw_fd())?;
+        set_nonblocking(out_r.as_raw_fd())?;
+        // SAFETY: eventfd returns a new fd or -1.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if efd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: efd is a fresh fd we own.
+        let cancel = Arc::new(unsafe { OwnedFd::from_raw_fd(efd) });
+        let stop = Arc::new(AtomicBool::new(false));
+        let out_done = Arc::new(AtomicBool::new(false));
+        let bytes_in = Arc::new(AtomicU64::new(0));
+        let bytes_out = Arc::new(AtomicU64::new(0));
+        let inbound = Lane {
+            src: c_in,
+            dst: in_w,
+            want_write: false,
+            bytes: bytes_in.clone(),
+        };
+        let outbound = Lane {
+            src: out_r,
+            dst: c_out,
+            want_write: false,
+            bytes: bytes_out.clone(),
+        };
+        let thread = {
+            let (cancel, stop, out_done) = (cancel.clone(), stop.clone(), out_done.clone());
+            std::thread::Builder::new()
+                .name("pump-stdio".into())
+                .spawn(move || duplex(inbound, outbound, &cancel, &stop, &out_done))?
+        };
+        Ok(Duplex {
+            thread: Some(thread),
+            cancel,
+            stop,
+            out_done,
+            bytes_in,
+            bytes_out,
+        })
+    }
+
+    /// Bytes moved client → server and server → client.
+    pub fn bytes(&self) -> (u64, u64) {
+        (
+            self.bytes_in.load(Ordering::Relaxed),
+            self.bytes_out.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Waits up to `timeout` for the server's stdout to reach EOF and be
+    /// fully delivered. Returns false on timeout.
+    pub fn wait_outbound(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.out_done.load(Ordering::SeqCst)
+                || self.thread.as_ref().is_none_or(|t| t.is_finished())
+            {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Stops the thread (it closes every fd it holds) and waits up to `grace`.
+    pub fn stop(mut self, grace: Duration) {
+        self.signal_stop();
+        let deadline = Instant::now() + grace;
+        while let Some(t) = &self.thread {
+            if t.is_finished() {
+                let _ = self.thread.take().map(|t| t.join());
+                return;
+            }
+            if Instant::now() >= deadline {
+                self.thread.take();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn signal_stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
+        unsafe {
+            libc::write(
+                self.cancel.as_raw_fd(),
+                &one as *const u64 as *const libc::c_void,
+                8,
+            )
+        };
+    }
+}
+
+impl Drop for Duplex {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.signal_stop();
+        }
+    }
+}
+
+fn duplex(
+    inbound: Lane,
+    outbound: Lane,
+    cancel: &OwnedFd,
+    stop: &AtomicBool,
+    out_done: &AtomicBool,
+) -> io::Result<()> {
+    let mut lanes = [Some(inbound), Some(outbound)];
+    let mut last_move: Option<Instant> = None;
+    let result = loop {
+        if stop.load(Ordering::SeqCst) || lanes.iter().all(Option::is_none) {
+            break Ok(());
+        }
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(3);
+        let mut which: Vec<usize> = Vec::with_capacity(2);
+        for (i, lane) in lanes.iter().enumerate() {
+            if let Some(l) = lane {
+                fds.push(l.pollfd());
+                which.push(i);
+            }
+        }
+        fds.push(libc::pollfd {
+            fd: cancel.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        let spinning = last_move.is_some_and(|t| t.elapsed() < SPIN_WINDOW);
+        // SAFETY: fds is a valid array of fds.len() pollfd.
+        let n = unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                if spinning { 0 } else { -1 },
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            break Err(e);
+        }
+        if n == 0 {
+            // Nothing yet within the window: let the client or the server run.
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+            continue;
+        }
+        if fds.last().is_some_and(|c| c.revents != 0) {
+            break Ok(());
+        }
+        let mut failed = None;
+        for (k, &i) in which.iter().enumerate() {
+            if fds[k].revents == 0 {
+                continue;
+            }
+            let Some(lane) = lanes[i].as_mut() else {
+                continue;
+            };
+            match lane.step() {
+                Ok(Step::Moved) => last_move = Some(Instant::now()),
+                Ok(Step::Idle) => {}
+                Ok(Step::Closed) => {
+                    lanes[i] = None; // closes both fds: EOF travels on
+                    if i == 1 {
+                        out_done.store(true, Ordering::SeqCst);
+                    }
+                }
+                Err(e) => failed = Some(e),
+            }
+        }
+        if let Some(e) = failed {
+            break Err(e);
+        }
+    };
+    out_done.store(true, Ordering::SeqCst);
+    result
 }

@@ -16,7 +16,7 @@ use warden_core::policy::{self, CompileContext, CompiledPolicy, Overrides, Polic
 use warden_proto::v1 as pb;
 use warden_sandbox::launch::{ExitOutcome, Sandbox};
 use warden_sandbox::spec::SandboxSpec;
-use warden_sandbox::stdio::{pipe, Pump, SpinHint};
+use warden_sandbox::stdio::{pipe, Relay};
 
 use crate::error::DaemonError;
 use crate::Daemon;
@@ -24,7 +24,7 @@ use crate::Daemon;
 /// Grace between SIGTERM to the tree and SIGKILL (DESIGN.md §5 "Limits").
 pub const KILL_GRACE: Duration = Duration::from_millis(750);
 /// How long the server's last output may take to reach the client once it
-/// has exited, before the pumps are abandoned.
+/// has exited, before the relay is abandoned.
 const DRAIN_GRACE: Duration = Duration::from_secs(5);
 /// Size of the private /tmp.
 const TMP_SIZE_MB: u64 = 256;
@@ -315,7 +315,7 @@ impl Daemon {
 
         let started = Instant::now();
         let result = self.launch(&spec, stdio).await;
-        let (sandbox, pumps) = match result {
+        let (sandbox, relay) = match result {
             Ok(v) => v,
             Err(e) => {
                 self.audit_exit(&id, started, None, None, &e.to_string());
@@ -358,7 +358,7 @@ impl Daemon {
             tokio::spawn(self.clone().watch_memory(session.clone(), mb));
         }
         tokio::spawn(async move {
-            daemon.supervise(session, pumps, timeout, events).await;
+            daemon.supervise(session, relay, timeout, events).await;
         });
         Ok(())
     }
@@ -367,7 +367,7 @@ impl Daemon {
         &self,
         spec: &SandboxSpec,
         stdio: [OwnedFd; 3],
-    ) -> Result<(Sandbox, [Pump; 3]), DaemonError> {
+    ) -> Result<(Sandbox, Relay), DaemonError> {
         let io = |e: std::io::Error| DaemonError::Internal(format!("stdio pipes: {e}"));
         let (in_r, in_w) = pipe().map_err(io)?;
         let (out_r, out_w) = pipe().map_err(io)?;
@@ -381,18 +381,9 @@ impl Daemon {
                 .map_err(|e| DaemonError::Sandbox(e.to_string()))?;
         // The server's ends now live only in the sandbox; ours are closed, so
         // EOF travels both ways.
-        let [c_in, c_out, c_err] = stdio;
-        // A request going in makes the reply's pump poll briefly (see SpinHint).
-        let (hint_in, hint_out) = SpinHint::pair();
-        let pumps = (|| {
-            Ok::<_, std::io::Error>([
-                Pump::start_with("stdin", c_in, in_w, hint_in.clone())?,
-                Pump::start_with("stdout", out_r, c_out, hint_out.clone())?,
-                Pump::start("stderr", err_r, c_err)?,
-            ])
-        })();
-        match pumps {
-            Ok(p) => Ok((sandbox, p)),
+        let relay = Relay::start(stdio, [in_w, out_r, err_r]);
+        match relay {
+            Ok(r) => Ok((sandbox, r)),
             Err(e) => {
                 let _ = sandbox.kill_tree();
                 let _ = sandbox.wait();
@@ -433,7 +424,7 @@ impl Daemon {
     async fn supervise(
         self: Arc<Self>,
         session: Arc<Session>,
-        pumps: [Pump; 3],
+        relay: Relay,
         timeout: Option<Duration>,
         events: mpsc::Sender<Result<pb::SpawnEvent, tonic::Status>>,
     ) {
@@ -472,17 +463,9 @@ impl Daemon {
             Err(e) => Err(e.to_string()),
         };
         // Let the server's last bytes reach the client before saying it exited.
-        let [stdin, mut stdout, mut stderr] = pumps;
-        stdin.cancel();
-        tokio::task::spawn_blocking(move || {
-            stdout.wait_for(DRAIN_GRACE);
-            stderr.wait_for(Duration::from_millis(200));
-            stdin.stop(Duration::from_millis(100));
-            stdout.stop(Duration::from_millis(10));
-            stderr.stop(Duration::from_millis(10));
-        })
-        .await
-        .ok();
+        tokio::task::spawn_blocking(move || relay.finish(DRAIN_GRACE))
+            .await
+            .ok();
         session.ended.store(true, Ordering::SeqCst);
         self.sessions.remove(&session.id);
 
