@@ -321,133 +321,6 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::{Read, Write};
-
-    #[test]
-    fn copies_byte_exact_and_forwards_eof() {
-        let (src_r, src_w) = pipe().unwrap();
-        let (dst_r, dst_w) = pipe().unwrap();
-        let mut pump = Pump::start("t", src_r, dst_w).unwrap();
-        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
-        let writer = {
-            let data = data.clone();
-            std::thread::spawn(move || {
-                let mut f = std::fs::File::from(src_w);
-                f.write_all(&data).unwrap();
-            })
-        };
-        let mut out = Vec::new();
-        std::fs::File::from(dst_r).read_to_end(&mut out).unwrap();
-        writer.join().unwrap();
-        assert!(pump.wait_for(Duration::from_secs(5)));
-        assert_eq!(out.len(), data.len());
-        assert!(out == data);
-        assert_eq!(pump.bytes(), data.len() as u64);
-    }
-
-    #[test]
-    fn cancel_stops_an_idle_pump() {
-        let (src_r, _src_w) = pipe().unwrap();
-        let (_dst_r, dst_w) = pipe().unwrap();
-        let mut pump = Pump::start("idle", src_r, dst_w).unwrap();
-        pump.cancel();
-        assert!(pump.wait_for(Duration::from_secs(5)));
-    }
-
-    #[test]
-    fn falls_back_when_splice_is_refused() {
-        // A regular file opened O_APPEND refuses splice (EINVAL).
-        let t = tempfile::tempdir().unwrap();
-        let path = t.path().join("out");
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .unwrap();
-        let (src_r, src_w) = pipe().unwrap();
-        let mut pump = Pump::start("append", src_r, OwnedFd::from(f)).unwrap();
-        std::fs::File::from(src_w).write_all(b"abc\n").unwrap();
-        assert!(pump.wait_for(Duration::from_secs(5)));
-        assert_eq!(std::fs::read(&path).unwrap(), b"abc\n");
-    }
-
-    #[test]
-    fn duplex_moves_both_ways_byte_exact_and_forwards_eof() {
-        let (c_in_r, c_in_w) = pipe().unwrap();
-        let (s_in_r, s_in_w) = pipe().unwrap();
-        let (s_out_r, s_out_w) = pipe().unwrap();
-        let (c_out_r, c_out_w) = pipe().unwrap();
-        let d = Duplex::start(c_in_r, s_in_w, s_out_r, c_out_w).unwrap();
-        // The "server": echoes stdin to stdout until EOF, then exits.
-        let server = std::thread::spawn(move || {
-            let mut r = std::fs::File::from(s_in_r);
-            let mut w = std::fs::File::from(s_out_w);
-            std::io::copy(&mut r, &mut w).unwrap();
-        });
-        let data: Vec<u8> = (0..2_500_000u32).map(|i| (i * 13 % 251) as u8).collect();
-        let writer = {
-            let data = data.clone();
-            std::thread::spawn(move || {
-                std::fs::File::from(c_in_w).write_all(&data).unwrap();
-            })
-        };
-        let mut out = Vec::new();
-        std::fs::File::from(c_out_r).read_to_end(&mut out).unwrap();
-        writer.join().unwrap();
-        server.join().unwrap();
-        assert!(d.wait_outbound(Duration::from_secs(5)));
-        assert_eq!(out.len(), data.len());
-        assert!(out == data);
-        assert_eq!(d.bytes(), (data.len() as u64, data.len() as u64));
-        d.stop(Duration::from_secs(1));
-    }
-
-    #[test]
-    fn duplex_does_not_deadlock_when_the_server_floods_stdout_without_reading() {
-        let (c_in_r, c_in_w) = pipe().unwrap();
-        let (s_in_r, s_in_w) = pipe().unwrap();
-        let (s_out_r, s_out_w) = pipe().unwrap();
-        let (c_out_r, c_out_w) = pipe().unwrap();
-        let d = Duplex::start(c_in_r, s_in_w, s_out_r, c_out_w).unwrap();
-        // The client writes far more than the pipes hold while the server
-        // writes 4 MiB and never reads: the client's stdout must still flow.
-        let client_w = std::thread::spawn(move || {
-            let mut w = std::fs::File::from(c_in_w);
-            let chunk = vec![b'x'; 1 << 16];
-            for _ in 0..8 {
-                if w.write_all(&chunk).is_err() {
-                    return;
-                }
-            }
-        });
-        let server = std::thread::spawn(move || {
-            let mut w = std::fs::File::from(s_out_w);
-            w.write_all(&vec![b'y'; 4 << 20]).unwrap();
-            drop(s_in_r);
-        });
-        let mut out = Vec::new();
-        std::fs::File::from(c_out_r).read_to_end(&mut out).unwrap();
-        server.join().unwrap();
-        client_w.join().unwrap();
-        assert_eq!(out.len(), 4 << 20);
-        d.stop(Duration::from_secs(1));
-    }
-
-    #[test]
-    fn duplex_serves_pipes_and_sockets_only() {
-        let (r, _w) = pipe().unwrap();
-        assert!(duplex_capable(&r));
-        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        assert!(duplex_capable(&OwnedFd::from(a)));
-        let t = tempfile::tempdir().unwrap();
-        let f = std::fs::File::create(t.path().join("f")).unwrap();
-        assert!(!duplex_capable(&OwnedFd::from(f)));
-    }
-}
-
 /// Both directions of a session's stdin/stdout on one thread.
 ///
 /// Used when the client's fds are pipes or sockets (what MCP clients pass),
@@ -759,4 +632,131 @@ fn duplex(
     };
     out_done.store(true, Ordering::SeqCst);
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    #[test]
+    fn copies_byte_exact_and_forwards_eof() {
+        let (src_r, src_w) = pipe().unwrap();
+        let (dst_r, dst_w) = pipe().unwrap();
+        let mut pump = Pump::start("t", src_r, dst_w).unwrap();
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let writer = {
+            let data = data.clone();
+            std::thread::spawn(move || {
+                let mut f = std::fs::File::from(src_w);
+                f.write_all(&data).unwrap();
+            })
+        };
+        let mut out = Vec::new();
+        std::fs::File::from(dst_r).read_to_end(&mut out).unwrap();
+        writer.join().unwrap();
+        assert!(pump.wait_for(Duration::from_secs(5)));
+        assert_eq!(out.len(), data.len());
+        assert!(out == data);
+        assert_eq!(pump.bytes(), data.len() as u64);
+    }
+
+    #[test]
+    fn cancel_stops_an_idle_pump() {
+        let (src_r, _src_w) = pipe().unwrap();
+        let (_dst_r, dst_w) = pipe().unwrap();
+        let mut pump = Pump::start("idle", src_r, dst_w).unwrap();
+        pump.cancel();
+        assert!(pump.wait_for(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn falls_back_when_splice_is_refused() {
+        // A regular file opened O_APPEND refuses splice (EINVAL).
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("out");
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let (src_r, src_w) = pipe().unwrap();
+        let mut pump = Pump::start("append", src_r, OwnedFd::from(f)).unwrap();
+        std::fs::File::from(src_w).write_all(b"abc\n").unwrap();
+        assert!(pump.wait_for(Duration::from_secs(5)));
+        assert_eq!(std::fs::read(&path).unwrap(), b"abc\n");
+    }
+
+    #[test]
+    fn duplex_moves_both_ways_byte_exact_and_forwards_eof() {
+        let (c_in_r, c_in_w) = pipe().unwrap();
+        let (s_in_r, s_in_w) = pipe().unwrap();
+        let (s_out_r, s_out_w) = pipe().unwrap();
+        let (c_out_r, c_out_w) = pipe().unwrap();
+        let d = Duplex::start(c_in_r, s_in_w, s_out_r, c_out_w).unwrap();
+        // The "server": echoes stdin to stdout until EOF, then exits.
+        let server = std::thread::spawn(move || {
+            let mut r = std::fs::File::from(s_in_r);
+            let mut w = std::fs::File::from(s_out_w);
+            std::io::copy(&mut r, &mut w).unwrap();
+        });
+        let data: Vec<u8> = (0..2_500_000u32).map(|i| (i * 13 % 251) as u8).collect();
+        let writer = {
+            let data = data.clone();
+            std::thread::spawn(move || {
+                std::fs::File::from(c_in_w).write_all(&data).unwrap();
+            })
+        };
+        let mut out = Vec::new();
+        std::fs::File::from(c_out_r).read_to_end(&mut out).unwrap();
+        writer.join().unwrap();
+        server.join().unwrap();
+        assert!(d.wait_outbound(Duration::from_secs(5)));
+        assert_eq!(out.len(), data.len());
+        assert!(out == data);
+        assert_eq!(d.bytes(), (data.len() as u64, data.len() as u64));
+        d.stop(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn duplex_does_not_deadlock_when_the_server_floods_stdout_without_reading() {
+        let (c_in_r, c_in_w) = pipe().unwrap();
+        let (s_in_r, s_in_w) = pipe().unwrap();
+        let (s_out_r, s_out_w) = pipe().unwrap();
+        let (c_out_r, c_out_w) = pipe().unwrap();
+        let d = Duplex::start(c_in_r, s_in_w, s_out_r, c_out_w).unwrap();
+        // The client writes far more than the pipes hold while the server
+        // writes 4 MiB and never reads: the client's stdout must still flow.
+        let client_w = std::thread::spawn(move || {
+            let mut w = std::fs::File::from(c_in_w);
+            let chunk = vec![b'x'; 1 << 16];
+            for _ in 0..8 {
+                if w.write_all(&chunk).is_err() {
+                    return;
+                }
+            }
+        });
+        let server = std::thread::spawn(move || {
+            let mut w = std::fs::File::from(s_out_w);
+            w.write_all(&vec![b'y'; 4 << 20]).unwrap();
+            drop(s_in_r);
+        });
+        let mut out = Vec::new();
+        std::fs::File::from(c_out_r).read_to_end(&mut out).unwrap();
+        server.join().unwrap();
+        client_w.join().unwrap();
+        assert_eq!(out.len(), 4 << 20);
+        d.stop(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn duplex_serves_pipes_and_sockets_only() {
+        let (r, _w) = pipe().unwrap();
+        assert!(duplex_capable(&r));
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(duplex_capable(&OwnedFd::from(a)));
+        let t = tempfile::tempdir().unwrap();
+        let f = std::fs::File::create(t.path().join("f")).unwrap();
+        assert!(!duplex_capable(&OwnedFd::from(f)));
+    }
 }

@@ -139,6 +139,19 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         // terminal's signals do not reach the daemon.
         let _ = nix::unistd::setsid();
     }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    // Handlers are installed before the socket exists: a SIGTERM at any moment
+    // after that shuts down cleanly (sessions ended, socket removed).
+    let (mut term, mut int) = {
+        use tokio::signal::unix::{signal, SignalKind};
+        let _guard = rt.enter();
+        (
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::interrupt())?,
+        )
+    };
     let _lock = lock_instance(&socket)?;
     let listener = bind(&socket)?;
     let config = wardend::Config {
@@ -146,15 +159,9 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         state_dir,
         sandbox_exe: PathBuf::from("/proc/self/exe"),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
     let result = rt.block_on(async move {
         let listener = tokio::net::UnixListener::from_std(listener)?;
-        let shutdown = async {
-            use tokio::signal::unix::{signal, SignalKind};
-            let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-            let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+        let shutdown = async move {
             tokio::select! {
                 _ = term.recv() => {}
                 _ = int.recv() => {}
