@@ -351,6 +351,9 @@ fn pid1(
     )
     .map_err(|e| Failure::os("signalfd", e))?;
 
+    // Landlock and seccomp, built now (errors with messages), applied in the child.
+    let confinement = crate::confine::Confinement::prepare(spec)?;
+
     // Exec status pipe: CLOEXEC, so a successful exec closes it (EOF = success);
     // on failure the child writes (stage, errno).
     let (rd, wr) =
@@ -361,10 +364,20 @@ fn pid1(
         ForkResult::Child => {
             drop(rd);
             // SAFETY: raw syscalls on prepared data; never returns.
-            unsafe { server_child(wr.as_raw_fd(), last_cap, &args.program, &argv, &envp) }
+            unsafe {
+                server_child(
+                    wr.as_raw_fd(),
+                    last_cap,
+                    &confinement,
+                    &args.program,
+                    &argv,
+                    &envp,
+                )
+            }
         }
         ForkResult::Parent { child } => child,
     };
+    drop(confinement);
     drop(wr);
     // Our copies of the server's stdio must go, so that the daemon sees EOF on the
     // server's stdout/stderr when the server closes them.
@@ -480,7 +493,7 @@ fn kill_all_and_wait(server: Pid) -> Exit {
     }
 }
 
-const STAGES: [&str; 8] = [
+const STAGES: [&str; 10] = [
     "start server",
     "unblock signals",
     "setsid",
@@ -489,6 +502,8 @@ const STAGES: [&str; 8] = [
     "drop capability bounding set",
     "drop capabilities",
     "execve",
+    "apply landlock",
+    "install seccomp filter",
 ];
 const STAGE_EXEC: u32 = 7;
 
@@ -512,6 +527,7 @@ unsafe fn child_fail(pipe: RawFd, stage: u32, errno: i32) -> ! {
 unsafe fn server_child(
     pipe: RawFd,
     last_cap: u32,
+    confinement: &crate::confine::Confinement,
     program: &CString,
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
@@ -574,6 +590,10 @@ unsafe fn server_child(
         // Every fd but 0/1/2 closes at exec (the status pipe must survive until then).
         if let Err(e) = sys::close_range_from(3, true) {
             child_fail(pipe, 0, e as i32);
+        }
+        // Landlock, then the seccomp filter: the last things before execve.
+        if let Err((stage, e)) = confinement.apply() {
+            child_fail(pipe, stage, e);
         }
         libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr());
         child_fail(pipe, STAGE_EXEC, errno())

