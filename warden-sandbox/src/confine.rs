@@ -26,7 +26,7 @@ impl Confinement {
     pub(crate) fn prepare(spec: &SandboxSpec) -> Result<Confinement, Failure> {
         let _ = spec;
         Ok(Confinement {
-            landlock: None,
+            landlock: crate::landlock::ruleset(spec)?,
             seccomp: None,
         })
     }

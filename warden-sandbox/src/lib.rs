@@ -8,10 +8,13 @@
 //! - [`stdio`]: moving bytes between the client's stdio and the server's pipes.
 //!
 //! Private helpers: `proto` (the typed daemon ↔ init control protocol), `mounts`
-//! (the sandbox root filesystem) and `sys` (raw kernel calls not wrapped by nix).
+//! (the sandbox root filesystem), `landlock` (the Landlock ruleset mirroring the
+//! grants; [`landlock_abi`] reports what the kernel offers) and `sys` (raw kernel
+//! calls not wrapped by nix).
 mod confine;
 pub mod fdpass;
 pub mod init;
+mod landlock;
 pub mod launch;
 mod mounts;
 mod proto;
@@ -19,4 +22,5 @@ pub mod spec;
 pub mod stdio;
 mod sys;
 
+pub use landlock::landlock_abi;
 pub use launch::{init_entry_if_requested, ExitOutcome, Sandbox, SandboxError, INIT_ARG};

@@ -35,4 +35,8 @@ pub struct SandboxSpec {
     pub user: String,
     /// Size of the private /tmp tmpfs in MiB.
     pub tmp_size_mb: u64,
+    /// The lowest Landlock ABI the policy accepts (0: none). Below it, or without
+    /// Landlock at all when it is set, the sandbox refuses to start.
+    #[serde(default)]
+    pub landlock_min_abi: u32,
 }

@@ -261,6 +261,7 @@ impl Daemon {
             gid: warden_core::paths::current_gid(),
             user,
             tmp_size_mb: TMP_SIZE_MB,
+            landlock_min_abi: 0,
         };
         Ok(Prepared {
             id: id.to_string(),

@@ -1,0 +1,716 @@
+//! Landlock: a second, independent layer under the mount namespace.
+//!
+//! The mount layer decides what *exists* inside the sandbox; Landlock decides what
+//! the server may *do* with what exists, enforced by a different kernel subsystem
+//! (an LSM checked on every open, create, rename, connect...). If one layer is ever
+//! bypassed (a mount-API bug, a missed flag, a writable path the mount layer did not
+//! mean to expose), the other still holds.
+//!
+//! The rules are data: [`rules`] turns a [`SandboxSpec`] into a table of
+//! (path, access) mirroring what `mounts.rs` put in the sandbox root; [`ruleset`]
+//! masks the table with what the running kernel's ABI can handle and builds a
+//! ruleset fd from it with raw syscalls. [`Confinement::apply`] then calls
+//! `landlock_restrict_self` in the server child, after `no_new_privs`.
+//!
+//! Landlock rules only ever *add* access along a path: a read-only grant nested in a
+//! write grant (or in `/tmp`) inherits the write rights of its parent here. That case
+//! stays read-only thanks to the mount layer (the grant is a read-only bind).
+//!
+//! [`Confinement::apply`]: crate::confine::Confinement::apply
+
+use crate::proto::Failure;
+use crate::spec::SandboxSpec;
+use crate::sys;
+use nix::errno::Errno;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+
+// --- Kernel ABI (include/uapi/linux/landlock.h). Not in the libc crate. ---
+
+/// `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)` returns the ABI.
+const CREATE_RULESET_VERSION: u32 = 1 << 0;
+/// `landlock_add_rule` rule types.
+const RULE_PATH_BENEATH: u32 = 1;
+const RULE_NET_PORT: u32 = 2;
+
+// Filesystem access rights (LANDLOCK_ACCESS_FS_*).
+pub(crate) const FS_EXECUTE: u64 = 1 << 0;
+pub(crate) const FS_WRITE_FILE: u64 = 1 << 1;
+pub(crate) const FS_READ_FILE: u64 = 1 << 2;
+pub(crate) const FS_READ_DIR: u64 = 1 << 3;
+pub(crate) const FS_REMOVE_DIR: u64 = 1 << 4;
+pub(crate) const FS_REMOVE_FILE: u64 = 1 << 5;
+pub(crate) const FS_MAKE_CHAR: u64 = 1 << 6;
+pub(crate) const FS_MAKE_DIR: u64 = 1 << 7;
+pub(crate) const FS_MAKE_REG: u64 = 1 << 8;
+pub(crate) const FS_MAKE_SOCK: u64 = 1 << 9;
+pub(crate) const FS_MAKE_FIFO: u64 = 1 << 10;
+pub(crate) const FS_MAKE_BLOCK: u64 = 1 << 11;
+pub(crate) const FS_MAKE_SYM: u64 = 1 << 12;
+/// ABI 2: link or rename a file into another directory.
+pub(crate) const FS_REFER: u64 = 1 << 13;
+/// ABI 3: truncate(2), ftruncate(2), open(O_TRUNC).
+pub(crate) const FS_TRUNCATE: u64 = 1 << 14;
+/// ABI 5: ioctl(2) on character and block devices.
+pub(crate) const FS_IOCTL_DEV: u64 = 1 << 15;
+
+// Network access rights (LANDLOCK_ACCESS_NET_*), ABI 4.
+pub(crate) const NET_BIND_TCP: u64 = 1 << 0;
+pub(crate) const NET_CONNECT_TCP: u64 = 1 << 1;
+
+// IPC scoping (LANDLOCK_SCOPE_*), ABI 6.
+pub(crate) const SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1 << 0;
+pub(crate) const SCOPE_SIGNAL: u64 = 1 << 1;
+
+/// `struct landlock_ruleset_attr`. Passed whole: the kernel accepts a larger struct
+/// than it knows as long as the unknown tail is zero, and [`attr`] zeroes every
+/// field the ABI does not have.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RulesetAttr {
+    handled_access_fs: u64,
+    handled_access_net: u64,
+    scoped: u64,
+}
+
+/// `struct landlock_path_beneath_attr` (packed in the uapi header).
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// `struct landlock_net_port_attr`.
+#[repr(C)]
+struct NetPortAttr {
+    allowed_access: u64,
+    port: u64,
+}
+
+/// The newest ABI whose rights this module knows. ABI 7 adds only audit-log flags
+/// for `landlock_restrict_self`, no access right.
+pub(crate) const KNOWN_ABI: u32 = 7;
+
+/// What each ABI adds, for messages naming a missing feature.
+const FEATURES: [&str; 8] = [
+    "",
+    "filesystem access control",
+    "linking and renaming across directories (refer)",
+    "truncation control",
+    "TCP bind and connect control",
+    "device ioctl control",
+    "abstract unix socket and signal scoping",
+    "audit logging control",
+];
+
+// --- The rights the sandbox grants (all masked by the ABI later). ---
+
+/// Rights that make sense on a non-directory (the kernel refuses the others with
+/// EINVAL on a file rule).
+const FILE_RIGHTS: u64 = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV;
+/// Runtime, `/etc`, the program and `read` grants.
+pub(crate) const READ_EXEC: u64 = FS_READ_FILE | FS_READ_DIR | FS_EXECUTE;
+/// `write` grants, `/tmp` and a private `$HOME`: everything but device nodes and
+/// device ioctls (every writable mount is `nodev`, so there is nothing to mirror).
+pub(crate) const READ_WRITE: u64 = READ_EXEC
+    | FS_WRITE_FILE
+    | FS_REMOVE_DIR
+    | FS_REMOVE_FILE
+    | FS_MAKE_DIR
+    | FS_MAKE_REG
+    | FS_MAKE_SOCK
+    | FS_MAKE_FIFO
+    | FS_MAKE_SYM
+    | FS_REFER
+    | FS_TRUNCATE;
+/// `/dev/shm` is mounted `noexec`.
+pub(crate) const SHM: u64 = READ_WRITE & !FS_EXECUTE;
+/// `/proc`: servers read it and occasionally write `/proc/self/...`; `noexec`.
+pub(crate) const PROC: u64 = FS_READ_FILE | FS_READ_DIR | FS_WRITE_FILE;
+/// `/dev/null`, `/dev/zero`, `/dev/full`.
+pub(crate) const DEV_RW: u64 = FS_READ_FILE | FS_WRITE_FILE;
+/// `/dev/random`, `/dev/urandom`.
+pub(crate) const DEV_RO: u64 = FS_READ_FILE;
+
+/// Runtime directories: a rule only for those that exist inside as directories
+/// (on merged-/usr hosts `/bin` & co. are symlinks into `/usr`, already covered).
+const RUNTIME: &[&str] = &[
+    "/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin",
+];
+
+/// Every filesystem right the given ABI can handle.
+pub(crate) fn fs_rights(abi: u32) -> u64 {
+    let mut r = 0;
+    if abi >= 1 {
+        r |= FS_EXECUTE
+            | FS_WRITE_FILE
+            | FS_READ_FILE
+            | FS_READ_DIR
+            | FS_REMOVE_DIR
+            | FS_REMOVE_FILE
+            | FS_MAKE_CHAR
+            | FS_MAKE_DIR
+            | FS_MAKE_REG
+            | FS_MAKE_SOCK
+            | FS_MAKE_FIFO
+            | FS_MAKE_BLOCK
+            | FS_MAKE_SYM;
+    }
+    if abi >= 2 {
+        r |= FS_REFER;
+    }
+    if abi >= 3 {
+        r |= FS_TRUNCATE;
+    }
+    if abi >= 5 {
+        r |= FS_IOCTL_DEV;
+    }
+    r
+}
+
+/// Every network right the given ABI can handle.
+pub(crate) fn net_rights(abi: u32) -> u64 {
+    if abi >= 4 {
+        NET_BIND_TCP | NET_CONNECT_TCP
+    } else {
+        0
+    }
+}
+
+/// Every scope the given ABI can restrict.
+pub(crate) fn scopes(abi: u32) -> u64 {
+    if abi >= 6 {
+        SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+    } else {
+        0
+    }
+}
+
+/// The ruleset attribute for `abi`: handle (deny unless granted) everything it knows.
+fn attr(abi: u32) -> RulesetAttr {
+    RulesetAttr {
+        handled_access_fs: fs_rights(abi),
+        handled_access_net: net_rights(abi),
+        scoped: scopes(abi),
+    }
+}
+
+/// How a rule's path is opened inside the sandbox (always `O_PATH|O_CLOEXEC`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Open {
+    /// Never through a symlink; missing fails closed.
+    Required,
+    /// Never through a symlink; skipped when missing or a symlink (runtime dirs:
+    /// on merged-/usr hosts `/bin` & co. are symlinks into the covered `/usr`).
+    Optional,
+    /// Resolved like `execve` resolves it (the program may be `/bin/sh` under a
+    /// symlinked runtime dir). Safe: every link inside resolves within the
+    /// sandbox root, and the server has not run yet. Missing: no rule (granting
+    /// less), and execve reports it as the usual "cannot execute" error.
+    Follow,
+}
+
+/// One filesystem rule: `access` on everything beneath `path` (or on the file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Rule {
+    pub path: PathBuf,
+    pub access: u64,
+    pub open: Open,
+}
+
+fn rule(path: impl Into<PathBuf>, access: u64) -> Rule {
+    Rule {
+        path: path.into(),
+        access,
+        open: Open::Required,
+    }
+}
+
+/// The filesystem rule table for `spec`, mirroring `mounts::build_root`, before
+/// any ABI masking. Paths are the sandbox's own (after pivot_root).
+pub(crate) fn rules(spec: &SandboxSpec) -> Vec<Rule> {
+    let mut t: Vec<Rule> = RUNTIME
+        .iter()
+        .map(|p| Rule {
+            open: Open::Optional,
+            ..rule(*p, READ_EXEC)
+        })
+        .collect();
+    t.push(rule("/etc", READ_EXEC));
+    t.push(Rule {
+        open: Open::Follow,
+        ..rule(&spec.program, READ_EXEC)
+    });
+    for p in &spec.read {
+        // A path in both lists is write, as in the mount layer.
+        if !spec.write.contains(p) {
+            t.push(rule(p, READ_EXEC));
+        }
+    }
+    for p in &spec.write {
+        t.push(rule(p, READ_WRITE));
+    }
+    t.push(rule("/tmp", READ_WRITE));
+    // The private $HOME tmpfs exists exactly when no grant covers it; a covering
+    // write grant already carries the right rights, a covering read grant keeps
+    // $HOME read-only.
+    let covered = spec
+        .read
+        .iter()
+        .chain(&spec.write)
+        .any(|g| spec.home.starts_with(g));
+    if !covered {
+        t.push(rule(&spec.home, READ_WRITE));
+    }
+    t.push(rule("/dev", FS_READ_DIR));
+    for d in ["/dev/null", "/dev/zero", "/dev/full"] {
+        t.push(rule(d, DEV_RW));
+    }
+    for d in ["/dev/random", "/dev/urandom"] {
+        t.push(rule(d, DEV_RO));
+    }
+    t.push(rule("/dev/shm", SHM));
+    t.push(rule("/proc", PROC));
+    t
+}
+
+/// TCP ports the server may connect to, as (port, access) rules. Empty: the
+/// sandbox has no network yet, so bind and connect are both denied outright.
+///
+/// Hook for the egress proxy: when the spec carries the proxy's port, return
+/// `vec![(port, NET_CONNECT_TCP)]` here; [`ruleset`] already installs these.
+pub(crate) fn net_rules(spec: &SandboxSpec) -> Vec<(u16, u64)> {
+    let _ = spec;
+    Vec::new()
+}
+
+/// The rights of `r` that the kernel will accept for it: masked by the ABI, and
+/// by [`FILE_RIGHTS`] when the path is not a directory.
+pub(crate) fn effective(access: u64, abi: u32, is_dir: bool) -> u64 {
+    let a = access & fs_rights(abi);
+    if is_dir {
+        a
+    } else {
+        a & FILE_RIGHTS
+    }
+}
+
+/// The raw probe: `Ok(abi)`, or the errno (ENOSYS: not built in; EOPNOTSUPP:
+/// built in but not enabled at boot).
+fn probe() -> Result<u32, Errno> {
+    // SAFETY: landlock_create_ruleset(NULL, 0, VERSION) only returns an integer.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<RulesetAttr>(),
+            0usize,
+            CREATE_RULESET_VERSION,
+        )
+    };
+    if r < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(r as u32)
+    }
+}
+
+/// The Landlock ABI version this kernel offers, or `None` when Landlock is not
+/// built in or not enabled. For the audit trail (`session.start`) and
+/// `wardenctl status`.
+pub fn landlock_abi() -> Option<u32> {
+    probe().ok()
+}
+
+/// Checks the policy's minimum ABI against what the kernel offers.
+fn check_min(min: u32, kernel: Result<u32, Errno>) -> Result<(), Failure> {
+    if min == 0 {
+        return Ok(());
+    }
+    let wanted = FEATURES
+        .get(min as usize)
+        .copied()
+        .unwrap_or("unknown features");
+    if min > KNOWN_ABI {
+        return Err(Failure::msg(
+            "landlock",
+            format!(
+                "landlock ABI {min} is required by the policy ({wanted}), this build of \
+                 warden handles ABI {KNOWN_ABI} at most"
+            ),
+        ));
+    }
+    match kernel {
+        Ok(abi) if abi >= min => Ok(()),
+        Ok(abi) => Err(Failure::msg(
+            "landlock",
+            format!(
+                "landlock ABI {min} is required by the policy ({wanted}), the kernel offers ABI {abi}"
+            ),
+        )),
+        Err(e) => Err(Failure::Setup {
+            stage: "landlock".into(),
+            errno: Some(e as i32),
+            message: format!(
+                "landlock ABI {min} is required by the policy ({wanted}), the kernel offers no \
+                 landlock ({})",
+                if e == Errno::EOPNOTSUPP {
+                    "built in but not enabled: add landlock to the lsm= boot parameter".to_string()
+                } else {
+                    sys::errno_text(e)
+                }
+            ),
+        }),
+    }
+}
+
+fn add_rule<T>(ruleset: &OwnedFd, kind: u32, attr: &T) -> Result<(), Errno> {
+    // SAFETY: `attr` points to a live struct of the layout `kind` expects; flags 0.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset.as_raw_fd(),
+            kind,
+            attr as *const T,
+            0u32,
+        )
+    };
+    if r < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(())
+    }
+}
+
+/// Builds the Landlock ruleset for `spec` with every right of the best ABI
+/// available. `Ok(None)` when the kernel has no Landlock and the policy sets no
+/// minimum (the mount namespace remains the primary layer). Runs in PID 1 after
+/// pivot_root; the fd is `O_CLOEXEC` and closed by the server's execve.
+pub(crate) fn ruleset(spec: &SandboxSpec) -> Result<Option<OwnedFd>, Failure> {
+    let kernel = probe();
+    check_min(spec.landlock_min_abi, kernel)?;
+    let Ok(kernel_abi) = kernel else {
+        return Ok(None);
+    };
+    // A newer kernel is asked only for what this code knows how to grant.
+    let abi = kernel_abi.min(KNOWN_ABI);
+    let a = attr(abi);
+    // SAFETY: `a` is a live RulesetAttr of the size we pass; flags 0.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            &a as *const RulesetAttr,
+            std::mem::size_of::<RulesetAttr>(),
+            0u32,
+        )
+    };
+    if r < 0 {
+        return Err(Failure::os(
+            format!("landlock: create ruleset (ABI {abi})"),
+            Errno::last(),
+        ));
+    }
+    // SAFETY: the kernel just returned this fd (O_CLOEXEC) to us.
+    let fd = unsafe { OwnedFd::from_raw_fd(r as i32) };
+
+    for r in rules(spec) {
+        let stage = || format!("landlock rule {}", r.path.display());
+        // O_PATH|O_CLOEXEC: the same object the mount layer put there.
+        let opened = match r.open {
+            Open::Follow => nix::fcntl::open(
+                &r.path,
+                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            ),
+            Open::Required | Open::Optional => sys::open_path_nofollow(None, &r.path),
+        };
+        let path_fd = match opened {
+            Ok(f) => f,
+            Err(Errno::ENOENT | Errno::ELOOP) if r.open == Open::Optional => continue,
+            Err(Errno::ENOENT) if r.open == Open::Follow => continue,
+            Err(e) => {
+                return Err(Failure::Setup {
+                    stage: stage(),
+                    errno: Some(e as i32),
+                    message: format!(
+                        "cannot open {} inside the sandbox: {}",
+                        r.path.display(),
+                        sys::errno_text(e)
+                    ),
+                })
+            }
+        };
+        let st = nix::sys::stat::fstat(&path_fd).map_err(|e| Failure::os(stage(), e))?;
+        let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        let access = effective(r.access, abi, is_dir);
+        if access == 0 {
+            continue;
+        }
+        let pb = PathBeneathAttr {
+            allowed_access: access,
+            parent_fd: path_fd.as_raw_fd(),
+        };
+        add_rule(&fd, RULE_PATH_BENEATH, &pb).map_err(|e| Failure::os(stage(), e))?;
+    }
+    if net_rights(abi) != 0 {
+        for (port, access) in net_rules(spec) {
+            let np = NetPortAttr {
+                allowed_access: access & net_rights(abi),
+                port: port.into(),
+            };
+            add_rule(&fd, RULE_NET_PORT, &np)
+                .map_err(|e| Failure::os(format!("landlock rule tcp port {port}"), e))?;
+        }
+    }
+    Ok(Some(fd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// From JSON, so that fields added later with `#[serde(default)]` need no
+    /// change here.
+    fn spec() -> SandboxSpec {
+        serde_json::from_value(serde_json::json!({
+            "session_id": "s",
+            "program": "/opt/tool/bin/server",
+            "argv": [b"server"],
+            "env": [],
+            "cwd": "/",
+            "read": ["/data/ref", "/both"],
+            "write": ["/work/out", "/both"],
+            "home": "/home/ana",
+            "uid": 1000,
+            "gid": 1000,
+            "user": "ana",
+            "tmp_size_mb": 1,
+        }))
+        .unwrap()
+    }
+
+    fn access_of(t: &[Rule], p: &str) -> Vec<u64> {
+        t.iter()
+            .filter(|r| r.path == Path::new(p))
+            .map(|r| r.access)
+            .collect()
+    }
+
+    #[test]
+    fn table_mirrors_the_mounts() {
+        let t = rules(&spec());
+        for p in RUNTIME {
+            let r = t.iter().find(|r| r.path == Path::new(p)).unwrap();
+            assert_eq!((r.access, r.open), (READ_EXEC, Open::Optional), "{p}");
+        }
+        assert_eq!(access_of(&t, "/etc"), [READ_EXEC]);
+        assert_eq!(access_of(&t, "/opt/tool/bin/server"), [READ_EXEC]);
+        assert_eq!(access_of(&t, "/data/ref"), [READ_EXEC]);
+        assert_eq!(access_of(&t, "/work/out"), [READ_WRITE]);
+        // In both lists: write only, as the mount layer does.
+        assert_eq!(access_of(&t, "/both"), [READ_WRITE]);
+        assert_eq!(access_of(&t, "/tmp"), [READ_WRITE]);
+        assert_eq!(access_of(&t, "/home/ana"), [READ_WRITE]);
+        assert_eq!(access_of(&t, "/dev"), [FS_READ_DIR]);
+        for d in ["/dev/null", "/dev/zero", "/dev/full"] {
+            assert_eq!(access_of(&t, d), [FS_READ_FILE | FS_WRITE_FILE], "{d}");
+        }
+        for d in ["/dev/random", "/dev/urandom"] {
+            assert_eq!(access_of(&t, d), [FS_READ_FILE], "{d}");
+        }
+        assert_eq!(access_of(&t, "/dev/shm"), [SHM]);
+        assert_eq!(
+            access_of(&t, "/proc"),
+            [FS_READ_FILE | FS_READ_DIR | FS_WRITE_FILE]
+        );
+        // Nothing else: no rule on "/" itself, none on /sys, /run, /var...
+        let others: Vec<&str> = t
+            .iter()
+            .skip(RUNTIME.len())
+            .map(|r| r.path.to_str().unwrap())
+            .collect();
+        assert_eq!(
+            others,
+            [
+                "/etc",
+                "/opt/tool/bin/server",
+                "/data/ref",
+                "/work/out",
+                "/both",
+                "/tmp",
+                "/home/ana",
+                "/dev",
+                "/dev/null",
+                "/dev/zero",
+                "/dev/full",
+                "/dev/random",
+                "/dev/urandom",
+                "/dev/shm",
+                "/proc",
+            ]
+        );
+        assert!(t.iter().all(|r| r.path != Path::new("/")));
+        // Only the runtime dirs may be missing inside.
+        for r in &t {
+            let runtime = RUNTIME.iter().any(|p| r.path == Path::new(p));
+            let program = r.path == Path::new("/opt/tool/bin/server");
+            let want = match (runtime, program) {
+                (true, _) => Open::Optional,
+                (_, true) => Open::Follow,
+                _ => Open::Required,
+            };
+            assert_eq!(r.open, want, "{}", r.path.display());
+        }
+    }
+
+    #[test]
+    fn write_grants_get_write_rights_and_read_grants_do_not() {
+        let writes = FS_WRITE_FILE
+            | FS_REMOVE_DIR
+            | FS_REMOVE_FILE
+            | FS_MAKE_DIR
+            | FS_MAKE_REG
+            | FS_MAKE_SOCK
+            | FS_MAKE_FIFO
+            | FS_MAKE_SYM
+            | FS_REFER
+            | FS_TRUNCATE;
+        assert_eq!(READ_WRITE & writes, writes);
+        for a in [READ_EXEC, DEV_RO] {
+            assert_eq!(a & writes, 0);
+        }
+        // Read-only places carry no write right at all.
+        let t = rules(&spec());
+        for r in &t {
+            let ro = RUNTIME.iter().any(|p| r.path == Path::new(p))
+                || ["/etc", "/data/ref", "/opt/tool/bin/server", "/dev"]
+                    .iter()
+                    .any(|p| r.path == Path::new(p));
+            if ro {
+                assert_eq!(r.access & writes, 0, "{}", r.path.display());
+            }
+        }
+        // /proc may be written (/proc/self/...) but nothing created, removed or run.
+        assert_eq!(PROC & (writes & !FS_WRITE_FILE), 0);
+        assert_eq!(PROC & FS_EXECUTE, 0);
+        // noexec mounts stay non-executable.
+        assert_eq!(SHM & FS_EXECUTE, 0);
+    }
+
+    #[test]
+    fn device_nodes_and_device_ioctls_are_never_granted() {
+        for r in rules(&spec()) {
+            assert_eq!(
+                r.access & (FS_MAKE_CHAR | FS_MAKE_BLOCK | FS_IOCTL_DEV),
+                0,
+                "{}",
+                r.path.display()
+            );
+        }
+    }
+
+    #[test]
+    fn home_rule_follows_the_private_tmpfs() {
+        // Covered by a read grant: no private tmpfs, stays read-only.
+        let mut s = spec();
+        s.read.push("/home".into());
+        let t = rules(&s);
+        assert!(access_of(&t, "/home/ana").is_empty());
+        assert_eq!(access_of(&t, "/home"), [READ_EXEC]);
+        // Covered by a write grant: the grant's own rule.
+        let mut s = spec();
+        s.write.push("/home/ana".into());
+        assert_eq!(access_of(&rules(&s), "/home/ana"), [READ_WRITE]);
+    }
+
+    #[test]
+    fn abi_masks() {
+        assert_eq!(fs_rights(0), 0);
+        assert_eq!(fs_rights(1), (1 << 13) - 1);
+        assert_eq!(fs_rights(1) & (FS_REFER | FS_TRUNCATE | FS_IOCTL_DEV), 0);
+        assert_eq!(fs_rights(2), fs_rights(1) | FS_REFER);
+        assert_eq!(fs_rights(3), fs_rights(2) | FS_TRUNCATE);
+        assert_eq!(fs_rights(4), fs_rights(3));
+        assert_eq!(fs_rights(5), fs_rights(4) | FS_IOCTL_DEV);
+        assert_eq!(fs_rights(7), (1 << 16) - 1);
+        for abi in 0..4 {
+            assert_eq!(net_rights(abi), 0);
+        }
+        assert_eq!(net_rights(4), NET_BIND_TCP | NET_CONNECT_TCP);
+        for abi in 0..6 {
+            assert_eq!(scopes(abi), 0);
+        }
+        assert_eq!(scopes(6), SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL);
+        assert_eq!(
+            attr(7),
+            RulesetAttr {
+                handled_access_fs: 0xffff,
+                handled_access_net: 0b11,
+                scoped: 0b11,
+            }
+        );
+        // A kernel older than ABI 4 gets zeroes where it has no fields.
+        assert_eq!(
+            attr(3),
+            RulesetAttr {
+                handled_access_fs: (1 << 15) - 1,
+                handled_access_net: 0,
+                scoped: 0,
+            }
+        );
+    }
+
+    #[test]
+    fn gated_rights_are_masked_for_lower_abis() {
+        assert_eq!(effective(READ_WRITE, 1, true) & (FS_REFER | FS_TRUNCATE), 0);
+        assert_eq!(effective(READ_WRITE, 2, true) & FS_TRUNCATE, 0);
+        assert_ne!(effective(READ_WRITE, 2, true) & FS_REFER, 0);
+        assert_eq!(effective(READ_WRITE, 3, true), READ_WRITE);
+        // File rules lose the directory-only rights (the kernel says EINVAL).
+        assert_eq!(
+            effective(READ_WRITE, 7, false),
+            FS_READ_FILE | FS_EXECUTE | FS_WRITE_FILE | FS_TRUNCATE
+        );
+        assert_eq!(
+            effective(READ_WRITE, 2, false),
+            READ_EXEC & FILE_RIGHTS | FS_WRITE_FILE
+        );
+        assert_eq!(effective(READ_EXEC, 7, false), FS_READ_FILE | FS_EXECUTE);
+        // Every granted right is one the table's ABI handles.
+        for abi in 1..=KNOWN_ABI {
+            for r in rules(&spec()) {
+                assert_eq!(effective(r.access, abi, true) & !fs_rights(abi), 0);
+            }
+        }
+    }
+
+    #[test]
+    fn minimum_abi_is_enforced_with_a_message() {
+        assert!(check_min(0, Err(Errno::ENOSYS)).is_ok());
+        assert!(check_min(0, Ok(1)).is_ok());
+        assert!(check_min(3, Ok(3)).is_ok());
+        assert!(check_min(3, Ok(7)).is_ok());
+        let msg = |f: Failure| match f {
+            Failure::Setup { stage, message, .. } => {
+                assert_eq!(stage, "landlock");
+                message
+            }
+            f => panic!("{f:?}"),
+        };
+        assert_eq!(
+            msg(check_min(3, Ok(1)).unwrap_err()),
+            "landlock ABI 3 is required by the policy (truncation control), the kernel offers ABI 1"
+        );
+        let m = msg(check_min(1, Err(Errno::EOPNOTSUPP)).unwrap_err());
+        assert!(m.contains("ABI 1 is required") && m.contains("lsm="), "{m}");
+        let m = msg(check_min(4, Err(Errno::ENOSYS)).unwrap_err());
+        assert!(m.contains("offers no landlock"), "{m}");
+        let m = msg(check_min(9, Ok(9)).unwrap_err());
+        assert!(m.contains("handles ABI 7 at most"), "{m}");
+    }
+
+    #[test]
+    fn net_rules_grant_nothing_yet() {
+        assert!(net_rules(&spec()).is_empty());
+    }
+}
