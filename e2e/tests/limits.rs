@@ -69,3 +69,165 @@ fn an_allocation_within_the_limit_succeeds() {
     c.close_stdin();
     assert_eq!(c.wait_code(Duration::from_secs(10)), 0, "{}", c.stderr());
 }
+
+fn sh_session(
+    env: &TestEnv,
+    policy: &std::path::Path,
+    script: &str,
+    marker: &str,
+) -> std::process::Output {
+    let mut cmd = env.shim([
+        "--policy".into(),
+        policy.as_os_str().to_owned(),
+        "--".into(),
+        std::ffi::OsString::from("/bin/sh"),
+        "-c".into(),
+        script.into(),
+        marker.into(),
+    ]);
+    run(&mut cmd, Duration::from_secs(60))
+}
+
+fn is_root() -> bool {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() == 0 }
+}
+
+/// Forks until fork fails (at most 200), children sleeping; prints how many
+/// forks succeeded. The server's exit then ends the whole sandbox.
+const FORK_PROBE: &str = r#"my $n = 0; for (1..200) { my $p = fork(); last unless defined $p; if ($p == 0) { sleep 60; exit 0 } $n++ } print "forked=$n\n";"#;
+
+fn forked(env: &TestEnv, policy: &std::path::Path) -> (u32, std::process::Output) {
+    let mut cmd = env.shim([
+        "--policy".into(),
+        policy.as_os_str().to_owned(),
+        "--".into(),
+        std::ffi::OsString::from("/usr/bin/perl"),
+        "-e".into(),
+        FORK_PROBE.into(),
+    ]);
+    let out = run(&mut cmd, Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let n = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("forked="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    (n, out)
+}
+
+#[test]
+fn a_fork_bomb_is_capped_by_limits_pids() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let policy = env.policy(
+        "bomb.yaml",
+        "version: 1\nname: e2e-bomb\nlimits:\n  pids: 16\n  timeout_s: 30\n",
+    );
+    if is_root() {
+        // RLIMIT_NPROC does not bind uid 0: refused, not silently unenforced.
+        let out = sh_session(&env, &policy, "echo ran", "root-pids");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(exit_code(out.status), EXIT_WARDEN_ERROR, "{stderr}");
+        assert!(stderr.contains("limits.pids cannot be enforced when wardend runs as root"), "{stderr}");
+        assert!(out.stdout.is_empty());
+        eprintln!("skipping the bomb itself: needs a non-root caller (scripts/test runs it as one)");
+        return;
+    }
+    // 16 tasks: the server itself and 15 children.
+    let (n, out) = forked(&env, &policy);
+    assert_eq!(n, 15, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(exit_code(out.status), 0);
+}
+
+/// Control: without `limits.pids` the same probe forks all 200 children, so
+/// it is the limit that capped it.
+#[test]
+fn without_limits_pids_the_probe_forks_freely() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let policy = env.policy("nopids.yaml", "version: 1\nname: e2e-nopids\nlimits:\n  timeout_s: 30\n");
+    let (n, out) = forked(&env, &policy);
+    assert_eq!(n, 200, "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn filling_tmp_stops_at_limits_tmp_mb() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let policy = env.policy(
+        "tmp.yaml",
+        "version: 1\nname: e2e-tmp\nlimits:\n  tmp_mb: 8\n  timeout_s: 30\n",
+    );
+    let marker = unique_marker("tmpfill");
+    let out = sh_session(
+        &env,
+        &policy,
+        "dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1; echo size=$(($(wc -c < /tmp/fill) / 1048576))",
+        &marker,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("No space left on device"), "{stdout}");
+    let size: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("size="))
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(size <= 8, "{size} MiB written to an 8 MiB /tmp");
+    // Control: a 64 MiB /tmp takes the same 64 MiB.
+    let policy = env.policy(
+        "tmp64.yaml",
+        "version: 1\nname: e2e-tmp\nlimits:\n  tmp_mb: 80\n  timeout_s: 30\n",
+    );
+    let out = sh_session(
+        &env,
+        &policy,
+        "dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>/dev/null; echo size=$(($(wc -c < /tmp/fill) / 1048576))",
+        &marker,
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("size=64"));
+}
+
+#[test]
+fn a_cpu_limit_that_cannot_be_enforced_is_refused_unless_best_effort() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let policy = env.policy(
+        "cpu.yaml",
+        "version: 1\nname: e2e-cpu\nlimits:\n  cpu: 0.5\n",
+    );
+    let out = sh_session(&env, &policy, "echo ran", "cpu");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(exit_code(out.status), EXIT_WARDEN_ERROR, "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr.contains("limits.cpu (0.5 cores) cannot be enforced here"),
+        "{stderr}"
+    );
+    let policy = env.policy(
+        "cpu-be.yaml",
+        "version: 1\nname: e2e-cpu\nlimits:\n  cpu: 0.5\n  best_effort: true\n",
+    );
+    let mut c = env.fixture_session(&policy, &[], &[]);
+    c.initialize();
+    let ps = env.sessions();
+    assert!(
+        ps[0]["limits"]
+            .to_string()
+            .contains("cpu=0.5 (NOT enforced: limits.best_effort)"),
+        "{ps:?}"
+    );
+    c.close_stdin();
+    assert_eq!(c.wait_code(Duration::from_secs(10)), 0);
+    let records = audit_records(&env);
+    let start = records
+        .iter()
+        .find(|r| r["action"] == "start" && r["type"] == "session")
+        .unwrap();
+    assert!(
+        start["details"]["limits"]
+            .to_string()
+            .contains("NOT enforced"),
+        "{start}"
+    );
+}

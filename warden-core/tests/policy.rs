@@ -162,6 +162,7 @@ limits:
             limits: Limits {
                 memory_mb: Some(512),
                 timeout_s: Some(300),
+                ..Limits::default()
             },
             ..f.base(text)
         }
@@ -602,6 +603,7 @@ fn limits_rules() {
             limits: Limits {
                 memory_mb: Some(16),
                 timeout_s: Some(604_800),
+                ..Limits::default()
             },
             ..f.base(text)
         }
@@ -822,5 +824,38 @@ fn what_only_serde_sees_is_still_reported_with_a_position() {
         lines(&[&format!(
             "{P}:2:21: limits.timeout_s: invalid type: integer `99999999999999999999` as u128, expected i64"
         )])
+    );
+}
+
+#[test]
+fn pids_tmp_cpu_and_best_effort_limits() {
+    let f = Fixture::new();
+    let text = "command: [server]\nlimits: {pids: 64, tmp_mb: 32, cpu: 0.5, best_effort: true}\n";
+    assert_eq!(
+        f.ok(text),
+        CompiledPolicy {
+            limits: Limits {
+                pids: Some(64),
+                tmp_mb: Some(32),
+                cpu: Some(0.5),
+                best_effort: true,
+                ..Limits::default()
+            },
+            ..f.base(text)
+        }
+    );
+    let text = "command: [server]\nlimits:\n  pids: 0\n  tmp_mb: -1\n  cpu: 0\n";
+    assert_eq!(
+        f.err(text),
+        vec![
+            "$T/proj/policy.yaml:3:9: limits.pids: 0 is out of range: must be between 1 and 65536 (processes and threads)".to_string(),
+            "$T/proj/policy.yaml:4:11: limits.tmp_mb: -1 is out of range: must be between 1 and 1048576 (MiB, up to 1 TiB)".to_string(),
+            "$T/proj/policy.yaml:5:8: limits.cpu: 0 is out of range: must be between 0.01 and 1024 (CPU cores, e.g. 0.5)".to_string(),
+        ]
+    );
+    let text = "command: [server]\nlimits:\n  best_effort: 1\n";
+    assert_eq!(
+        f.err(text),
+        vec!["$T/proj/policy.yaml:3:16: limits.best_effort: expected `true` or `false`, found an integer `1`".to_string()]
     );
 }

@@ -368,6 +368,7 @@ fn pid1(
                 server_child(
                     wr.as_raw_fd(),
                     last_cap,
+                    nproc_limit(spec),
                     &confinement,
                     &args.program,
                     &argv,
@@ -493,7 +494,17 @@ fn kill_all_and_wait(server: Pid) -> Exit {
     }
 }
 
-const STAGES: [&str; 10] = [
+/// RLIMIT_NPROC for the server: `limits.pids` plus the launcher and PID 1,
+/// which live in the same user namespace and so count against the same limit
+/// (since Linux 5.14 the count is per user namespace, so nothing outside the
+/// sandbox counts).
+fn nproc_limit(spec: &SandboxSpec) -> Option<u64> {
+    spec.pids_max.map(|n| n + 2)
+}
+
+const STAGE_NPROC: u32 = 10;
+
+const STAGES: [&str; 11] = [
     "start server",
     "unblock signals",
     "setsid",
@@ -504,6 +515,7 @@ const STAGES: [&str; 10] = [
     "execve",
     "apply landlock",
     "install seccomp filter",
+    "set RLIMIT_NPROC",
 ];
 const STAGE_EXEC: u32 = 7;
 
@@ -527,6 +539,7 @@ unsafe fn child_fail(pipe: RawFd, stage: u32, errno: i32) -> ! {
 unsafe fn server_child(
     pipe: RawFd,
     last_cap: u32,
+    nproc: Option<u64>,
     confinement: &crate::confine::Confinement,
     program: &CString,
     argv: &[*const libc::c_char],
@@ -590,6 +603,15 @@ unsafe fn server_child(
         // Every fd but 0/1/2 closes at exec (the status pipe must survive until then).
         if let Err(e) = sys::close_range_from(3, true) {
             child_fail(pipe, 0, e as i32);
+        }
+        if let Some(n) = nproc {
+            let lim = libc::rlimit {
+                rlim_cur: n as libc::rlim_t,
+                rlim_max: n as libc::rlim_t,
+            };
+            if libc::setrlimit(libc::RLIMIT_NPROC, &lim) < 0 {
+                child_fail(pipe, STAGE_NPROC, errno());
+            }
         }
         // Landlock, then the seccomp filter: the last things before execve.
         if let Err((stage, e)) = confinement.apply() {

@@ -527,6 +527,7 @@ mod tests {
             gid,
             user: user.into(),
             tmp_size_mb: 1,
+            pids_max: None,
             landlock_min_abi: 0,
         }
     }

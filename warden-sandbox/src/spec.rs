@@ -35,6 +35,11 @@ pub struct SandboxSpec {
     pub user: String,
     /// Size of the private /tmp tmpfs in MiB.
     pub tmp_size_mb: u64,
+    /// Most tasks (processes and threads) the server's tree may hold, enforced
+    /// with RLIMIT_NPROC, which counts per user namespace: only this
+    /// sandbox's tasks count. None = no limit.
+    #[serde(default)]
+    pub pids_max: Option<u64>,
     /// The lowest Landlock ABI the policy accepts (0: none). Below it, or without
     /// Landlock at all when it is set, the sandbox refuses to start.
     #[serde(default)]

@@ -82,6 +82,7 @@ impl Fixture {
             gid: nix::unistd::getegid().as_raw(),
             user: "tester".into(),
             tmp_size_mb: 16,
+            pids_max: None,
             landlock_min_abi: 0,
         }
     }

@@ -34,27 +34,57 @@ pub fn probe() -> Vec<KernelFeature> {
         ),
     ));
     let seccomp = read("/proc/sys/kernel/seccomp/actions_avail");
+    let user_notif = seccomp
+        .as_deref()
+        .is_some_and(|a| a.split_whitespace().any(|x| x == "user_notif"));
     out.push(feature(
         "seccomp",
         seccomp.is_some(),
-        match seccomp {
-            Some(a) => format!("actions: {a}; filter not installed by this version"),
+        match &seccomp {
+            Some(a) => format!("actions: {a}"),
             None => "not available".into(),
         },
     ));
-    let cgroup2 = [
-        "/sys/fs/cgroup/cgroup.controllers",
-        "/sys/fs/cgroup/unified/cgroup.controllers",
-    ]
-    .iter()
-    .find_map(|p| read(p).map(|c| (p.to_string(), c)));
     out.push(feature(
-        "cgroup_v2",
-        cgroup2.is_some(),
-        match cgroup2 {
-            Some((p, c)) => format!("{p}: controllers [{c}]; not used by this version"),
-            None => "not mounted".into(),
-        },
+        "seccomp_user_notif",
+        user_notif,
+        "needed later for auditing denied file accesses".into(),
     ));
+    out.push(cgroup());
     out
+}
+
+/// Whether this process sits in a cgroup v2 subtree it may manage (systemd
+/// `Delegate=yes`), and which controllers it would have there.
+fn cgroup() -> KernelFeature {
+    let own = read("/proc/self/cgroup").and_then(|c| {
+        c.lines()
+            .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
+    });
+    let mount = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+        .into_iter()
+        .find(|m| fs::metadata(format!("{m}/cgroup.controllers")).is_ok());
+    let (Some(own), Some(mount)) = (own, mount) else {
+        return feature(
+            "cgroup_v2_delegation",
+            false,
+            "no cgroup v2 hierarchy".into(),
+        );
+    };
+    let dir = format!("{mount}{own}");
+    let controllers = read(&format!("{dir}/cgroup.controllers")).unwrap_or_default();
+    let uid = warden_core::paths::current_uid();
+    let delegated = {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(format!("{dir}/cgroup.procs")).is_ok_and(|m| m.uid() == uid)
+    };
+    feature(
+        "cgroup_v2_delegation",
+        delegated,
+        format!(
+            "{dir}: {}; controllers [{controllers}]; limits use {}",
+            if delegated { "delegated to this user" } else { "not delegated" },
+            "RSS sampling (memory), RLIMIT_NPROC (pids), tmpfs size (tmp_mb); cpu needs best_effort"
+        ),
+    )
 }

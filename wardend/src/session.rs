@@ -237,6 +237,23 @@ impl Daemon {
         };
         let policy = policy::compile(&input, &overrides, &ctx)
             .map_err(|e| DaemonError::Policy(e.to_string()))?;
+        if policy.limits.pids.is_some() && self.uid == 0 && !policy.limits.best_effort {
+            return Err(DaemonError::Policy(
+                "limits.pids cannot be enforced when wardend runs as root: the kernel does not \
+                 apply RLIMIT_NPROC to uid 0; run wardend as a normal user, or set \
+                 limits.best_effort: true to run without a process limit"
+                    .into(),
+            ));
+        }
+        if let Some(cpu) = policy.limits.cpu {
+            if !policy.limits.best_effort {
+                return Err(DaemonError::Policy(format!(
+                    "limits.cpu ({cpu} cores) cannot be enforced here: Warden enforces CPU limits only \
+                     through a delegated cgroup v2 cpu controller, which this version does not use yet; \
+                     remove limits.cpu or set limits.best_effort: true to run without a CPU limit"
+                )));
+            }
+        }
         let (env, env_names) = build_env(&req.env, &policy.env_allow, &home);
         let user = env_get(&req.env, "USER")
             .or_else(|| env_get(&req.env, "LOGNAME"))
@@ -260,7 +277,8 @@ impl Daemon {
             uid: warden_core::paths::current_uid(),
             gid: warden_core::paths::current_gid(),
             user,
-            tmp_size_mb: TMP_SIZE_MB,
+            tmp_size_mb: policy.limits.tmp_mb.unwrap_or(TMP_SIZE_MB),
+            pids_max: policy.limits.pids,
             landlock_min_abi: 0,
         };
         Ok(Prepared {
@@ -548,6 +566,24 @@ fn describe_limits(p: &CompiledPolicy) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(t) = p.limits.timeout_s {
         out.push(format!("timeout_s={t} (daemon timer)"));
+    }
+    if let Some(n) = p.limits.pids {
+        if warden_core::paths::current_uid() == 0 {
+            out.push(format!(
+                "pids={n} (NOT enforced for root: limits.best_effort)"
+            ));
+        } else {
+            out.push(format!(
+                "pids={n} (RLIMIT_NPROC in the sandbox's user namespace)"
+            ));
+        }
+    }
+    out.push(format!(
+        "tmp_mb={} (size of the private /tmp)",
+        p.limits.tmp_mb.unwrap_or(TMP_SIZE_MB)
+    ));
+    if let Some(c) = p.limits.cpu {
+        out.push(format!("cpu={c} (NOT enforced: limits.best_effort)"));
     }
     if let Some(m) = p.limits.memory_mb {
         out.push(format!(

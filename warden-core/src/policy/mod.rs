@@ -70,10 +70,23 @@ pub struct CompileContext {
 }
 
 /// Resource limits; `None` means no limit beyond the daemon's defaults.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Limits {
     pub memory_mb: Option<u64>,
     pub timeout_s: Option<u64>,
+    /// Most tasks (processes and threads) the sandbox may hold at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u64>,
+    /// Size of the private /tmp in MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp_mb: Option<u64>,
+    /// CPU cores (e.g. 0.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<f64>,
+    /// Run even when a limit cannot be enforced on this machine (the session
+    /// records which limit is not enforced). Default false: refuse.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub best_effort: bool,
 }
 
 /// A policy that passed every rule. Paths are absolute, normalised, existing and
@@ -136,6 +149,10 @@ struct RawAllow {
 struct RawLimits {
     memory_mb: Option<i64>,
     timeout_s: Option<i64>,
+    pids: Option<i64>,
+    tmp_mb: Option<i64>,
+    cpu: Option<f64>,
+    best_effort: Option<bool>,
 }
 
 /// Reads a policy file. The error names the path.
@@ -459,6 +476,17 @@ pub fn compile(
         .and_then(|l| l.timeout_s)
         .and_then(|v| sink.check(&Origin::Key("limits.timeout_s".into()), rules::timeout_s(v)));
 
+    let pids = limits_raw
+        .and_then(|l| l.pids)
+        .and_then(|v| sink.check(&Origin::Key("limits.pids".into()), rules::pids(v)));
+    let tmp_mb = limits_raw
+        .and_then(|l| l.tmp_mb)
+        .and_then(|v| sink.check(&Origin::Key("limits.tmp_mb".into()), rules::tmp_mb(v)));
+    let cpu = limits_raw
+        .and_then(|l| l.cpu)
+        .and_then(|v| sink.check(&Origin::Key("limits.cpu".into()), rules::cpu(v)));
+    let best_effort = limits_raw.and_then(|l| l.best_effort).unwrap_or(false);
+
     let mut diagnostics = sink.diagnostics;
     if !diagnostics.is_empty() {
         // File order first (then file-wide ones), then flags in the order checked.
@@ -484,6 +512,10 @@ pub fn compile(
         limits: Limits {
             memory_mb,
             timeout_s,
+            pids,
+            tmp_mb,
+            cpu,
+            best_effort,
         },
     })
 }

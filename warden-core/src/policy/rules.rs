@@ -62,6 +62,8 @@ pub(crate) enum Invalid {
     EnvNameEquals(String),
     #[error("network access is not yet supported by this version of Warden; remove the entry or leave the list empty")]
     Network,
+    #[error("{0} is out of range: must be between 0.01 and 1024 (CPU cores, e.g. 0.5)")]
+    Cpu(String),
     #[error("{value} is out of range: must be between {min} and {max} ({unit})")]
     Range {
         value: i64,
@@ -339,6 +341,22 @@ pub(crate) fn timeout_s(v: i64) -> Result<u64, Invalid> {
 
 pub(crate) fn memory_mb(v: i64) -> Result<u64, Invalid> {
     in_range(v, 16, 1_048_576, "MiB, up to 1 TiB")
+}
+
+pub(crate) fn pids(v: i64) -> Result<u64, Invalid> {
+    in_range(v, 1, 65_536, "processes and threads")
+}
+
+pub(crate) fn tmp_mb(v: i64) -> Result<u64, Invalid> {
+    in_range(v, 1, 1_048_576, "MiB, up to 1 TiB")
+}
+
+pub(crate) fn cpu(v: f64) -> Result<f64, Invalid> {
+    if v.is_finite() && (0.01..=1024.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(Invalid::Cpu(v.to_string()))
+    }
 }
 
 fn in_range(value: i64, min: i64, max: i64, unit: &'static str) -> Result<u64, Invalid> {

@@ -239,6 +239,9 @@ impl MarkedEventReceiver for Builder {
 #[derive(Clone, Copy)]
 enum Ty {
     Int,
+    /// An integer or a decimal number.
+    Num,
+    Bool,
     Str,
     StrList,
     Map(&'static [(&'static str, Ty)]),
@@ -247,7 +250,14 @@ enum Ty {
 const FILESYSTEM: &[(&str, Ty)] = &[("read", Ty::StrList), ("write", Ty::StrList)];
 const NETWORK: &[(&str, Ty)] = &[("allow", Ty::StrList)];
 const ENV: &[(&str, Ty)] = &[("allow", Ty::StrList)];
-const LIMITS: &[(&str, Ty)] = &[("memory_mb", Ty::Int), ("timeout_s", Ty::Int)];
+const LIMITS: &[(&str, Ty)] = &[
+    ("memory_mb", Ty::Int),
+    ("timeout_s", Ty::Int),
+    ("pids", Ty::Int),
+    ("tmp_mb", Ty::Int),
+    ("cpu", Ty::Num),
+    ("best_effort", Ty::Bool),
+];
 const TOP: &[(&str, Ty)] = &[
     ("version", Ty::Int),
     ("name", Ty::Str),
@@ -335,6 +345,16 @@ fn walk(node: &Node, ty: Ty, path: &str, checked: &mut Checked) {
         (Ty::Int, Kind::Scalar { value, plain: true }) if is_int(value) => {}
         (Ty::Int, _) => {
             let msg = format!("expected an integer, found {}", node.describe());
+            problem(checked, node, path, msg);
+        }
+        (Ty::Num, Kind::Scalar { value, plain: true }) if is_int(value) || is_float(value) => {}
+        (Ty::Num, _) => {
+            let msg = format!("expected a number, found {}", node.describe());
+            problem(checked, node, path, msg);
+        }
+        (Ty::Bool, Kind::Scalar { value, plain: true }) if is_bool(value) => {}
+        (Ty::Bool, _) => {
+            let msg = format!("expected `true` or `false`, found {}", node.describe());
             problem(checked, node, path, msg);
         }
         // serde_yaml reads any non-null scalar as a string (`name: 123` is "123").
