@@ -112,7 +112,12 @@ fn forked(env: &TestEnv, policy: &std::path::Path) -> (u32, std::process::Output
         .lines()
         .find_map(|l| l.strip_prefix("forked="))
         .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no count: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+        .unwrap_or_else(|| {
+            panic!(
+                "no count: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
     (n, out)
 }
 
@@ -129,9 +134,14 @@ fn a_fork_bomb_is_capped_by_limits_pids() {
         let out = sh_session(&env, &policy, "echo ran", "root-pids");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(exit_code(out.status), EXIT_WARDEN_ERROR, "{stderr}");
-        assert!(stderr.contains("limits.pids cannot be enforced when wardend runs as root"), "{stderr}");
+        assert!(
+            stderr.contains("limits.pids cannot be enforced when wardend runs as root"),
+            "{stderr}"
+        );
         assert!(out.stdout.is_empty());
-        eprintln!("skipping the bomb itself: needs a non-root caller (scripts/test runs it as one)");
+        eprintln!(
+            "skipping the bomb itself: needs a non-root caller (scripts/test runs it as one)"
+        );
         return;
     }
     // 16 tasks: the server itself and 15 children.
@@ -146,7 +156,10 @@ fn a_fork_bomb_is_capped_by_limits_pids() {
 fn without_limits_pids_the_probe_forks_freely() {
     let env = TestEnv::new();
     let _daemon = env.start_daemon();
-    let policy = env.policy("nopids.yaml", "version: 1\nname: e2e-nopids\nlimits:\n  timeout_s: 30\n");
+    let policy = env.policy(
+        "nopids.yaml",
+        "version: 1\nname: e2e-nopids\nlimits:\n  timeout_s: 30\n",
+    );
     let (n, out) = forked(&env, &policy);
     assert_eq!(n, 200, "{}", String::from_utf8_lossy(&out.stderr));
 }
