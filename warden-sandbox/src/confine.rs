@@ -27,7 +27,7 @@ impl Confinement {
         let _ = spec;
         Ok(Confinement {
             landlock: crate::landlock::ruleset(spec)?,
-            seccomp: None,
+            seccomp: Some(crate::seccomp::program()?),
         })
     }
 

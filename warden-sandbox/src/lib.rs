@@ -9,8 +9,9 @@
 //!
 //! Private helpers: `proto` (the typed daemon ↔ init control protocol), `mounts`
 //! (the sandbox root filesystem), `landlock` (the Landlock ruleset mirroring the
-//! grants; [`landlock_abi`] reports what the kernel offers) and `sys` (raw kernel
-//! calls not wrapped by nix).
+//! grants; [`landlock_abi`] reports what the kernel offers), `seccomp` (the
+//! syscall filter, a table compiled to BPF) and `sys` (raw kernel calls not
+//! wrapped by nix).
 mod confine;
 pub mod fdpass;
 pub mod init;
@@ -18,6 +19,7 @@ mod landlock;
 pub mod launch;
 mod mounts;
 mod proto;
+mod seccomp;
 pub mod spec;
 pub mod stdio;
 mod sys;

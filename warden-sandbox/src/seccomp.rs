@@ -1,0 +1,718 @@
+//! The server's seccomp-BPF filter: default allow, with a deny list of the
+//! kernel-attack and escape surface (DESIGN.md §5 "Hardening").
+//!
+//! The rules are data: [`RULES`] is a table of (syscall, action, optional argument
+//! condition, reason), and [`program`] compiles it to classic BPF. Nothing here
+//! runs in the server child; `Confinement::prepare` builds the program in PID 1 and
+//! the child only hands it to `seccomp(2)`.
+//!
+//! Shape of the program:
+//! 1. the audit arch must be the native one (x86_64 or aarch64): a syscall from a
+//!    foreign ABI (i386 `int 0x80` on x86_64, AArch32 on aarch64) has other
+//!    numbers and would bypass every rule below, so it kills the process;
+//! 2. on x86_64, a syscall number with the x32 bit set is refused with `ENOSYS`
+//!    (x32 numbers differ and would bypass the table too; the kernel reports them
+//!    under `AUDIT_ARCH_X86_64`);
+//! 3. one block per syscall in the table; the first rule whose condition holds
+//!    decides; otherwise (and for every syscall not in the table) ALLOW.
+//!
+//! Refused calls return an errno, never kill (except the foreign ABI), so a server
+//! fails loudly with "Operation not permitted" instead of dying mysteriously.
+//!
+//! Argument conditions compare only the low 32 bits of an argument. Every argument
+//! inspected here is truncated to 32 bits by the kernel (`ioctl` cmd, `socket`
+//! domain, `personality` are `int`/`unsigned int`; `clone` takes
+//! `lower_32_bits(flags)`) or makes the call fail with `EINVAL` when high bits are
+//! set (`unshare`), so the filter sees exactly what the kernel acts on: setting
+//! high bits cannot slip past a rule (the CVE-2017-5226-style `TIOCSTI | 1 << 32`
+//! bypass of 64-bit comparisons).
+
+use crate::proto::Failure;
+
+/// What a matching rule returns to the caller instead of running the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// `SECCOMP_RET_ERRNO`: the call fails with this errno.
+    Errno(i32),
+}
+
+/// A condition on the low 32 bits of one argument (see the module docs for why 32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ArgCond {
+    /// `(arg & mask) != 0`: any of these flag bits is set.
+    AnyBit { arg: u8, mask: u32 },
+    /// `arg == value`.
+    Eq { arg: u8, value: u32 },
+    /// `arg` is none of `values` (an allow list of argument values).
+    NotIn { arg: u8, values: &'static [u32] },
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rule {
+    /// `SYS_<name>`, as spelled in libc.
+    pub name: &'static str,
+    pub nr: libc::c_long,
+    pub action: Action,
+    /// `None`: every call is refused.
+    pub cond: Option<ArgCond>,
+    /// One line: what the call reaches and why the server does not need it.
+    /// Documentation kept as data (checked by the tests; for `wardenctl status`).
+    #[allow(dead_code)]
+    pub why: &'static str,
+}
+
+/// Syscall numbers: libc's, plus the few it does not have yet.
+#[allow(non_upper_case_globals)]
+mod nr {
+    pub use libc::*;
+    /// Linux 6.15; numbers from 424 on are the same on every architecture.
+    pub const SYS_open_tree_attr: libc::c_long = 467;
+}
+
+const EPERM: Action = Action::Errno(libc::EPERM);
+const ENOSYS: Action = Action::Errno(libc::ENOSYS);
+const EAFNOSUPPORT: Action = Action::Errno(libc::EAFNOSUPPORT);
+
+/// Namespace flags `clone` accepts. `CLONE_NEWTIME` (0x80) is not among them: in
+/// `clone`'s flags those low 8 bits are the exit signal (`CSIGNAL`).
+pub(crate) const CLONE_NS_FLAGS: u32 = (libc::CLONE_NEWNS
+    | libc::CLONE_NEWCGROUP
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUSER
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET) as u32;
+/// Namespace flags `unshare` accepts.
+pub(crate) const UNSHARE_NS_FLAGS: u32 = CLONE_NS_FLAGS | libc::CLONE_NEWTIME as u32;
+
+/// Socket families a server may create.
+const FAMILIES: &[u32] = &[
+    libc::AF_UNIX as u32,
+    libc::AF_INET as u32,
+    libc::AF_INET6 as u32,
+];
+/// `personality(PER_LINUX)` (0, the default) and `personality(0xffffffff)` (query).
+const PERSONALITIES: &[u32] = &[0, 0xffff_ffff];
+
+macro_rules! rule {
+    ($sys:ident, $action:expr, $why:literal) => {
+        rule!($sys, $action, None, $why)
+    };
+    ($sys:ident, $action:expr, $cond:expr, $why:literal) => {
+        Rule {
+            name: stringify!($sys),
+            nr: nr::$sys,
+            action: $action,
+            cond: $cond,
+            why: $why,
+        }
+    };
+}
+
+/// The deny list. Everything not here is allowed: `execve`/`execveat`, `fork`,
+/// `vfork`, `clone` without namespace flags (threads), `prctl`, `seccomp` (can only
+/// add filters), `landlock_*` (can only restrict further), `kcmp`, `mbind`,
+/// `move_pages`.
+pub(crate) static RULES: &[Rule] = &[
+    // Namespaces: a nested user namespace hands out a full capability set over
+    // fresh namespaces, the door to most kernel LPEs of recent years.
+    rule!(SYS_unshare, EPERM, Some(ArgCond::AnyBit { arg: 0, mask: UNSHARE_NS_FLAGS }),
+        "new namespaces (userns unlocks CVE-2022-0185, CVE-2023-32233, CVE-2022-0492); CLONE_FILES/FS pass"),
+    rule!(SYS_clone, EPERM, Some(ArgCond::AnyBit { arg: 0, mask: CLONE_NS_FLAGS }),
+        "clone into new namespaces (flags are arg0 on x86_64 and aarch64); threads and fork pass"),
+    rule!(SYS_clone3, ENOSYS,
+        "flags sit in a struct the filter cannot read; ENOSYS makes glibc fall back to clone"),
+    rule!(SYS_setns, EPERM, "joining another namespace through an fd or pidfd"),
+    // The mount API: the server has no capabilities, this is the second lock.
+    rule!(SYS_mount, EPERM, "mount table changes (could reshape or uncover the sandbox root)"),
+    rule!(SYS_umount2, EPERM, "unmounting could uncover what the sandbox root hides"),
+    rule!(SYS_pivot_root, EPERM, "root changes"),
+    rule!(SYS_chroot, EPERM, "root changes (the classic chroot escape with a held directory fd)"),
+    rule!(SYS_open_tree, EPERM, "new mount API: detached copies of mount trees"),
+    rule!(SYS_open_tree_attr, EPERM, "new mount API: open_tree with attribute changes (Linux 6.15)"),
+    rule!(SYS_move_mount, EPERM, "new mount API: attaching mounts"),
+    rule!(SYS_fsopen, EPERM, "new mount API: filesystem contexts (CVE-2022-0185 legacy_parse_param overflow)"),
+    rule!(SYS_fsconfig, EPERM, "new mount API: filesystem parameters (CVE-2022-0185)"),
+    rule!(SYS_fsmount, EPERM, "new mount API: mounts from a filesystem context"),
+    rule!(SYS_fspick, EPERM, "new mount API: reconfiguring existing superblocks"),
+    rule!(SYS_mount_setattr, EPERM, "new mount API: mount flags and idmapped mounts"),
+    // Other processes.
+    rule!(SYS_ptrace, EPERM, "memory and registers of other processes (CVE-2019-13272 PTRACE_TRACEME)"),
+    rule!(SYS_process_vm_readv, EPERM, "reading another process's memory without ptrace"),
+    rule!(SYS_process_vm_writev, EPERM, "writing another process's memory without ptrace"),
+    rule!(SYS_pidfd_getfd, EPERM, "stealing file descriptors from another process"),
+    // Kernel subsystems that are not namespaced or are large attack surface.
+    rule!(SYS_keyctl, EPERM, "kernel keyrings are not namespaced (CVE-2016-0728)"),
+    rule!(SYS_add_key, EPERM, "kernel keyrings are not namespaced (CVE-2016-0728)"),
+    rule!(SYS_request_key, EPERM, "kernel keyrings are not namespaced; can upcall to host helpers"),
+    rule!(SYS_bpf, EPERM, "eBPF verifier bugs (CVE-2021-3490, CVE-2021-31440, CVE-2023-2163)"),
+    rule!(SYS_perf_event_open, EPERM, "perf bugs and side channels (CVE-2013-2094, CVE-2023-2235)"),
+    rule!(SYS_userfaultfd, EPERM, "stalls kernel page faults to win exploit races (CVE-2021-22555 technique)"),
+    rule!(SYS_io_uring_setup, EPERM, "io_uring: large surface whose ops bypass seccomp (CVE-2022-29582, CVE-2023-2598)"),
+    rule!(SYS_io_uring_enter, EPERM, "io_uring (see io_uring_setup)"),
+    rule!(SYS_io_uring_register, EPERM, "io_uring (see io_uring_setup)"),
+    rule!(SYS_open_by_handle_at, EPERM, "opens inodes by handle past the mount view (the 'shocker' container escape)"),
+    rule!(SYS_name_to_handle_at, EPERM, "file handles for open_by_handle_at"),
+    rule!(SYS_fanotify_init, EPERM, "filesystem-wide access monitoring"),
+    // The machine itself.
+    rule!(SYS_init_module, EPERM, "loading kernel modules"),
+    rule!(SYS_finit_module, EPERM, "loading kernel modules"),
+    rule!(SYS_delete_module, EPERM, "unloading kernel modules"),
+    rule!(SYS_kexec_load, EPERM, "replacing the running kernel"),
+    rule!(SYS_kexec_file_load, EPERM, "replacing the running kernel"),
+    rule!(SYS_reboot, EPERM, "host power state"),
+    rule!(SYS_swapon, EPERM, "host swap configuration"),
+    rule!(SYS_swapoff, EPERM, "host swap configuration"),
+    rule!(SYS_acct, EPERM, "process accounting into an arbitrary file"),
+    rule!(SYS_quotactl, EPERM, "filesystem quota control"),
+    rule!(SYS_quotactl_fd, EPERM, "filesystem quota control (by fd)"),
+    rule!(SYS_lookup_dcookie, EPERM, "kernel profiling cookies (kernel address disclosure)"),
+    rule!(SYS_syslog, EPERM, "kernel log ring (kernel addresses; dmesg_restrict bypass)"),
+    rule!(SYS_vhangup, EPERM, "hangs up the controlling terminal"),
+    rule!(SYS_nfsservctl, EPERM, "removed NFS server interface"),
+    rule!(SYS_settimeofday, EPERM, "the host clock is not namespaced"),
+    rule!(SYS_clock_settime, EPERM, "the host clock is not namespaced"),
+    rule!(SYS_clock_adjtime, EPERM, "the host clock is not namespaced (the read-only use is refused too)"),
+    rule!(SYS_adjtimex, EPERM, "the host clock is not namespaced (ntp_gettime reads are refused too)"),
+    #[cfg(target_arch = "x86_64")]
+    rule!(SYS_iopl, EPERM, "raw I/O port access"),
+    #[cfg(target_arch = "x86_64")]
+    rule!(SYS_ioperm, EPERM, "raw I/O port access"),
+    #[cfg(target_arch = "x86_64")]
+    rule!(SYS_uselib, EPERM, "a.out library loader (CVE-2004-1235)"),
+    #[cfg(target_arch = "x86_64")]
+    rule!(SYS_modify_ldt, EPERM, "LDT bugs (CVE-2015-5157, CVE-2017-17053); only 16-bit code and Wine need it"),
+    rule!(SYS_personality, EPERM, Some(ArgCond::NotIn { arg: 0, values: PERSONALITIES }),
+        "execution domains weaken the next exec: MMAP_PAGE_ZERO (CVE-2009-1895), READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE"),
+    // Terminals (cmd is an unsigned int: compared on 32 bits).
+    rule!(SYS_ioctl, EPERM, Some(ArgCond::Eq { arg: 1, value: libc::TIOCSTI as u32 }),
+        "TIOCSTI pushes input into a terminal (CVE-2017-5226, CVE-2016-7545)"),
+    rule!(SYS_ioctl, EPERM, Some(ArgCond::Eq { arg: 1, value: libc::TIOCLINUX as u32 }),
+        "TIOCLINUX pastes the console selection as input, like TIOCSTI (CVE-2023-1076 class)"),
+    rule!(SYS_ioctl, EPERM, Some(ArgCond::Eq { arg: 1, value: libc::TIOCSETD as u32 }),
+        "TIOCSETD attaches line disciplines (CVE-2017-2636 n_hdlc, CVE-2023-6546 n_gsm)"),
+    // Sockets: Unix and IP only. AF_NETLINK too is refused (nothing needs it here;
+    // netfilter/route are large surfaces: CVE-2022-1015, CVE-2023-32233; side
+    // effect: getifaddrs and node's os.networkInterfaces() fail), as are AF_PACKET
+    // (CVE-2016-8655, CVE-2017-7308), AF_VSOCK (CVE-2021-26708), AF_ALG, AF_KEY...
+    rule!(SYS_socket, EAFNOSUPPORT, Some(ArgCond::NotIn { arg: 0, values: FAMILIES }),
+        "families other than AF_UNIX/AF_INET/AF_INET6, netlink included (AF_PACKET CVE-2017-7308)"),
+    rule!(SYS_socketpair, EAFNOSUPPORT, Some(ArgCond::NotIn { arg: 0, values: FAMILIES }),
+        "families other than AF_UNIX/AF_INET/AF_INET6"),
+];
+
+// <linux/audit.h>: not in libc.
+const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+const AUDIT_ARCH_AARCH64: u32 = 0xC000_00B7;
+/// `__X32_SYSCALL_BIT`.
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// The audit arch this build's syscall numbers belong to.
+pub(crate) const fn native_arch() -> Option<u32> {
+    if cfg!(target_arch = "x86_64") {
+        Some(AUDIT_ARCH_X86_64)
+    } else if cfg!(target_arch = "aarch64") {
+        Some(AUDIT_ARCH_AARCH64)
+    } else {
+        None
+    }
+}
+
+// `struct seccomp_data` offsets.
+const OFF_NR: u32 = 0;
+const OFF_ARCH: u32 = 4;
+const OFF_ARGS: u32 = 16;
+
+/// Offset of the low 32 bits of argument `arg`.
+const fn arg_low(arg: u8) -> u32 {
+    OFF_ARGS + 8 * arg as u32 + if cfg!(target_endian = "big") { 4 } else { 0 }
+}
+
+const LD_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+const JEQ: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+const JSET: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
+const RET: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+
+pub(crate) const RET_ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
+pub(crate) const RET_KILL_PROCESS: u32 = libc::SECCOMP_RET_KILL_PROCESS;
+
+impl Action {
+    /// The `SECCOMP_RET_*` value.
+    pub(crate) fn ret(self) -> u32 {
+        match self {
+            Action::Errno(e) => libc::SECCOMP_RET_ERRNO | (e as u32 & libc::SECCOMP_RET_DATA),
+        }
+    }
+}
+
+fn stmt(code: u16, k: u32) -> libc::sock_filter {
+    libc::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn jump(code: u16, k: u32, jt: usize, jf: usize) -> Result<libc::sock_filter, Failure> {
+    let off = |n: usize| {
+        u8::try_from(n).map_err(|_| Failure::msg("seccomp", format!("jump of {n} is too long")))
+    };
+    Ok(libc::sock_filter {
+        code,
+        jt: off(jt)?,
+        jf: off(jf)?,
+        k,
+    })
+}
+
+/// The instructions for one rule, with the accumulator holding the syscall
+/// number on entry (it may be clobbered); falls through when the rule does not
+/// apply.
+fn rule_body(rule: &Rule) -> Result<Vec<libc::sock_filter>, Failure> {
+    let ret = stmt(RET, rule.action.ret());
+    Ok(match rule.cond {
+        None => vec![ret],
+        Some(ArgCond::AnyBit { arg, mask }) => {
+            vec![stmt(LD_ABS, arg_low(arg)), jump(JSET, mask, 0, 1)?, ret]
+        }
+        Some(ArgCond::Eq { arg, value }) => {
+            vec![stmt(LD_ABS, arg_low(arg)), jump(JEQ, value, 0, 1)?, ret]
+        }
+        Some(ArgCond::NotIn { arg, values }) => {
+            let mut v = vec![stmt(LD_ABS, arg_low(arg))];
+            for (i, &value) in values.iter().enumerate() {
+                // A listed value jumps past the remaining tests and the return.
+                v.push(jump(JEQ, value, values.len() - i, 0)?);
+            }
+            v.push(ret);
+            v
+        }
+    })
+}
+
+/// Compiles [`RULES`] for the architecture this binary was built for.
+pub(crate) fn program() -> Result<Vec<libc::sock_filter>, Failure> {
+    let arch = native_arch().ok_or_else(|| {
+        Failure::msg(
+            "seccomp",
+            format!(
+                "no seccomp filter for {} (only x86_64 and aarch64)",
+                std::env::consts::ARCH
+            ),
+        )
+    })?;
+    let mut prog = vec![
+        stmt(LD_ABS, OFF_ARCH),
+        jump(JEQ, arch, 1, 0)?,
+        stmt(RET, RET_KILL_PROCESS),
+        stmt(LD_ABS, OFF_NR),
+    ];
+    if arch == AUDIT_ARCH_X86_64 {
+        prog.push(jump(JSET, X32_SYSCALL_BIT, 0, 1)?);
+        prog.push(stmt(RET, ENOSYS.ret()));
+    }
+    // One block per syscall, in table order of first appearance.
+    let mut seen: Vec<libc::c_long> = Vec::new();
+    for first in RULES {
+        if seen.contains(&first.nr) {
+            continue;
+        }
+        seen.push(first.nr);
+        let group: Vec<&Rule> = RULES.iter().filter(|r| r.nr == first.nr).collect();
+        let mut body = Vec::new();
+        for rule in &group {
+            body.extend(rule_body(rule)?);
+        }
+        // No condition held: allow. (The accumulator no longer holds the number,
+        // but no other block can match this syscall anyway.)
+        if group.iter().any(|r| r.cond.is_some()) {
+            body.push(stmt(RET, RET_ALLOW));
+        }
+        let nr = u32::try_from(first.nr)
+            .map_err(|_| Failure::msg("seccomp", format!("bad number for {}", first.name)))?;
+        prog.push(jump(JEQ, nr, 0, body.len())?);
+        prog.extend(body);
+    }
+    prog.push(stmt(RET, RET_ALLOW));
+    if prog.len() > libc::BPF_MAXINSNS as usize {
+        return Err(Failure::msg(
+            "seccomp",
+            format!("filter of {} instructions is too long", prog.len()),
+        ));
+    }
+    Ok(prog)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    /// Runs `prog` the way the kernel does on one `struct seccomp_data`.
+    fn run(prog: &[libc::sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
+        let mut data = [0u8; 64];
+        data[0..4].copy_from_slice(&nr.to_ne_bytes());
+        data[4..8].copy_from_slice(&arch.to_ne_bytes());
+        for (i, a) in args.iter().enumerate() {
+            let o = 16 + 8 * i;
+            data[o..o + 8].copy_from_slice(&a.to_ne_bytes());
+        }
+        let mut acc = 0u32;
+        let mut pc = 0usize;
+        loop {
+            let ins = prog[pc];
+            pc += 1;
+            match ins.code {
+                LD_ABS => {
+                    let o = ins.k as usize;
+                    assert!(o.is_multiple_of(4) && o + 4 <= 64, "bad load at {}", pc - 1);
+                    acc = u32::from_ne_bytes(data[o..o + 4].try_into().unwrap());
+                }
+                JEQ | JSET => {
+                    let hit = if ins.code == JEQ {
+                        acc == ins.k
+                    } else {
+                        acc & ins.k != 0
+                    };
+                    pc += usize::from(if hit { ins.jt } else { ins.jf });
+                }
+                RET => return ins.k,
+                c => panic!("unexpected opcode {c:#x}"),
+            }
+            assert!(pc < prog.len(), "ran off the end");
+        }
+    }
+
+    fn native(nr: libc::c_long, args: [u64; 6]) -> u32 {
+        run(&program().unwrap(), native_arch().unwrap(), nr as u32, args)
+    }
+
+    fn arg0(a: u64) -> [u64; 6] {
+        [a, 0, 0, 0, 0, 0]
+    }
+
+    const EPERM_RET: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+
+    /// Every call the design refuses, with its action; conditional ones too.
+    #[test]
+    fn every_listed_call_is_in_the_table_with_its_action() {
+        let unconditional_eperm = [
+            "setns",
+            "mount",
+            "umount2",
+            "pivot_root",
+            "chroot",
+            "open_tree",
+            "move_mount",
+            "fsopen",
+            "fsconfig",
+            "fsmount",
+            "fspick",
+            "mount_setattr",
+            "ptrace",
+            "process_vm_readv",
+            "process_vm_writev",
+            "keyctl",
+            "add_key",
+            "request_key",
+            "bpf",
+            "perf_event_open",
+            "userfaultfd",
+            "io_uring_setup",
+            "io_uring_enter",
+            "io_uring_register",
+            "open_by_handle_at",
+            "name_to_handle_at",
+            "init_module",
+            "finit_module",
+            "delete_module",
+            "kexec_load",
+            "kexec_file_load",
+            "reboot",
+            "swapon",
+            "swapoff",
+            "acct",
+            "quotactl",
+            "lookup_dcookie",
+            "syslog",
+            "vhangup",
+            "nfsservctl",
+            "settimeofday",
+            "clock_settime",
+            "clock_adjtime",
+            "adjtimex",
+            "fanotify_init",
+            "pidfd_getfd",
+        ];
+        let find = |name: &str| -> Vec<&Rule> {
+            RULES
+                .iter()
+                .filter(|r| r.name.strip_prefix("SYS_") == Some(name))
+                .collect()
+        };
+        for name in unconditional_eperm {
+            let r = find(name);
+            assert_eq!(r.len(), 1, "{name}");
+            assert_eq!((r[0].action, r[0].cond), (EPERM, None), "{name}");
+        }
+        #[cfg(target_arch = "x86_64")]
+        for name in ["iopl", "ioperm", "uselib"] {
+            let r = find(name);
+            assert_eq!(
+                (r.len(), r[0].action, r[0].cond),
+                (1, EPERM, None),
+                "{name}"
+            );
+        }
+        let clone3 = find("clone3");
+        assert_eq!(
+            (clone3.len(), clone3[0].action, clone3[0].cond),
+            (1, ENOSYS, None)
+        );
+        let ns = |name: &str, mask: u32| {
+            let r = find(name);
+            assert_eq!(r.len(), 1, "{name}");
+            assert_eq!(r[0].action, EPERM);
+            assert_eq!(r[0].cond, Some(ArgCond::AnyBit { arg: 0, mask }));
+        };
+        ns("unshare", UNSHARE_NS_FLAGS);
+        ns("clone", CLONE_NS_FLAGS);
+        for name in ["socket", "socketpair"] {
+            let r = find(name);
+            assert_eq!(r.len(), 1);
+            assert_eq!(r[0].action, EAFNOSUPPORT);
+            let Some(ArgCond::NotIn { arg: 0, values }) = r[0].cond else {
+                panic!("{name}: {:?}", r[0].cond)
+            };
+            let mut v = values.to_vec();
+            v.sort();
+            assert_eq!(v, [1, 2, 10], "AF_UNIX, AF_INET, AF_INET6 only");
+            assert!(!values.contains(&(libc::AF_NETLINK as u32)));
+        }
+        let ioctls: Vec<_> = find("ioctl").iter().map(|r| (r.action, r.cond)).collect();
+        for cmd in [0x5412u32, 0x541C] {
+            let want = (EPERM, Some(ArgCond::Eq { arg: 1, value: cmd }));
+            assert!(ioctls.contains(&want), "ioctl {cmd:#x}");
+        }
+        let p = find("personality");
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].action, EPERM);
+        assert_eq!(
+            p[0].cond,
+            Some(ArgCond::NotIn {
+                arg: 0,
+                values: &[0, 0xffff_ffff]
+            })
+        );
+    }
+
+    #[test]
+    fn namespace_masks_are_exactly_the_clone_new_flags() {
+        assert_eq!(CLONE_NS_FLAGS, 0x7e02_0000);
+        assert_eq!(UNSHARE_NS_FLAGS, 0x7e02_0080);
+        // Thread and fork flags are not in the mask.
+        let thread = libc::CLONE_VM
+            | libc::CLONE_FS
+            | libc::CLONE_FILES
+            | libc::CLONE_SIGHAND
+            | libc::CLONE_THREAD
+            | libc::CLONE_SYSVSEM
+            | libc::CLONE_SETTLS
+            | libc::CLONE_PARENT_SETTID
+            | libc::CLONE_CHILD_CLEARTID
+            | libc::CLONE_VFORK
+            | libc::CLONE_PIDFD
+            | 0xff; // CSIGNAL
+        assert_eq!(thread as u32 & CLONE_NS_FLAGS, 0);
+    }
+
+    #[test]
+    fn no_duplicates_and_every_rule_has_a_one_line_reason() {
+        let mut seen = HashSet::new();
+        for r in RULES {
+            assert!(
+                seen.insert((r.nr, format!("{:?}", r.cond))),
+                "{} twice",
+                r.name
+            );
+            assert!(r.name.starts_with("SYS_"));
+            assert!(!r.why.is_empty() && !r.why.contains('\n'), "{}", r.name);
+            // An unconditional rule is the only one for its syscall.
+            if r.cond.is_none() {
+                assert_eq!(
+                    RULES.iter().filter(|o| o.nr == r.nr).count(),
+                    1,
+                    "{}",
+                    r.name
+                );
+            }
+            if let Some(ArgCond::AnyBit { arg, .. } | ArgCond::Eq { arg, .. }) = r.cond {
+                assert!(arg < 6);
+            }
+        }
+        let numbers: HashSet<_> = RULES.iter().map(|r| r.nr).collect();
+        let names: HashSet<_> = RULES.iter().map(|r| r.name).collect();
+        assert_eq!(numbers.len(), names.len(), "two names share a number");
+    }
+
+    #[test]
+    fn what_servers_need_is_not_in_the_table() {
+        let mut needed = vec![
+            libc::SYS_execve,
+            libc::SYS_execveat,
+            libc::SYS_prctl,
+            libc::SYS_seccomp,
+            libc::SYS_landlock_create_ruleset,
+            libc::SYS_landlock_add_rule,
+            libc::SYS_landlock_restrict_self,
+            libc::SYS_kcmp,
+            libc::SYS_mbind,
+            libc::SYS_move_pages,
+            libc::SYS_wait4,
+            libc::SYS_futex,
+            libc::SYS_mmap,
+            libc::SYS_connect,
+        ];
+        #[cfg(target_arch = "x86_64")]
+        needed.extend([libc::SYS_fork, libc::SYS_vfork]);
+        for nr in needed {
+            assert!(RULES.iter().all(|r| r.nr != nr), "syscall {nr} is refused");
+            assert_eq!(native(nr, [0; 6]), RET_ALLOW, "syscall {nr}");
+        }
+    }
+
+    #[test]
+    fn program_refuses_every_rule_and_nothing_else() {
+        for r in RULES {
+            let nr = r.nr;
+            let want = r.action.ret();
+            match r.cond {
+                None => assert_eq!(native(nr, [7; 6]), want, "{}", r.name),
+                Some(ArgCond::AnyBit { arg, mask }) => {
+                    let mut args = [0; 6];
+                    for bit in (0..32).map(|b| 1u32 << b).filter(|b| mask & b != 0) {
+                        args[arg as usize] = u64::from(bit);
+                        assert_eq!(native(nr, args), want, "{} {bit:#x}", r.name);
+                    }
+                    args[arg as usize] = u64::from(!mask);
+                    assert_eq!(native(nr, args), RET_ALLOW, "{} without", r.name);
+                }
+                Some(ArgCond::Eq { arg, value }) => {
+                    let mut args = [0; 6];
+                    args[arg as usize] = u64::from(value);
+                    assert_eq!(native(nr, args), want, "{}", r.name);
+                }
+                Some(ArgCond::NotIn { arg, values }) => {
+                    let mut args = [0; 6];
+                    for &v in values {
+                        args[arg as usize] = u64::from(v);
+                        assert_eq!(native(nr, args), RET_ALLOW, "{} {v}", r.name);
+                    }
+                    for v in [3u64, 16, 17, 40, 0x7fff_fffe] {
+                        args[arg as usize] = v;
+                        assert_eq!(native(nr, args), want, "{} {v}", r.name);
+                    }
+                }
+            }
+        }
+        // Other ioctls pass.
+        assert_eq!(
+            native(libc::SYS_ioctl, [0, libc::FIONREAD, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
+        assert_eq!(
+            native(libc::SYS_ioctl, [0, libc::TCGETS, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
+    }
+
+    /// The kernel truncates these arguments to 32 bits: high bits must not turn a
+    /// refused value into an allowed one.
+    #[test]
+    fn conditions_compare_the_low_32_bits() {
+        let high = 1u64 << 32;
+        for cmd in [libc::TIOCSTI, libc::TIOCLINUX] {
+            let args = [0, cmd | high, 0, 0, 0, 0];
+            assert_eq!(native(libc::SYS_ioctl, args), EPERM_RET, "{cmd:#x}");
+            let args = [0, cmd | 0xffff_ffff_0000_0000, 0, 0, 0, 0];
+            assert_eq!(native(libc::SYS_ioctl, args), EPERM_RET, "{cmd:#x}");
+        }
+        let netlink = libc::AF_NETLINK as u64 | high;
+        let eaf = libc::SECCOMP_RET_ERRNO | libc::EAFNOSUPPORT as u32;
+        assert_eq!(native(libc::SYS_socket, arg0(netlink)), eaf);
+        assert_eq!(native(libc::SYS_personality, arg0(8 | high)), EPERM_RET);
+        let newuser = libc::CLONE_NEWUSER as u64 | high;
+        assert_eq!(native(libc::SYS_clone, arg0(newuser)), EPERM_RET);
+        // Every condition loads a low word, never a high one.
+        let prog = program().unwrap();
+        for ins in prog.iter().filter(|i| i.code == LD_ABS && i.k >= OFF_ARGS) {
+            assert_eq!((ins.k - OFF_ARGS) % 8, arg_low(0) - OFF_ARGS, "{}", ins.k);
+        }
+    }
+
+    #[test]
+    fn threads_and_fork_pass_namespaces_do_not() {
+        let thread = (libc::CLONE_VM
+            | libc::CLONE_FS
+            | libc::CLONE_FILES
+            | libc::CLONE_SIGHAND
+            | libc::CLONE_THREAD
+            | libc::CLONE_SYSVSEM
+            | libc::CLONE_SETTLS
+            | libc::CLONE_PARENT_SETTID
+            | libc::CLONE_CHILD_CLEARTID) as u64;
+        assert_eq!(native(libc::SYS_clone, arg0(thread)), RET_ALLOW);
+        let fork = (libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD) as u64;
+        assert_eq!(native(libc::SYS_clone, arg0(fork)), RET_ALLOW);
+        let spawn = (libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD) as u64;
+        assert_eq!(native(libc::SYS_clone, arg0(spawn)), RET_ALLOW);
+        let ns = (libc::CLONE_NEWUSER | libc::SIGCHLD) as u64;
+        assert_eq!(native(libc::SYS_clone, arg0(ns)), EPERM_RET);
+        assert_eq!(
+            native(libc::SYS_unshare, arg0(libc::CLONE_FILES as u64)),
+            RET_ALLOW
+        );
+        let time = libc::CLONE_NEWTIME as u64;
+        assert_eq!(native(libc::SYS_unshare, arg0(time)), EPERM_RET);
+        assert_eq!(
+            native(libc::SYS_clone3, [0; 6]),
+            libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
+        );
+    }
+
+    #[test]
+    fn foreign_abi_kills_and_x32_is_enosys() {
+        let prog = program().unwrap();
+        // i386, x32-less x86_64 build of another arch, AArch32: killed whatever the call.
+        for arch in [0x4000_0003u32, 0x4000_0028, 0xC000_003E, 0xC000_00B7] {
+            if Some(arch) == native_arch() {
+                continue;
+            }
+            for nr in [0u32, 20, 39, 172] {
+                assert_eq!(run(&prog, arch, nr, [0; 6]), RET_KILL_PROCESS);
+            }
+        }
+        assert_eq!(prog[0].code, LD_ABS);
+        assert_eq!(prog[0].k, OFF_ARCH, "the arch check comes first");
+        #[cfg(target_arch = "x86_64")]
+        {
+            let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+            // x32 getpid, x32 unshare (272) and an x32-only number (512 + n).
+            for nr in [39u32, 272, 512, 547] {
+                let x32 = nr | X32_SYSCALL_BIT;
+                assert_eq!(run(&prog, AUDIT_ARCH_X86_64, x32, [0; 6]), enosys);
+            }
+        }
+    }
+
+    #[test]
+    fn program_is_small_and_ends_in_allow() {
+        let prog = program().unwrap();
+        assert!(prog.len() < 512, "{}", prog.len());
+        assert_eq!(prog.last().map(|i| (i.code, i.k)), Some((RET, RET_ALLOW)));
+        assert_eq!(native(libc::SYS_getpid, [0; 6]), RET_ALLOW);
+        assert_eq!(native(100_000, [0; 6]), RET_ALLOW);
+    }
+}
