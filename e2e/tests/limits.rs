@@ -244,3 +244,48 @@ fn a_cpu_limit_that_cannot_be_enforced_is_refused_unless_best_effort() {
         "{start}"
     );
 }
+
+/// `sandbox.landlock_min_abi` above what the kernel offers is refused, naming
+/// the missing feature; at or below it the session runs and records the ABI.
+#[test]
+fn a_landlock_minimum_above_the_kernel_is_refused() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let policy = env.policy(
+        "ll64.yaml",
+        "version: 1\nname: e2e-ll\nsandbox:\n  landlock_min_abi: 64\n",
+    );
+    let out = sh_session(&env, &policy, "echo ran", "ll64");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(exit_code(out.status), EXIT_WARDEN_ERROR, "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr.contains("landlock") && stderr.contains("64"),
+        "{stderr}"
+    );
+    let policy = env.policy(
+        "ll1.yaml",
+        "version: 1\nname: e2e-ll\nsandbox:\n  landlock_min_abi: 1\n",
+    );
+    let out = sh_session(&env, &policy, "echo ran", "ll1");
+    assert_eq!(
+        exit_code(out.status),
+        0,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ran");
+    let records = audit_records(&env);
+    let start = records
+        .iter()
+        .rev()
+        .find(|r| r["type"] == "session" && r["action"] == "start")
+        .unwrap();
+    assert!(
+        start["details"]["sandbox"]["landlock_abi"]
+            .as_u64()
+            .unwrap()
+            >= 1,
+        "{start}"
+    );
+}

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use warden_core::policy::{
     compile, digest, load_file, CompileContext, CompiledPolicy, Limits, Overrides, PolicyError,
-    PolicyInput,
+    PolicyInput, SandboxReq,
 };
 
 /// A temp tree:
@@ -118,6 +118,7 @@ impl Fixture {
             env_allow: vec![],
             network_allow: vec![],
             limits: Limits::default(),
+            sandbox: SandboxReq::default(),
         }
     }
 }
@@ -857,5 +858,28 @@ fn pids_tmp_cpu_and_best_effort_limits() {
     assert_eq!(
         f.err(text),
         vec!["$T/proj/policy.yaml:3:16: limits.best_effort: expected `true` or `false`, found an integer `1`".to_string()]
+    );
+}
+
+#[test]
+fn sandbox_landlock_min_abi() {
+    let f = Fixture::new();
+    let text = "command: [server]\nsandbox: {landlock_min_abi: 4}\n";
+    assert_eq!(
+        f.ok(text),
+        CompiledPolicy {
+            sandbox: SandboxReq {
+                landlock_min_abi: 4
+            },
+            ..f.base(text)
+        }
+    );
+    assert_eq!(
+        f.err("command: [server]\nsandbox:\n  landlock_min_abi: 0\n"),
+        vec!["$T/proj/policy.yaml:3:21: sandbox.landlock_min_abi: 0 is out of range: must be between 1 and 64 (Landlock ABI version)".to_string()]
+    );
+    assert_eq!(
+        f.err("command: [server]\nsandbox:\n  landlock: 4\n"),
+        vec!["$T/proj/policy.yaml:3:3: sandbox.landlock: unknown key `landlock`, did you mean `landlock_min_abi`?".to_string()]
     );
 }

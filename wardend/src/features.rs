@@ -33,6 +33,27 @@ pub fn probe() -> Vec<KernelFeature> {
                 .unwrap_or_default()
         ),
     ));
+    let abi = warden_sandbox::landlock_abi();
+    out.push(feature(
+        "landlock",
+        abi.is_some(),
+        match abi {
+            Some(v) => format!(
+                "ABI {v}: filesystem rules mirror the grants{}{}",
+                if v >= 4 {
+                    "; TCP bind/connect denied"
+                } else {
+                    ""
+                },
+                if v >= 6 {
+                    "; abstract unix sockets and signals scoped"
+                } else {
+                    ""
+                }
+            ),
+            None => "not available: the mount namespace is the only filesystem layer".into(),
+        },
+    ));
     let seccomp = read("/proc/sys/kernel/seccomp/actions_avail");
     let user_notif = seccomp
         .as_deref()

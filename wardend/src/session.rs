@@ -279,7 +279,7 @@ impl Daemon {
             user,
             tmp_size_mb: policy.limits.tmp_mb.unwrap_or(TMP_SIZE_MB),
             pids_max: policy.limits.pids,
-            landlock_min_abi: 0,
+            landlock_min_abi: policy.sandbox.landlock_min_abi,
         };
         Ok(Prepared {
             id: id.to_string(),
@@ -327,7 +327,12 @@ impl Daemon {
             "env_names": env_names,
             "limits": limits,
             "client": { "pid": client.pid, "program": client.program, "version": client.version },
-            "sandbox": { "backend": "linux", "namespaces": ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"] },
+            "sandbox": {
+                "backend": "linux",
+                "namespaces": ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"],
+                "landlock_abi": warden_sandbox::landlock_abi(),
+                "landlock_min_abi": policy.sandbox.landlock_min_abi,
+            },
         }));
         // Audit-before-execute: the start record is on disk before the server runs.
         self.audit.append(start, true).map_err(DaemonError::Audit)?;

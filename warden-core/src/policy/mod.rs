@@ -115,6 +115,9 @@ pub struct CompiledPolicy {
     /// Always empty in this version: any `network.allow` entry is refused.
     pub network_allow: Vec<String>,
     pub limits: Limits,
+    /// Requirements on the sandbox itself.
+    #[serde(default)]
+    pub sandbox: SandboxReq,
 }
 
 /// The v1 schema as serde sees it; every field optional.
@@ -129,6 +132,13 @@ struct RawPolicy {
     network: Option<RawAllow>,
     env: Option<RawAllow>,
     limits: Option<RawLimits>,
+    sandbox: Option<RawSandbox>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSandbox {
+    landlock_min_abi: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -153,6 +163,15 @@ struct RawLimits {
     tmp_mb: Option<i64>,
     cpu: Option<f64>,
     best_effort: Option<bool>,
+}
+
+/// `sandbox:` — what the policy requires of the sandbox layers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxReq {
+    /// Refuse to start unless the kernel offers at least this Landlock ABI
+    /// (0: no requirement; Landlock is used whenever available anyway).
+    #[serde(default)]
+    pub landlock_min_abi: u32,
 }
 
 /// Reads a policy file. The error names the path.
@@ -486,6 +505,17 @@ pub fn compile(
         .and_then(|l| l.cpu)
         .and_then(|v| sink.check(&Origin::Key("limits.cpu".into()), rules::cpu(v)));
     let best_effort = limits_raw.and_then(|l| l.best_effort).unwrap_or(false);
+    let landlock_min_abi = raw
+        .sandbox
+        .as_ref()
+        .and_then(|s| s.landlock_min_abi)
+        .and_then(|v| {
+            sink.check(
+                &Origin::Key("sandbox.landlock_min_abi".into()),
+                rules::landlock_min_abi(v),
+            )
+        })
+        .unwrap_or(0);
 
     let mut diagnostics = sink.diagnostics;
     if !diagnostics.is_empty() {
@@ -517,5 +547,6 @@ pub fn compile(
             cpu,
             best_effort,
         },
+        sandbox: SandboxReq { landlock_min_abi },
     })
 }

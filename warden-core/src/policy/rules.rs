@@ -343,6 +343,10 @@ pub(crate) fn memory_mb(v: i64) -> Result<u64, Invalid> {
     in_range(v, 16, 1_048_576, "MiB, up to 1 TiB")
 }
 
+pub(crate) fn landlock_min_abi(v: i64) -> Result<u32, Invalid> {
+    in_range(v, 1, 64, "Landlock ABI version").map(|v| v as u32)
+}
+
 pub(crate) fn pids(v: i64) -> Result<u64, Invalid> {
     in_range(v, 1, 65_536, "processes and threads")
 }

@@ -258,6 +258,7 @@ const LIMITS: &[(&str, Ty)] = &[
     ("cpu", Ty::Num),
     ("best_effort", Ty::Bool),
 ];
+const SANDBOX: &[(&str, Ty)] = &[("landlock_min_abi", Ty::Int)];
 const TOP: &[(&str, Ty)] = &[
     ("version", Ty::Int),
     ("name", Ty::Str),
@@ -267,6 +268,7 @@ const TOP: &[(&str, Ty)] = &[
     ("network", Ty::Map(NETWORK)),
     ("env", Ty::Map(ENV)),
     ("limits", Ty::Map(LIMITS)),
+    ("sandbox", Ty::Map(SANDBOX)),
 ];
 
 /// What the structural pass found.
@@ -524,9 +526,9 @@ mod tests {
             vec![
                 "1:1: filesytem: unknown key `filesytem`, did you mean `filesystem`?",
                 "3:1: environment: unknown key `environment`, did you mean `env`?",
-                "4:1: base: unknown key `base`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`",
+                "4:1: base: unknown key `base`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`",
                 "6:3: limits.timeout: unknown key `timeout`, did you mean `timeout_s`?",
-                "7:1: foo: unknown key `foo`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`",
+                "7:1: foo: unknown key `foo`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`",
             ]
         );
     }
