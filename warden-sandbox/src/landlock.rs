@@ -714,3 +714,262 @@ mod tests {
         assert!(net_rules(&spec()).is_empty());
     }
 }
+
+/// The layer on its own: the real [`ruleset`] applied with the real
+/// [`Confinement::apply`](crate::confine::Confinement::apply) in a forked child on
+/// the host, with no namespace and no mount layer at all. Every denial seen here
+/// is Landlock's; the control runs the same operations unrestricted.
+#[cfg(test)]
+mod host_tests {
+    use super::*;
+    use crate::confine::Confinement;
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+
+    /// One operation for the child, prepared (allocated) before the fork.
+    enum Op {
+        Open(CString, libc::c_int),
+        Mkdir(CString),
+        Tcp {
+            connect: bool,
+            addr: libc::sockaddr_in,
+        },
+        Abstract(libc::sockaddr_un, libc::socklen_t),
+        Kill(libc::pid_t),
+    }
+
+    fn c(p: &Path) -> CString {
+        CString::new(p.as_os_str().as_bytes()).unwrap()
+    }
+
+    fn inet(port: u16) -> libc::sockaddr_in {
+        libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+            },
+            sin_zero: [0; 8],
+        }
+    }
+
+    /// Runs one op; 0 or the errno. Raw syscalls only (we are a forked child of
+    /// a multi-threaded test process).
+    unsafe fn run(op: &Op) -> i32 {
+        // SAFETY: raw syscalls on data prepared before the fork.
+        unsafe {
+            let r = match op {
+                Op::Open(p, flags) => {
+                    let fd = libc::open(p.as_ptr(), *flags | libc::O_CLOEXEC, 0o600);
+                    if fd >= 0 {
+                        libc::close(fd);
+                    }
+                    fd
+                }
+                Op::Mkdir(p) => libc::mkdir(p.as_ptr(), 0o700),
+                Op::Tcp { connect, addr } => {
+                    let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+                    let a = addr as *const libc::sockaddr_in as *const libc::sockaddr;
+                    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                    if *connect {
+                        libc::connect(s, a, len)
+                    } else {
+                        libc::bind(s, a, len)
+                    }
+                }
+                Op::Abstract(addr, len) => {
+                    let s = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+                    let a = addr as *const libc::sockaddr_un as *const libc::sockaddr;
+                    libc::connect(s, a, *len)
+                }
+                Op::Kill(pid) => libc::kill(*pid, 0),
+            };
+            if r < 0 {
+                *libc::__errno_location()
+            } else {
+                0
+            }
+        }
+    }
+
+    /// Forks; the child applies `confinement` (if any) after no_new_privs, runs
+    /// `ops` and reports one errno per op.
+    fn in_child(confinement: Option<&Confinement>, ops: &[Op]) -> Vec<i32> {
+        let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let mut buf = vec![0u8; 4 * ops.len()];
+        // SAFETY: the child makes raw syscalls only, on prepared data, then _exit.
+        match unsafe { nix::unistd::fork() }.unwrap() {
+            nix::unistd::ForkResult::Child => {
+                // SAFETY: as above.
+                unsafe {
+                    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+                        libc::_exit(2);
+                    }
+                    if let Some(c) = confinement {
+                        if c.apply().is_err() {
+                            libc::_exit(3);
+                        }
+                    }
+                    for (i, op) in ops.iter().enumerate() {
+                        buf[4 * i..4 * i + 4].copy_from_slice(&run(op).to_ne_bytes());
+                    }
+                    libc::write(wr.as_raw_fd(), buf.as_ptr().cast(), buf.len());
+                    libc::_exit(0)
+                }
+            }
+            nix::unistd::ForkResult::Parent { child } => {
+                drop(wr);
+                let st = nix::sys::wait::waitpid(child, None).unwrap();
+                assert_eq!(st, nix::sys::wait::WaitStatus::Exited(child, 0));
+                let mut f = std::fs::File::from(rd);
+                std::io::Read::read_exact(&mut f, &mut buf).unwrap();
+                buf.chunks(4)
+                    .map(|b| i32::from_ne_bytes(b.try_into().unwrap()))
+                    .collect()
+            }
+        }
+    }
+
+    /// `ro/` (read grant) and `rw/` (write grant, also $HOME) side by side with
+    /// `out/` (no grant), under /var/tmp: not under /tmp, whose rule would cover it.
+    struct Fixture {
+        dir: tempfile::TempDir,
+        spec: SandboxSpec,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let dir = tempfile::Builder::new()
+                .prefix("warden-landlock-")
+                .tempdir_in("/var/tmp")
+                .unwrap();
+            let root = dir.path().canonicalize().unwrap();
+            for d in ["ro", "rw", "out"] {
+                std::fs::create_dir(root.join(d)).unwrap();
+                std::fs::write(root.join(d).join("f"), "x").unwrap();
+            }
+            let program = Path::new("/bin/sh").canonicalize().unwrap();
+            let spec = serde_json::from_value(serde_json::json!({
+                "session_id": "host",
+                "program": program,
+                "argv": [b"sh"],
+                "env": [],
+                "cwd": "/",
+                "read": [root.join("ro")],
+                "write": [root.join("rw")],
+                "home": root.join("rw"),
+                "uid": nix::unistd::getuid().as_raw(),
+                "gid": nix::unistd::getgid().as_raw(),
+                "user": "t",
+                "tmp_size_mb": 1,
+            }))
+            .unwrap();
+            Fixture { dir, spec }
+        }
+
+        fn p(&self, rel: &str) -> PathBuf {
+            self.dir.path().canonicalize().unwrap().join(rel)
+        }
+    }
+
+    #[test]
+    fn landlock_alone_enforces_the_grants() {
+        let Some(abi) = landlock_abi() else {
+            eprintln!("skipping: this kernel offers no Landlock");
+            return;
+        };
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        let name = format!("warden-landlock-test-{}", std::process::id());
+        let unix = {
+            use std::os::linux::net::SocketAddrExt;
+            let a = std::os::unix::net::SocketAddr::from_abstract_name(&name).unwrap();
+            std::os::unix::net::UnixListener::bind_addr(&a).unwrap()
+        };
+        // SAFETY: sockaddr_un is plain integers; all-zero is valid.
+        let mut sun: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        sun.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (i, b) in name.bytes().enumerate() {
+            sun.sun_path[i + 1] = b as libc::c_char;
+        }
+        let sun_len = (std::mem::size_of::<libc::sa_family_t>() + 1 + name.len()) as u32;
+        let me = std::process::id() as libc::pid_t;
+
+        let (eacces, eperm) = (libc::EACCES, libc::EPERM);
+        let gate = |min: u32, e: i32| if abi >= min { e } else { 0 };
+        let tmp = Path::new("/tmp").join(&name);
+        let cases = |f: &Fixture| -> Vec<(&'static str, Op, i32)> {
+            let (rd, wr, new) = (
+                libc::O_RDONLY,
+                libc::O_WRONLY,
+                libc::O_WRONLY | libc::O_CREAT,
+            );
+            let open = |p: &Path, flags| Op::Open(c(p), flags);
+            let (ro, rw, out) = (f.p("ro"), f.p("rw"), f.p("out"));
+            let connect = Op::Tcp {
+                connect: true,
+                addr: inet(port),
+            };
+            let bind = Op::Tcp {
+                connect: false,
+                addr: inet(0),
+            };
+            vec![
+                ("read a read grant", open(&ro.join("f"), rd), 0),
+                ("write a read grant", open(&ro.join("f"), wr), eacces),
+                ("create in a read grant", open(&ro.join("new"), new), eacces),
+                ("mkdir in a read grant", Op::Mkdir(c(&ro.join("d"))), eacces),
+                ("write a write grant", open(&rw.join("f"), wr), 0),
+                ("create in a write grant", open(&rw.join("new"), new), 0),
+                ("mkdir in a write grant", Op::Mkdir(c(&rw.join("d"))), 0),
+                ("read outside the grants", open(&out.join("f"), rd), eacces),
+                ("list the grants' parent", open(f.dir.path(), rd), eacces),
+                ("list /", open(Path::new("/"), rd), eacces),
+                ("list /usr", open(Path::new("/usr"), rd), 0),
+                ("write /dev/null", open(Path::new("/dev/null"), wr), 0),
+                ("read /dev/urandom", open(Path::new("/dev/urandom"), rd), 0),
+                (
+                    "write /dev/urandom",
+                    open(Path::new("/dev/urandom"), wr),
+                    eacces,
+                ),
+                ("create in /tmp", open(&tmp, new), 0),
+                ("tcp connect", connect, gate(4, eacces)),
+                ("tcp bind", bind, gate(4, eacces)),
+                (
+                    "abstract unix connect out",
+                    Op::Abstract(sun, sun_len),
+                    gate(6, eperm),
+                ),
+                ("signal a process outside", Op::Kill(me), gate(6, eperm)),
+            ]
+        };
+
+        // Control: the same operations, unrestricted, all succeed.
+        let f = Fixture::new();
+        let cs = cases(&f);
+        let (names, ops): (Vec<&str>, Vec<Op>) = cs.into_iter().map(|(n, o, _)| (n, o)).unzip();
+        let got = in_child(None, &ops);
+        for (n, e) in names.iter().zip(&got) {
+            assert_eq!(*e, 0, "control: {n}: {}", Errno::from_raw(*e));
+        }
+
+        // Restricted: only what the table grants.
+        let f = Fixture::new();
+        let confinement = Confinement {
+            landlock: ruleset(&f.spec).unwrap(),
+            seccomp: None,
+        };
+        assert!(confinement.landlock.is_some());
+        let cs = cases(&f);
+        let want: Vec<i32> = cs.iter().map(|c| c.2).collect();
+        let (names, ops): (Vec<&str>, Vec<Op>) = cs.into_iter().map(|(n, o, _)| (n, o)).unzip();
+        let got = in_child(Some(&confinement), &ops);
+        let _ = std::fs::remove_file(&tmp);
+        for ((n, w), g) in names.iter().zip(&want).zip(&got) {
+            assert_eq!(Errno::from_raw(*g), Errno::from_raw(*w), "ABI {abi}: {n}");
+        }
+        drop((tcp, unix));
+    }
+}

@@ -6,12 +6,16 @@ user=${1:-wtest}
 id "$user" >/dev/null 2>&1 || useradd -m "$user"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-sandbox}
 cargo build -p warden-sandbox --bin warden-sandbox-run
-testbin=$(cargo test -p warden-sandbox --test sandbox --no-run --message-format=json 2>/dev/null |
-  sed -n 's/.*"executable":"\([^"]*\/sandbox-[^"]*\)".*/\1/p' | tail -n 1)
 dir=$(mktemp -d /tmp/warden-sandbox-tests.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
-cp "$testbin" "$dir/sandbox-tests"
+for t in sandbox landlock; do
+  testbin=$(cargo test -p warden-sandbox --test "$t" --no-run --message-format=json 2>/dev/null |
+    sed -n 's/.*"executable":"\([^"]*\/'"$t"'-[^"]*\)".*/\1/p' | tail -n 1)
+  cp "$testbin" "$dir/$t-tests"
+done
 cp "$CARGO_TARGET_DIR/debug/warden-sandbox-run" "$dir/"
 chmod 755 "$dir" "$dir"/*
 cd /tmp
-runuser -u "$user" -- env WARDEN_SANDBOX_RUN="$dir/warden-sandbox-run" "$dir/sandbox-tests"
+for t in sandbox landlock; do
+  runuser -u "$user" -- env WARDEN_SANDBOX_RUN="$dir/warden-sandbox-run" "$dir/$t-tests"
+done
