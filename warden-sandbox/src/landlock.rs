@@ -314,45 +314,38 @@ fn probe() -> Result<u32, Errno> {
     }
 }
 
-/// The Landlock ABI version this kernel offers, or `None` when Landlock is not
-/// built in or not enabled. For the audit trail (`session.start`) and
-/// `wardenctl status`.
+/// The Landlock ABI the sandbox applies: the kernel's, capped at the newest this
+/// build knows ([`KNOWN_ABI`]); `None` when Landlock is not built in or not
+/// enabled. For the audit trail (`session.start`) and `wardenctl status`.
 pub fn landlock_abi() -> Option<u32> {
-    probe().ok()
+    probe().ok().map(|abi| abi.min(KNOWN_ABI))
 }
 
-/// Checks the policy's minimum ABI against what the kernel offers.
+/// Checks the policy's minimum ABI against what the kernel offers, then against
+/// what this build can apply.
 fn check_min(min: u32, kernel: Result<u32, Errno>) -> Result<(), Failure> {
     if min == 0 {
         return Ok(());
     }
-    let wanted = FEATURES
-        .get(min as usize)
-        .copied()
-        .unwrap_or("unknown features");
-    if min > KNOWN_ABI {
-        return Err(Failure::msg(
-            "landlock",
-            format!(
-                "landlock ABI {min} is required by the policy ({wanted}), this build of \
-                 warden handles ABI {KNOWN_ABI} at most"
-            ),
-        ));
-    }
+    let wanted = match FEATURES.get(min as usize) {
+        Some(f) => format!("landlock ABI {min} is required by the policy ({f})"),
+        None => format!("landlock ABI {min} is required by the policy"),
+    };
     match kernel {
-        Ok(abi) if abi >= min => Ok(()),
-        Ok(abi) => Err(Failure::msg(
+        Ok(abi) if abi < min => Err(Failure::msg(
             "landlock",
-            format!(
-                "landlock ABI {min} is required by the policy ({wanted}), the kernel offers ABI {abi}"
-            ),
+            format!("{wanted}, the kernel offers ABI {abi}"),
         )),
+        Ok(_) if min > KNOWN_ABI => Err(Failure::msg(
+            "landlock",
+            format!("{wanted}, this build of warden applies ABI {KNOWN_ABI} at most"),
+        )),
+        Ok(_) => Ok(()),
         Err(e) => Err(Failure::Setup {
             stage: "landlock".into(),
             errno: Some(e as i32),
             message: format!(
-                "landlock ABI {min} is required by the policy ({wanted}), the kernel offers no \
-                 landlock ({})",
+                "{wanted}, the kernel offers no landlock ({})",
                 if e == Errno::EOPNOTSUPP {
                     "built in but not enabled: add landlock to the lsm= boot parameter".to_string()
                 } else {
@@ -705,8 +698,15 @@ mod tests {
         assert!(m.contains("ABI 1 is required") && m.contains("lsm="), "{m}");
         let m = msg(check_min(4, Err(Errno::ENOSYS)).unwrap_err());
         assert!(m.contains("offers no landlock"), "{m}");
-        let m = msg(check_min(9, Ok(9)).unwrap_err());
-        assert!(m.contains("handles ABI 7 at most"), "{m}");
+        assert_eq!(
+            msg(check_min(64, Ok(7)).unwrap_err()),
+            "landlock ABI 64 is required by the policy, the kernel offers ABI 7"
+        );
+        // A kernel newer than this build: refused rather than silently weaker.
+        assert_eq!(
+            msg(check_min(8, Ok(9)).unwrap_err()),
+            "landlock ABI 8 is required by the policy, this build of warden applies ABI 7 at most"
+        );
     }
 
     #[test]
