@@ -284,7 +284,7 @@ pub(crate) fn net_rules(spec: &SandboxSpec) -> Vec<(u16, u64)> {
     Vec::new()
 }
 
-/// The rights of `r` that the kernel will accept for it: masked by the ABI, and
+/// The rights of `access` the kernel accepts on a rule: masked by the ABI, and
 /// by [`FILE_RIGHTS`] when the path is not a directory.
 pub(crate) fn effective(access: u64, abi: u32, is_dir: bool) -> u64 {
     let a = access & fs_rights(abi);
