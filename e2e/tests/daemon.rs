@@ -375,3 +375,25 @@ fn stdio_redirected_to_files_works() {
     assert_eq!(lines[1]["id"], 2);
     assert!(lines[1].to_string().contains("via files"), "{out}");
 }
+
+/// A client that keeps its connection open does not keep a stopping daemon
+/// alive.
+#[test]
+fn an_idle_client_connection_does_not_block_shutdown() {
+    let env = TestEnv::new();
+    let mut daemon = env.start_daemon();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _client = rt.block_on(async {
+        let stream = std::os::unix::net::UnixStream::connect(&env.socket).unwrap();
+        let mut c = warden_client::client_over(stream).await.unwrap();
+        c.status(warden_client::pb::StatusRequest {}).await.unwrap();
+        c
+    });
+    let t0 = Instant::now();
+    let status = daemon.stop(Duration::from_secs(20)).expect("daemon exits");
+    assert!(status.success(), "{status:?}\n{}", daemon.log());
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+}

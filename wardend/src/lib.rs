@@ -37,6 +37,9 @@ use warden_proto::v1::warden_server::WardenServer;
 use crate::audit::AuditStore;
 use crate::session::{EndCause, Session};
 
+/// How long open connections may linger once every session has ended.
+const CONNECTION_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Where the daemon lives.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -99,17 +102,28 @@ pub async fn run(
     });
     let incoming = ReceiverStream::new(conn::incoming(listener));
     let d2 = daemon.clone();
+    let stopped = Arc::new(tokio::sync::Notify::new());
+    let stopped2 = stopped.clone();
     let stop = async move {
         shutdown.await;
         tracing::info!("shutting down");
         d2.shutting_down.store(true, Ordering::SeqCst);
         d2.end_all(EndCause::Shutdown).await;
+        stopped2.notify_one();
     };
     ready();
     tracing::info!(socket = %daemon.config.socket.display(), "listening");
-    tonic::transport::Server::builder()
-        .serve_with_incoming_shutdown(server, incoming, stop)
-        .await?;
+    let serve =
+        tonic::transport::Server::builder().serve_with_incoming_shutdown(server, incoming, stop);
+    // Graceful shutdown waits for every connection to close; a client that
+    // keeps one open must not keep the daemon alive once sessions are ended.
+    tokio::select! {
+        r = serve => r?,
+        _ = async {
+            stopped.notified().await;
+            tokio::time::sleep(CONNECTION_GRACE).await;
+        } => tracing::warn!("clients still connected after shutdown; closing anyway"),
+    }
     daemon.audit.record(Record::new(
         RecordType::Daemon,
         "stop",
