@@ -184,6 +184,52 @@ fn arg(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// A node script that times its own work and prints the milliseconds.
+const CPU_JS: &str = "const t=process.hrtime.bigint();let x=0;for(let i=0;i<40000000;i++){x=(x+i*7)%1000003}console.log(Number(process.hrtime.bigint()-t)/1e6)";
+const WALK_JS: &str = "const fs=require('fs'),p=require('path');const t=process.hrtime.bigint();let n=0;function w(d){let e;try{e=fs.readdirSync(d,{withFileTypes:true})}catch{return}for(const x of e){const f=p.join(d,x.name);try{fs.statSync(f)}catch{}n++;if(x.isDirectory())w(f)}}w('/usr/lib');w('/usr/share');console.log(Number(process.hrtime.bigint()-t)/1e6)";
+
+/// Runs `node -e script` directly or through the shim; returns the work time
+/// the script measured itself (so launch costs are excluded).
+fn workload(mode: Mode, socket: &Path, script: &str) -> f64 {
+    let node = which("node").expect("node on PATH");
+    let mut c = match mode {
+        Mode::Direct => Command::new(&node),
+        Mode::Shim => {
+            let mut c = Command::new(bin("warden-shim"));
+            c.arg("--socket")
+                .arg(socket)
+                .arg("--no-autostart")
+                .arg("--")
+                .arg(&node);
+            c
+        }
+    };
+    let out = c
+        .arg("-e")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run node");
+    assert!(out.status.success(), "{:?}", out.status);
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("node printed a duration")
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
 fn main() {
     let launches = arg("--launches", 100);
     let requests = arg("--requests", 1000);
@@ -232,4 +278,29 @@ fn main() {
         "\nround-trip overhead (median): {}",
         us(wm.saturating_sub(dm))
     );
+    let runs = arg("--workload-runs", 10);
+    if which("node").is_none() {
+        println!("\n(no node on PATH: workloads skipped)");
+        return;
+    }
+    println!("\n## workloads inside vs outside ({runs} runs each, time measured by the workload itself)\n");
+    println!("| workload | direct (median) | in the sandbox (median) | ratio |");
+    println!("| --- | --- | --- | --- |");
+    for (name, script) in [
+        ("CPU-bound loop (node)", CPU_JS),
+        (
+            "file walk of /usr/lib and /usr/share, readdir + stat (node)",
+            WALK_JS,
+        ),
+    ] {
+        let (mut d, mut w) = (Vec::new(), Vec::new());
+        workload(Mode::Direct, &s, script);
+        workload(Mode::Shim, &s, script);
+        for _ in 0..runs {
+            d.push(workload(Mode::Direct, &s, script));
+            w.push(workload(Mode::Shim, &s, script));
+        }
+        let (dm, wm) = (median(d), median(w));
+        println!("| {name} | {dm:.1} ms | {wm:.1} ms | {:.3} |", wm / dm);
+    }
 }
