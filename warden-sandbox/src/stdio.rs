@@ -28,19 +28,19 @@ const CHUNK: usize = 1 << 16;
 /// How long the duplex relay polls without sleeping after it moved data.
 const SPIN_WINDOW: Duration = Duration::from_micros(150);
 
-/// A running copy from `src` to `dst`.
-pub struct Pump {
-    name: &'static str,
+/// A thread with a cancel eventfd: what [`Pump`] and [`Duplex`] run on.
+struct Worker {
     thread: Option<JoinHandle<io::Result<()>>>,
     cancel: Arc<OwnedFd>,
     stop: Arc<AtomicBool>,
-    bytes: Arc<AtomicU64>,
 }
 
-impl Pump {
-    /// Starts copying until EOF on `src`, an error, or [`Pump::cancel`].
-    /// Both fds are closed when the pump ends, which is how EOF travels on.
-    pub fn start(name: &'static str, src: OwnedFd, dst: OwnedFd) -> io::Result<Pump> {
+impl Worker {
+    /// Runs `body(cancel_fd, stop_flag)` on a new thread named `name`.
+    fn spawn(
+        name: String,
+        body: impl FnOnce(&OwnedFd, &AtomicBool) -> io::Result<()> + Send + 'static,
+    ) -> io::Result<Worker> {
         // SAFETY: eventfd returns a new fd or -1.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if efd < 0 {
@@ -49,20 +49,91 @@ impl Pump {
         // SAFETY: efd is a fresh fd we own.
         let cancel = Arc::new(unsafe { OwnedFd::from_raw_fd(efd) });
         let stop = Arc::new(AtomicBool::new(false));
-        let bytes = Arc::new(AtomicU64::new(0));
         let thread = {
-            let cancel = cancel.clone();
-            let stop = stop.clone();
-            let bytes = bytes.clone();
+            let (cancel, stop) = (cancel.clone(), stop.clone());
             std::thread::Builder::new()
-                .name(format!("pump-{name}"))
-                .spawn(move || copy(src, dst, &cancel, &stop, &bytes))?
+                .name(name)
+                .spawn(move || body(&cancel, &stop))?
         };
-        Ok(Pump {
-            name,
+        Ok(Worker {
             thread: Some(thread),
             cancel,
             stop,
+        })
+    }
+
+    /// Asks the thread to stop at its next wait.
+    fn cancel(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
+        unsafe {
+            libc::write(
+                self.cancel.as_raw_fd(),
+                &one as *const u64 as *const libc::c_void,
+                8,
+            )
+        };
+    }
+
+    fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Waits up to `timeout` for the thread to end by itself.
+    fn wait_for(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while let Some(t) = &self.thread {
+            if t.is_finished() {
+                let _ = self.thread.take().map(|t| t.join());
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
+    /// Cancels and waits up to `grace`; a thread still blocked in a write to
+    /// a reader that never reads is left to finish when that reader goes away
+    /// (it holds no lock and owns its fds).
+    fn stop(mut self, grace: Duration) {
+        self.cancel();
+        if !self.wait_for(grace) {
+            self.thread.take();
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.cancel();
+        }
+    }
+}
+
+/// A running copy from `src` to `dst`.
+pub struct Pump {
+    name: &'static str,
+    worker: Worker,
+    bytes: Arc<AtomicU64>,
+}
+
+impl Pump {
+    /// Starts copying until EOF on `src`, an error, or [`Pump::cancel`].
+    /// Both fds are closed when the pump ends, which is how EOF travels on.
+    pub fn start(name: &'static str, src: OwnedFd, dst: OwnedFd) -> io::Result<Pump> {
+        let bytes = Arc::new(AtomicU64::new(0));
+        let counter = bytes.clone();
+        let worker = Worker::spawn(format!("pump-{name}"), move |cancel, stop| {
+            copy(src, dst, cancel, stop, &counter)
+        })?;
+        Ok(Pump {
+            name,
+            worker,
             bytes,
         })
     }
@@ -82,52 +153,18 @@ impl Pump {
 
     /// Asks the pump to stop at its next wait.
     pub fn cancel(&self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
-        unsafe {
-            libc::write(
-                self.cancel.as_raw_fd(),
-                &one as *const u64 as *const libc::c_void,
-                8,
-            )
-        };
+        self.worker.cancel();
     }
 
     /// Waits up to `timeout` for the pump to finish by itself (EOF on its
     /// source). Returns false if it is still running.
     pub fn wait_for(&mut self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while let Some(t) = &self.thread {
-            if t.is_finished() {
-                let _ = self.thread.take().map(|t| t.join());
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        true
+        self.worker.wait_for(timeout)
     }
 
-    /// Cancels the pump and waits for its thread unless it is blocked in a
-    /// write to a reader that never reads (then it is left to finish when
-    /// that reader goes away; it holds no lock and owns its fds).
-    pub fn stop(mut self, grace: Duration) {
-        self.cancel();
-        if !self.wait_for(grace) {
-            // Detach: dropping the JoinHandle lets the thread end on its own.
-            self.thread.take();
-        }
-    }
-}
-
-impl Drop for Pump {
-    fn drop(&mut self) {
-        if self.thread.is_some() {
-            self.cancel();
-        }
+    /// Cancels the pump and waits for it (see [`Worker::stop`]).
+    pub fn stop(self, grace: Duration) {
+        self.worker.stop(grace);
     }
 }
 
@@ -337,9 +374,7 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 /// read its stdout, the server's writes block on its full pipe. Nothing is
 /// buffered in the daemon.
 pub struct Duplex {
-    thread: Option<JoinHandle<io::Result<()>>>,
-    cancel: Arc<OwnedFd>,
-    stop: Arc<AtomicBool>,
+    worker: Worker,
     out_done: Arc<AtomicBool>,
     bytes_in: Arc<AtomicU64>,
     bytes_out: Arc<AtomicU64>,
@@ -452,14 +487,6 @@ impl Duplex {
     ) -> io::Result<Duplex> {
         set_nonblocking(in_w.as_raw_fd())?;
         set_nonblocking(out_r.as_raw_fd())?;
-        // SAFETY: eventfd returns a new fd or -1.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if efd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: efd is a fresh fd we own.
-        let cancel = Arc::new(unsafe { OwnedFd::from_raw_fd(efd) });
-        let stop = Arc::new(AtomicBool::new(false));
         let out_done = Arc::new(AtomicBool::new(false));
         let bytes_in = Arc::new(AtomicU64::new(0));
         let bytes_out = Arc::new(AtomicU64::new(0));
@@ -475,16 +502,12 @@ impl Duplex {
             want_write: false,
             bytes: bytes_out.clone(),
         };
-        let thread = {
-            let (cancel, stop, out_done) = (cancel.clone(), stop.clone(), out_done.clone());
-            std::thread::Builder::new()
-                .name("pump-stdio".into())
-                .spawn(move || duplex(inbound, outbound, &cancel, &stop, &out_done))?
-        };
+        let done = out_done.clone();
+        let worker = Worker::spawn("pump-stdio".into(), move |cancel, stop| {
+            duplex(inbound, outbound, cancel, stop, &done)
+        })?;
         Ok(Duplex {
-            thread: Some(thread),
-            cancel,
-            stop,
+            worker,
             out_done,
             bytes_in,
             bytes_out,
@@ -504,54 +527,19 @@ impl Duplex {
     pub fn wait_outbound(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
-            if self.out_done.load(Ordering::SeqCst)
-                || self.thread.as_ref().is_none_or(|t| t.is_finished())
-            {
+            if self.out_done.load(Ordering::SeqCst) || self.worker.is_finished() {
                 return true;
             }
             if Instant::now() >= deadline {
                 return false;
             }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
-
-    /// Stops the thread (it closes every fd it holds) and waits up to `grace`.
-    pub fn stop(mut self, grace: Duration) {
-        self.signal_stop();
-        let deadline = Instant::now() + grace;
-        while let Some(t) = &self.thread {
-            if t.is_finished() {
-                let _ = self.thread.take().map(|t| t.join());
-                return;
-            }
-            if Instant::now() >= deadline {
-                self.thread.take();
-                return;
-            }
             std::thread::sleep(Duration::from_millis(1));
         }
     }
 
-    fn signal_stop(&self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
-        unsafe {
-            libc::write(
-                self.cancel.as_raw_fd(),
-                &one as *const u64 as *const libc::c_void,
-                8,
-            )
-        };
-    }
-}
-
-impl Drop for Duplex {
-    fn drop(&mut self) {
-        if self.thread.is_some() {
-            self.signal_stop();
-        }
+    /// Stops the thread (it closes every fd it holds) and waits up to `grace`.
+    pub fn stop(self, grace: Duration) {
+        self.worker.stop(grace);
     }
 }
 
