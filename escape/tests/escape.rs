@@ -772,7 +772,6 @@ fn write_home_dotfile() {
 const SYSCTL: &str = "/proc/sys/kernel/core_pattern";
 
 #[test]
-#[ignore = "open hole: when wardend runs as root, the sandboxed server (uid 0 = host root, no capabilities) can write host-global sysctls such as /proc/sys/kernel/core_pattern through its fresh /proc (sysctl permission is by kuid only; Landlock and seccomp do not cover it): host root code execution"]
 fn host_sysctl_write() {
     let sb = Sandbox::new();
     let inside = sb.probe(&[], &["sysctl-rewrite", SYSCTL]);

@@ -6,7 +6,15 @@
 //! Every bind source is opened as an `O_PATH` fd with `RESOLVE_NO_SYMLINKS` *before*
 //! anything is mounted, and bound from that fd with the new mount API, so a path is
 //! resolved exactly once and a symlink in a grant is refused, never followed.
+//!
+//! Inside each write grant, the names the host runs or trusts (`.git`, shell
+//! start-up files, `.vscode`, `.mcp.json`...: the table and its reasons are in
+//! [`crate::protect`]) are then bound read-only over themselves, found from the
+//! sandbox's own root with `RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS`: the same fd is
+//! the bind's source and its mount point, so what is protected is exactly what
+//! the server will see there.
 
+use crate::protect;
 use crate::proto::Failure;
 use crate::spec::SandboxSpec;
 use crate::sys::{self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
@@ -58,12 +66,22 @@ struct Grant {
 }
 
 /// Things mounted after the fixed skeleton, applied in order of path depth so that
-/// a grant under /tmp or $HOME lands on top of the private tmpfs.
+/// a grant under /tmp or $HOME lands on top of the private tmpfs, a protected
+/// path on top of its write grant, and a grant nested in a protected directory
+/// on top of that.
 enum Late {
     Tmp,
     Home,
     Grant(Grant),
+    /// A protected path of a write grant ([`protect::Plan::protect`]).
+    Protect(PathBuf),
+    /// A directory between a write grant and a protected path ([`protect::Plan::pin`]).
+    Pin(PathBuf),
 }
+
+/// Entries of the sandbox's /proc made read-only: host-wide kernel settings
+/// and triggers guarded only by uid checks (see the comment in `build_root`).
+const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
 
 fn depth(p: &Path) -> usize {
     p.components().count()
@@ -81,6 +99,128 @@ fn check_abs(what: &str, p: &Path) -> Result<(), Failure> {
 
 fn is_dir_fd(fd: &OwnedFd) -> Result<bool, Errno> {
     nix::sys::stat::fstat(fd).map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+}
+
+/// The file type bits of what `fd` refers to (`O_PATH|O_NOFOLLOW`: a symlink is
+/// `S_IFLNK`).
+fn kind(fd: &OwnedFd) -> Result<libc::mode_t, Errno> {
+    nix::sys::stat::fstat(fd).map(|st| st.st_mode & libc::S_IFMT)
+}
+
+/// `/a/b` → `a/b`: a path inside the new root, relative to its fd.
+fn inside(p: &Path) -> &Path {
+    p.strip_prefix("/").unwrap_or(p)
+}
+
+/// Binds what `fd` refers to over itself with `attrs` (recursively: a host
+/// submount below stays covered). One fd for both ends, so the object bound and
+/// the mount point are the same; it is never resolved again by name.
+fn bind_over(fd: BorrowedFd<'_>, attrs: u64) -> Result<(), Errno> {
+    let tree = sys::clone_tree(fd)?;
+    sys::set_mount_attr(tree.as_fd(), attrs, true)?;
+    sys::move_mount(tree.as_fd(), fd)
+}
+
+/// Binds a protected path read-only over itself, if it exists in the new root.
+/// The last component is not followed: a symlink is bound as the link itself, so
+/// it cannot be removed, renamed over or replaced, and its path goes to `follow`
+/// (see [`protect_targets`]), as does a path that passes through a (pinned)
+/// symlink.
+fn protect_path(root: BorrowedFd<'_>, p: &Path, follow: &mut Vec<PathBuf>) -> Result<(), Failure> {
+    let stage = || format!("protect {}", p.display());
+    let fd = match sys::open_beneath_nofollow(root, inside(p)) {
+        Ok(fd) => fd,
+        // Absent (or a file where a directory would be): nothing to bind. A name
+        // created later is not covered; see docs/security-model.md.
+        Err(Errno::ENOENT | Errno::ENOTDIR) => return Ok(()),
+        // A symlink on the way: pinned as a `Late::Pin`; its target is handled
+        // with the other links.
+        Err(Errno::ELOOP) => {
+            follow.push(p.to_path_buf());
+            return Ok(());
+        }
+        Err(e) => return Err(Failure::os(stage(), e)),
+    };
+    if kind(&fd).map_err(|e| Failure::os(stage(), e))? == libc::S_IFLNK {
+        follow.push(p.to_path_buf());
+    }
+    bind_over(fd.as_fd(), RO).map_err(|e| Failure::os(stage(), e))
+}
+
+/// Pins what lies between a write grant and a protected path by binding it over
+/// itself: a mount point cannot be renamed or removed (`EBUSY`), so the protected
+/// path cannot be moved away with its parent and recreated. A directory or file
+/// keeps the grant's mode; a symlink is pinned as the link.
+fn pin(root: BorrowedFd<'_>, p: &Path) -> Result<(), Failure> {
+    let stage = || format!("pin {}", p.display());
+    let fd = match sys::open_beneath_nofollow(root, inside(p)) {
+        Ok(fd) => fd,
+        // ELOOP: a shallower pin is a symlink, already pinned.
+        Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => return Ok(()),
+        Err(e) => return Err(Failure::os(stage(), e)),
+    };
+    let attrs = match kind(&fd).map_err(|e| Failure::os(stage(), e))? {
+        libc::S_IFLNK => RO,
+        _ => RW,
+    };
+    bind_over(fd.as_fd(), attrs).map_err(|e| Failure::os(stage(), e))
+}
+
+/// Protected names that are, or pass through, symlinks: the links themselves
+/// are pinned; here their targets, resolved exactly as the server will resolve
+/// them (`RESOLVE_IN_ROOT` from the new root, once every grant is in place), are
+/// bound read-only over themselves too when they are host files the server could
+/// otherwise write (a dotfiles checkout inside a granted `$HOME`). Following can
+/// only add read-only binds of something already visible, never expose anything.
+/// Skipped: targets that do not exist inside (a write through the link fails),
+/// that are read-only already (runtime, read grants), that live on one of the
+/// sandbox's private file systems (`private`: st_dev of /tmp, $HOME...), that are
+/// not regular files or directories (`/dev/null`), and write grants named by
+/// the policy (`granted`: their (st_dev, st_ino)).
+fn protect_targets(
+    root: BorrowedFd<'_>,
+    follow: &[PathBuf],
+    private: &[u64],
+    granted: &[(u64, u64)],
+) -> Result<(), Failure> {
+    for p in follow {
+        let stage = || format!("protect the target of {}", p.display());
+        let fd = match sys::open_in_root(root, inside(p)) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => continue,
+            Err(e) => return Err(Failure::os(stage(), e)),
+        };
+        let st = nix::sys::stat::fstat(&fd).map_err(|e| Failure::os(stage(), e))?;
+        let fmt = st.st_mode & libc::S_IFMT;
+        if fmt != libc::S_IFREG && fmt != libc::S_IFDIR {
+            continue;
+        }
+        let dev = st.st_dev as u64;
+        if private.contains(&dev) || granted.contains(&(dev, st.st_ino as u64)) {
+            continue;
+        }
+        let vfs = nix::sys::statvfs::fstatvfs(&fd).map_err(|e| Failure::os(stage(), e))?;
+        if vfs.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
+            continue;
+        }
+        bind_over(fd.as_fd(), RO).map_err(|e| Failure::os(stage(), e))?;
+    }
+    Ok(())
+}
+
+fn dev_of(fd: &OwnedFd, what: &str) -> Result<u64, Failure> {
+    nix::sys::stat::fstat(fd)
+        .map(|st| st.st_dev as u64)
+        .map_err(|e| Failure::os(format!("stat {what}"), e))
+}
+
+/// st_dev of what is at `p` in the new root (each tmpfs and proc mount is its
+/// own superblock, so this names the file system).
+fn dev_at(root: BorrowedFd<'_>, p: &str) -> Result<u64, Failure> {
+    sys::open_path_nofollow(Some(root), Path::new(p))
+        .and_then(|fd| nix::sys::stat::fstat(&fd))
+        .map(|st| st.st_dev as u64)
+        .map_err(|e| Failure::os(format!("stat {p}"), e))
 }
 
 /// Opens a system path: absent → None; a symlink → recreated; else an O_PATH fd.
@@ -345,6 +485,21 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
     if !grants.iter().any(|g| spec.home.starts_with(g)) {
         late.push(Late::Home);
     }
+    // The write grants named by the policy stay writable even when a protected
+    // symlink points at one.
+    let mut granted = Vec::new();
+    for l in &late {
+        if let Late::Grant(g) = l {
+            if g.attrs == RW {
+                let st = nix::sys::stat::fstat(&g.fd)
+                    .map_err(|e| Failure::os(format!("stat {}", g.path.display()), e))?;
+                granted.push((st.st_dev as u64, st.st_ino as u64));
+            }
+        }
+    }
+    let plan = protect::plan(spec);
+    late.extend(plan.pin.into_iter().map(Late::Pin));
+    late.extend(plan.protect.into_iter().map(Late::Protect));
     let program_covered = runtime.iter().any(|(p, _)| spec.program.starts_with(p))
         || grants.iter().any(|g| spec.program.starts_with(g));
     let program = if program_covered {
@@ -364,9 +519,12 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
             Late::Tmp => PathBuf::from("/tmp"),
             Late::Home => spec.home.clone(),
             Late::Grant(g) => g.path.clone(),
+            Late::Protect(p) | Late::Pin(p) => p.clone(),
         }
     };
-    // Stable sort: parents before children; /tmp and $HOME before grants inside them.
+    // Stable sort: parents before children; /tmp and $HOME before grants inside
+    // them; a write grant, then the pins and protected paths inside it, then the
+    // grants nested in those.
     late.sort_by_key(|l| depth(&target_of(l)));
 
     // 3. The new root: a small tmpfs, made read-only once populated.
@@ -449,30 +607,60 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
     // namespace and while the host's full /proc is still visible: the kernel refuses
     // a new proc mount in a user namespace unless a fully visible one exists
     // (mount_too_revealing), which stops being true once the old root is detached.
-    fresh(
+    let proc = fresh(
         r,
         Path::new("/proc"),
         c"proc",
         &[],
         MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
     )?;
+    // The host-global kernel knobs under /proc check only the uid, not a
+    // capability: for a root caller (uid 0 mapped to the host's root) a
+    // writable /proc/sys would let the server set kernel.core_pattern and so
+    // run a program as host root (found by the escape suite). Read-only over
+    // themselves, like Docker and bubblewrap do.
+    for name in PROC_READ_ONLY {
+        match sys::open_path_nofollow(Some(proc.as_fd()), Path::new(name)) {
+            Ok(src) => {
+                let is_dir = nix::sys::stat::fstat(&src)
+                    .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+                    .unwrap_or(false);
+                bind(
+                    r,
+                    &Path::new("/proc").join(name),
+                    src.as_fd(),
+                    is_dir,
+                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                )?;
+            }
+            Err(nix::errno::Errno::ENOENT) => {}
+            Err(e) => return Err(Failure::os(format!("open /proc/{name}"), e)),
+        }
+    }
 
     // Private /tmp, private $HOME, then the grants, parents first.
     let size = format!("{}m", spec.tmp_size_mb.max(1));
     let (uid, gid) = (spec.uid.to_string(), spec.gid.to_string());
+    // The file systems private to the sandbox: nothing on them is the host's.
+    let mut private = Vec::new();
+    for p in [".", "etc", "dev", "dev/shm", "proc"] {
+        private.push(dev_at(r, p)?);
+    }
+    let mut follow = Vec::new();
     for l in &late {
         match l {
             Late::Tmp => {
-                fresh(
+                let tmp = fresh(
                     r,
                     Path::new("/tmp"),
                     c"tmpfs",
                     &[("mode", "1777"), ("size", &size)],
                     RW,
                 )?;
+                private.push(dev_of(&tmp, "/tmp")?);
             }
             Late::Home => {
-                fresh(
+                let home = fresh(
                     r,
                     &spec.home,
                     c"tmpfs",
@@ -484,13 +672,18 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
                     ],
                     RW,
                 )?;
+                private.push(dev_of(&home, "$HOME")?);
             }
             Late::Grant(g) => bind(r, &g.path, g.fd.as_fd(), g.is_dir, g.attrs)?,
+            Late::Protect(p) => protect_path(r, p, &mut follow)?,
+            Late::Pin(p) => pin(r, p)?,
         }
     }
     if let Some(g) = &program {
         bind(r, &g.path, g.fd.as_fd(), g.is_dir, g.attrs)?;
     }
+    // Last, with every grant in place: the targets of protected symlinks.
+    protect_targets(r, &follow, &private, &granted)?;
 
     // 7. Seal the skeleton: the server cannot create files in /, /etc or /dev.
     // Non-recursive: binds below keep their own flags (/tmp, /dev/shm, grants).
