@@ -6,6 +6,8 @@
 //!   builds namespaces and the root filesystem, then runs the server as its child.
 //! - [`fdpass`]: SCM_RIGHTS fd passing on Unix sockets (shim → daemon stdio).
 //! - [`stdio`]: moving bytes between the client's stdio and the server's pipes.
+//! - [`protect`]: the names inside a write grant the host runs or trusts (`.git`,
+//!   shell start-up files, `.vscode`...), kept read-only by `mounts`.
 //!
 //! Private helpers: `proto` (the typed daemon ↔ init control protocol), `mounts`
 //! (the sandbox root filesystem), `landlock` (the Landlock ruleset mirroring the
@@ -18,6 +20,7 @@ pub mod init;
 mod landlock;
 pub mod launch;
 mod mounts;
+pub mod protect;
 mod proto;
 mod seccomp;
 pub mod spec;

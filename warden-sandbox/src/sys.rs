@@ -60,11 +60,51 @@ fn unit_result(ret: libc::c_long) -> Result<(), Errno> {
 /// passes through, a symlink. Binding from the fd afterwards means the path is
 /// resolved exactly once (no TOCTOU between check and mount).
 pub fn open_path_nofollow(dirfd: Option<BorrowedFd<'_>>, path: &Path) -> Result<OwnedFd, Errno> {
+    openat2_path(
+        dirfd,
+        path,
+        0,
+        libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    )
+}
+
+/// Opens `path` (relative) beneath `dir` as an `O_PATH` fd without following any
+/// symlink, not even the last component: if that one is a symlink, the fd refers
+/// to the link itself (`O_PATH|O_NOFOLLOW`), so it can be bound over. A symlink
+/// on the way fails with `ELOOP`, `..` out of `dir` with `EXDEV`.
+pub fn open_beneath_nofollow(dir: BorrowedFd<'_>, path: &Path) -> Result<OwnedFd, Errno> {
+    openat2_path(
+        Some(dir),
+        path,
+        libc::O_NOFOLLOW as u64,
+        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    )
+}
+
+/// Opens `path` as an `O_PATH` fd resolved the way a process whose root is `root`
+/// would resolve it (`RESOLVE_IN_ROOT`: absolute symlinks and `..` stay inside
+/// `root`), following symlinks but never magic links.
+pub fn open_in_root(root: BorrowedFd<'_>, path: &Path) -> Result<OwnedFd, Errno> {
+    openat2_path(
+        Some(root),
+        path,
+        0,
+        libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS,
+    )
+}
+
+/// `openat2(dirfd, path, O_PATH|O_CLOEXEC|extra, resolve)`.
+fn openat2_path(
+    dirfd: Option<BorrowedFd<'_>>,
+    path: &Path,
+    extra: u64,
+    resolve: u64,
+) -> Result<OwnedFd, Errno> {
     let c = cstr(path)?;
     // SAFETY: open_how is plain integers; all-zero is its "no options" value.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64 | extra;
+    how.resolve = resolve;
     let dfd = dirfd.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
     // SAFETY: `c` is a valid NUL-terminated string and `how` a valid open_how of the
     // size we pass; the returned fd is owned by us.

@@ -1,0 +1,463 @@
+//! Files a write grant must not turn into code execution on the host later.
+//!
+//! A write grant lets the server change what it was granted. Some names inside
+//! a directory are not data but instructions the host follows on its own, long
+//! after the session: git runs hooks and `core.fsmonitor` on the `git status` of
+//! a shell prompt, a shell sources its start-up files, an editor runs tasks when
+//! a folder is opened, an MCP client starts the servers a project's `.mcp.json`
+//! lists. [`PROTECTED`] is the table of those names, each with its reason, and
+//! [`plan`] turns it into the paths `mounts.rs` binds read-only over themselves
+//! inside each write grant.
+//!
+//! How a name is matched: relative to each write grant *and to each of its
+//! ancestors*, keeping the results strictly inside the grant. So `.git/hooks` is
+//! protected in a grant of the repository (`/p` → `/p/.git/hooks`) and in a
+//! grant of its git dir (`/p/.git` → `/p/.git/hooks`); `.config/fish` in a grant
+//! of `$HOME` and of `$HOME/.config`. Not matched: names deeper in the grant (a
+//! grant of `~/src` does not protect `~/src/proj/.git`; walking whole trees at
+//! every start is not affordable), and names above it (a grant of `/p/out`
+//! cannot reach `/p/.git` at all).
+//!
+//! What stays writable: a protected path the policy grants for writing by its
+//! exact path (or a write grant nested inside one): the policy said so. A
+//! protected path that is also a read grant, or lies in one, is read-only anyway.
+//!
+//! Out of scope, on purpose: the project's own build and tool files
+//! (`Makefile`, `package.json` scripts, `build.rs`, `Cargo.toml`,
+//! `.cargo/config.toml`, `setup.py`, `.pre-commit-config.yaml`, `.husky/`,
+//! `.github/workflows`, ...). A write grant on a project exists so the server
+//! can change the project, and the user runs the project's code when they build
+//! or test it; an editor's language server even builds it (`build.rs`, proc
+//! macros) as soon as the folder is opened. Any source file is then as good as a
+//! `Makefile`, so protecting build files would only look safer. The table holds
+//! what runs *without* the user running the project: git, shells, login and
+//! desktop sessions, editors' own settings, agents and MCP clients.
+//! Also out: `.gitattributes` and `.git/info/attributes` (they only select
+//! filter and diff drivers, whose commands come from git config, protected here;
+//! and `.git/info` is inside the protected `.git` anyway), `.gitmodules` (git
+//! ignores `update = !cmd` from it), credential files such as `.pypirc` or
+//! `.netrc` (no code runs from them; whether the server may read them is the
+//! read grants' business).
+
+use crate::spec::SandboxSpec;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// One row: a name relative to a directory, and why the host trusts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Protected {
+    /// Relative, normalised, no trailing slash. A directory is protected whole.
+    pub name: &'static str,
+    pub why: &'static str,
+}
+
+const fn row(name: &'static str, why: &'static str) -> Protected {
+    Protected { name, why }
+}
+
+/// Names the host runs or trusts. Directories are protected whole: nothing can
+/// be changed, created or removed inside.
+pub const PROTECTED: &[Protected] = &[
+    // git: any git command in the work tree reads these, including the
+    // `git status` a shell prompt runs on every `cd`.
+    row(
+        ".git",
+        "git runs hooks/*, and config's core.fsmonitor, core.hooksPath, \
+         core.sshCommand, core.pager, aliases and filters, on any command; a new \
+         commondir file redirects all of it to another directory; modules/ and \
+         worktrees/ hold more git dirs with their own; a .git file points git at \
+         another git dir",
+    ),
+    row(
+        ".git/hooks",
+        "git runs them; stays read-only when .git is granted by name",
+    ),
+    row(
+        ".git/config",
+        "core.fsmonitor and friends run commands; stays read-only when .git is \
+         granted by name",
+    ),
+    row(
+        ".gitconfig",
+        "global git config: commands for every repository",
+    ),
+    row(
+        ".config/git",
+        "global git config (XDG): commands for every repository",
+    ),
+    // Shells: sourced when a shell starts.
+    row(".bashrc", "bash sources it in every interactive shell"),
+    row(".bash_profile", "bash sources it in login shells"),
+    row(".bash_login", "bash sources it in login shells"),
+    row(".bash_logout", "bash sources it when a login shell exits"),
+    row(
+        ".bash_aliases",
+        "the default .bashrc of Debian and Ubuntu sources it",
+    ),
+    row(".profile", "sh, dash and bash source it in login shells"),
+    row(".zshenv", "zsh sources it in every shell, even scripts"),
+    row(".zprofile", "zsh sources it in login shells"),
+    row(".zshrc", "zsh sources it in every interactive shell"),
+    row(".zlogin", "zsh sources it in login shells"),
+    row(".zlogout", "zsh sources it when a login shell exits"),
+    row(
+        ".config/fish",
+        "fish sources config.fish, conf.d/ and functions/",
+    ),
+    row(
+        ".inputrc",
+        "readline macros type text, newline included, into every shell",
+    ),
+    // Login and desktop sessions.
+    row(
+        ".ssh",
+        "authorized_keys lets anyone in; config's ProxyCommand and \
+         LocalCommand and rc run commands",
+    ),
+    row(
+        ".config/autostart",
+        "desktop entries run at every graphical login",
+    ),
+    row(".config/systemd", "user units run at login and on timers"),
+    row(
+        ".config/environment.d",
+        "environment of every user service (LD_PRELOAD...)",
+    ),
+    row(
+        ".local/share/applications",
+        "desktop entries override the system's: Exec= runs when an \
+         application is opened",
+    ),
+    row(
+        ".local/bin",
+        "on PATH by default (~/.profile): a planted `git` runs instead of git",
+    ),
+    row(".xprofile", "sourced at graphical login"),
+    row(".xsession", "run as the graphical session"),
+    row(".xinitrc", "startx runs it as the X session"),
+    // Editors and IDEs: settings and tasks that run when a folder is opened.
+    row(
+        ".vscode",
+        "tasks.json (runOn: folderOpen), settings.json (interpreter and tool \
+         paths, terminal profiles), launch.json, mcp.json",
+    ),
+    row(
+        ".idea",
+        "JetBrains run configurations, startup tasks and tool paths",
+    ),
+    row(
+        ".devcontainer",
+        "initializeCommand runs on the host when the folder is opened",
+    ),
+    row(".vimrc", "vim runs it at start"),
+    row(".exrc", "vi and vim (with 'exrc') run it at start"),
+    row(".config/nvim", "neovim runs init.lua/init.vim and plugins"),
+    row(".emacs", "emacs runs it at start"),
+    row(".emacs.d", "emacs runs init.el at start"),
+    // Agents and MCP clients: they start the servers these files list.
+    row(".mcp.json", "MCP servers a client starts for the project"),
+    row(
+        ".claude",
+        "Claude Code settings: hooks run shell commands, MCP servers, \
+         permissions",
+    ),
+    row(
+        ".claude.json",
+        "Claude Code user config: MCP servers it starts",
+    ),
+    row(".cursor", "Cursor: mcp.json servers and rules"),
+    row(".gemini", "Gemini CLI settings: MCP servers it starts"),
+    row(".codex", "Codex CLI config: MCP servers it starts"),
+    // Developer environment.
+    row(
+        ".envrc",
+        "direnv runs it on cd once allowed (an edit asks again; habits allow)",
+    ),
+    row(
+        ".npmrc",
+        "node-options (--require) and script-shell run code on any npm \
+         command; every project's when it is ~/.npmrc",
+    ),
+];
+
+/// What `mounts.rs` does for the write grants of one spec: host paths, all
+/// absolute, normalised and sorted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Bound read-only over themselves when they exist (a symlink is bound as
+    /// the link itself, never followed): nothing in them can be written,
+    /// created, removed, renamed or replaced.
+    pub protect: Vec<PathBuf>,
+    /// Directories between a write grant and a protected path, bound over
+    /// themselves with the grant's own (read-write) mode: a mount point cannot
+    /// be renamed or removed, so the protected path cannot be moved away with
+    /// its parent (`mv .config x; mkdir -p .config/fish`).
+    pub pin: Vec<PathBuf>,
+}
+
+/// The grants as the mount layer binds them: (path, writable). A path in both
+/// lists is a write grant.
+fn grants(spec: &SandboxSpec) -> Vec<(&Path, bool)> {
+    let mut g: Vec<(&Path, bool)> = spec.write.iter().map(|p| (p.as_path(), true)).collect();
+    g.extend(
+        spec.read
+            .iter()
+            .filter(|p| !spec.write.contains(p))
+            .map(|p| (p.as_path(), false)),
+    );
+    g
+}
+
+/// The grant whose bind is visible at `p`: the deepest one containing it.
+fn owner<'a>(grants: &[(&'a Path, bool)], p: &Path) -> Option<(&'a Path, bool)> {
+    grants
+        .iter()
+        .filter(|(g, _)| p.starts_with(g))
+        .max_by_key(|(g, _)| g.components().count())
+        .copied()
+}
+
+/// The protection plan for `spec`. Pure: nothing here touches the filesystem
+/// (whether each path exists is decided inside the sandbox, from fds).
+pub fn plan(spec: &SandboxSpec) -> Plan {
+    let grants = grants(spec);
+    // (path, its owner): every name of the table under every write grant.
+    let mut found: BTreeSet<(PathBuf, PathBuf)> = BTreeSet::new();
+    for g in &spec.write {
+        for base in g.ancestors() {
+            for row in PROTECTED {
+                let c = base.join(row.name);
+                if !c.starts_with(g) || c == *g {
+                    continue;
+                }
+                // Visible through a write grant that is not the path itself.
+                if let Some((o, true)) = owner(&grants, &c) {
+                    if o != c {
+                        found.insert((c, o.to_path_buf()));
+                    }
+                }
+            }
+        }
+    }
+    // A path inside another protected path of the same grant is covered by it.
+    let protect: Vec<(PathBuf, PathBuf)> = found
+        .iter()
+        .filter(|(c, o)| {
+            !found
+                .iter()
+                .any(|(c2, o2)| o2 == o && c2 != c && c.starts_with(c2))
+        })
+        .cloned()
+        .collect();
+    let mut pin = BTreeSet::new();
+    for (c, o) in &protect {
+        for a in c.ancestors().skip(1) {
+            if a == o {
+                break;
+            }
+            pin.insert(a.to_path_buf());
+        }
+    }
+    Plan {
+        protect: protect.into_iter().map(|(c, _)| c).collect(),
+        pin: pin.into_iter().collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Component;
+
+    fn spec(read: &[&str], write: &[&str]) -> SandboxSpec {
+        serde_json::from_value(serde_json::json!({
+            "session_id": "s",
+            "program": "/bin/sh",
+            "argv": [b"sh"],
+            "env": [],
+            "cwd": "/",
+            "read": read,
+            "write": write,
+            "home": "/home/ana",
+            "uid": 1000,
+            "gid": 1000,
+            "user": "ana",
+            "tmp_size_mb": 1,
+        }))
+        .unwrap()
+    }
+
+    fn paths(v: &[PathBuf]) -> Vec<&str> {
+        v.iter().map(|p| p.to_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn table_rows_are_relative_normalised_unique_and_explained() {
+        let mut seen = BTreeSet::new();
+        for r in PROTECTED {
+            let p = Path::new(r.name);
+            assert!(
+                p.components().all(|c| matches!(c, Component::Normal(_))),
+                "{}: must be relative and normalised",
+                r.name
+            );
+            assert!(!r.name.ends_with('/') && !r.name.is_empty(), "{}", r.name);
+            assert!(seen.insert(r.name), "{} twice", r.name);
+            assert!(r.why.len() >= 15, "{}: say why", r.name);
+        }
+    }
+
+    #[test]
+    fn table_covers_the_known_entry_points() {
+        for name in [
+            ".git",
+            ".git/hooks",
+            ".git/config",
+            ".bashrc",
+            ".bash_profile",
+            ".bash_login",
+            ".bash_logout",
+            ".profile",
+            ".zshrc",
+            ".zshenv",
+            ".zprofile",
+            ".zlogin",
+            ".config/fish",
+            ".inputrc",
+            ".mcp.json",
+            ".vscode",
+            ".idea",
+            ".envrc",
+            ".npmrc",
+            ".ssh",
+            ".config/autostart",
+            ".local/share/applications",
+            ".cursor",
+            ".claude",
+        ] {
+            assert!(PROTECTED.iter().any(|r| r.name == name), "{name} missing");
+        }
+    }
+
+    #[test]
+    fn build_files_and_attributes_are_out_of_scope() {
+        for name in [
+            "Makefile",
+            "package.json",
+            "Cargo.toml",
+            "build.rs",
+            ".cargo",
+            ".gitattributes",
+            ".git/info/attributes",
+            ".gitmodules",
+            ".pypirc",
+            ".github",
+        ] {
+            assert!(PROTECTED.iter().all(|r| r.name != name), "{name}");
+        }
+    }
+
+    #[test]
+    fn every_row_under_a_project_grant() {
+        let p = plan(&spec(&[], &["/p"]));
+        // .git covers .git/hooks and .git/config; .config/fish & co. need
+        // their parents pinned.
+        let want: Vec<String> = PROTECTED
+            .iter()
+            .filter(|r| !r.name.starts_with(".git/"))
+            .map(|r| format!("/p/{}", r.name))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(paths(&p.protect), want);
+        assert_eq!(
+            paths(&p.pin),
+            ["/p/.config", "/p/.local", "/p/.local/share"]
+        );
+    }
+
+    #[test]
+    fn names_match_at_the_grants_ancestors_too() {
+        // A grant of the git dir: its hooks and config stay protected.
+        // (Every name also matches at the grant itself, as for any grant.)
+        let p = plan(&spec(&[], &["/p/.git"]));
+        for want in ["/p/.git/config", "/p/.git/hooks", "/p/.git/.bashrc"] {
+            assert!(p.protect.iter().any(|x| x == Path::new(want)), "{want}");
+        }
+        assert!(!p.protect.iter().any(|x| x == Path::new("/p/.git")));
+        // A grant of ~/.config.
+        let p = plan(&spec(&[], &["/home/ana/.config"]));
+        for want in ["/home/ana/.config/fish", "/home/ana/.config/git"] {
+            assert!(p.protect.iter().any(|x| x == Path::new(want)), "{want}");
+        }
+        // A grant of ~/.local/share/applications/x: inside a protected
+        // directory, granted by name.
+        // Only the grant's own names are protected, none above it.
+        let x = Path::new("/home/ana/.local/share/applications/x");
+        let p = plan(&spec(&[], &[x.to_str().unwrap()]));
+        assert!(p.protect.contains(&x.join(".git")));
+        assert!(p
+            .protect
+            .iter()
+            .chain(&p.pin)
+            .all(|q| q.starts_with(x) && q != x));
+        // A grant below a repository cannot reach its .git: nothing to do
+        // for git there.
+        let p = plan(&spec(&[], &["/p/src"]));
+        assert!(p.protect.iter().all(|x| !x.starts_with("/p/.git")));
+    }
+
+    #[test]
+    fn exact_write_grants_stay_writable() {
+        let p = plan(&spec(&[], &["/p", "/p/.vscode", "/p/.git/config"]));
+        assert!(!p.protect.contains(&PathBuf::from("/p/.vscode")));
+        assert!(!p.protect.contains(&PathBuf::from("/p/.git/config")));
+        // .git stays protected (the config is granted inside it, and is bound
+        // on top later); within .git, hooks is covered by .git.
+        assert!(p.protect.contains(&PathBuf::from("/p/.git")));
+        assert!(!p.protect.contains(&PathBuf::from("/p/.git/hooks")));
+        // A grant of .git by name: writable, but its hooks and config not.
+        let p = plan(&spec(&[], &["/p", "/p/.git"]));
+        assert!(!p.protect.contains(&PathBuf::from("/p/.git")));
+        assert!(p.protect.contains(&PathBuf::from("/p/.git/hooks")));
+        assert!(p.protect.contains(&PathBuf::from("/p/.git/config")));
+    }
+
+    #[test]
+    fn read_grants_need_no_protection() {
+        // Read-only already, whether nested or covering.
+        let p = plan(&spec(&["/p/.vscode", "/p/.git"], &["/p"]));
+        assert!(p.protect.iter().all(|x| !x.starts_with("/p/.vscode")));
+        assert!(p.protect.iter().all(|x| !x.starts_with("/p/.git")));
+        // Read grants alone: nothing.
+        assert_eq!(plan(&spec(&["/p"], &[])), Plan::default());
+        // In both lists: a write grant.
+        let p = plan(&spec(&["/p"], &["/p"]));
+        assert!(p.protect.contains(&PathBuf::from("/p/.git")));
+    }
+
+    #[test]
+    fn a_nested_write_grant_protects_its_own_names() {
+        let p = plan(&spec(&[], &["/p", "/p/sub"]));
+        assert!(p.protect.contains(&PathBuf::from("/p/.git")));
+        assert!(p.protect.contains(&PathBuf::from("/p/sub/.git")));
+        // A pin never lands on a grant.
+        let p = plan(&spec(&[], &["/h", "/h/.config"]));
+        assert!(p.pin.iter().all(|x| x != Path::new("/h/.config")));
+        assert!(p.protect.contains(&PathBuf::from("/h/.config/fish")));
+    }
+
+    #[test]
+    fn protected_paths_are_strictly_inside_a_write_grant_and_never_a_grant() {
+        let s = spec(&["/r", "/w/ro"], &["/w", "/w/.vscode", "/h/ana/.config"]);
+        let p = plan(&s);
+        for x in p.protect.iter().chain(&p.pin) {
+            assert!(
+                s.write.iter().any(|g| x.starts_with(g) && x != g),
+                "{}",
+                x.display()
+            );
+            assert!(!s.read.contains(x) && !s.write.contains(x));
+        }
+    }
+}
