@@ -3,10 +3,14 @@
 //! and the seccomp filter. Both are *prepared* in PID 1 before the fork (all
 //! allocation and every error with a message happens there) and *applied* in
 //! the child with raw syscalls only.
+//!
+//! With `notify`, the filter is installed with a user-notification listener
+//! (see [`crate::notify`]): `apply` returns its fd, which the child passes to
+//! PID 1 and closes before execve.
 
 use crate::proto::Failure;
 use crate::spec::SandboxSpec;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 /// What [`apply`](Confinement::apply) installs.
 pub(crate) struct Confinement {
@@ -14,6 +18,9 @@ pub(crate) struct Confinement {
     pub landlock: Option<OwnedFd>,
     /// The compiled seccomp-BPF program, when there is one.
     pub seccomp: Option<Vec<libc::sock_filter>>,
+    /// Install the filter with `SECCOMP_FILTER_FLAG_NEW_LISTENER` (its
+    /// `Notify` rules compiled to `SECCOMP_RET_USER_NOTIF`).
+    pub notify: bool,
 }
 
 /// Stage numbers reported by [`Confinement::apply`] (see init.rs `STAGES`).
@@ -22,21 +29,23 @@ pub(crate) const STAGE_SECCOMP: u32 = 9;
 
 impl Confinement {
     /// Builds both layers for `spec`. Runs in PID 1 after the new root is in
-    /// place, so paths are the sandbox's own.
-    pub(crate) fn prepare(spec: &SandboxSpec) -> Result<Confinement, Failure> {
-        let _ = spec;
+    /// place, so paths are the sandbox's own. `notify`: the kernel offers user
+    /// notification (checked by the caller on the host's /proc).
+    pub(crate) fn prepare(spec: &SandboxSpec, notify: bool) -> Result<Confinement, Failure> {
         Ok(Confinement {
             landlock: crate::landlock::ruleset(spec)?,
-            seccomp: Some(crate::seccomp::program()?),
+            seccomp: Some(crate::seccomp::program(notify)?),
+            notify,
         })
     }
 
     /// Applies Landlock, then seccomp (last, so that nothing after it needs a
-    /// call it refuses). Requires `no_new_privs` already set.
+    /// call it refuses). Requires `no_new_privs` already set. Returns the
+    /// listener fd (close-on-exec) when the filter has one; the caller owns it.
     ///
     /// # Safety
     /// Raw syscalls only; for the forked server child just before execve.
-    pub(crate) unsafe fn apply(&self) -> Result<(), (u32, i32)> {
+    pub(crate) unsafe fn apply(&self) -> Result<Option<RawFd>, (u32, i32)> {
         if let Some(fd) = &self.landlock {
             // SAFETY: landlock_restrict_self(ruleset_fd, flags=0).
             let r = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0) };
@@ -50,13 +59,20 @@ impl Confinement {
                 len: prog.len() as libc::c_ushort,
                 filter: prog.as_ptr() as *mut libc::sock_filter,
             };
+            // NEW_LISTENER: the kernel returns a new fd (always O_CLOEXEC) on
+            // which the Notify rules' calls wait for an answer.
+            let flags = if self.notify {
+                libc::SECCOMP_FILTER_FLAG_NEW_LISTENER
+            } else {
+                0
+            };
             // SAFETY: seccomp(SECCOMP_SET_MODE_FILTER) with a valid program that
             // outlives the call (the kernel copies it).
             let r = unsafe {
                 libc::syscall(
                     libc::SYS_seccomp,
                     libc::SECCOMP_SET_MODE_FILTER,
-                    0,
+                    flags,
                     &fprog as *const libc::sock_fprog,
                 )
             };
@@ -64,7 +80,10 @@ impl Confinement {
                 // SAFETY: reading errno.
                 return Err((STAGE_SECCOMP, unsafe { *libc::__errno_location() }));
             }
+            if self.notify {
+                return Ok(Some(r as RawFd));
+            }
         }
-        Ok(())
+        Ok(None)
     }
 }

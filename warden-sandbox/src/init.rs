@@ -297,6 +297,10 @@ fn pid1(
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
     // Read while the host /proc is still mounted (same value inside).
     let last_cap = cap_last_cap()?;
+    // Without user notification the recorded rules fall back to plain errno
+    // returns: still refused, just not audited (the daemon notes it in
+    // session.start from the same file).
+    let notify = crate::notify::available();
 
     // Namespaces owned by our new user namespace. CLONE_NEWCGROUP makes our current
     // cgroup the root of the cgroup view; CLONE_NEWNET leaves only a down loopback.
@@ -352,12 +356,19 @@ fn pid1(
     .map_err(|e| Failure::os("signalfd", e))?;
 
     // Landlock and seccomp, built now (errors with messages), applied in the child.
-    let confinement = crate::confine::Confinement::prepare(spec)?;
+    let confinement = crate::confine::Confinement::prepare(spec, notify)?;
 
-    // Exec status pipe: CLOEXEC, so a successful exec closes it (EOF = success);
-    // on failure the child writes (stage, errno).
-    let (rd, wr) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Failure::os("pipe", e))?;
+    // Exec status socket: CLOEXEC, so a successful exec closes the child's end
+    // (EOF = success); on failure the child sends (stage, errno). Before that it
+    // sends the seccomp listener fd (SCM_RIGHTS), hence a socket, not a pipe;
+    // SEQPACKET keeps each report one message.
+    let (rd, wr) = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::SeqPacket,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| Failure::os("status socketpair", e))?;
 
     // SAFETY: single-threaded; the child only makes raw syscalls before execve/_exit.
     let server = match unsafe { nix::unistd::fork() }.map_err(|e| Failure::os("fork server", e))? {
@@ -385,17 +396,19 @@ fn pid1(
     sys::dup_over_stdio(devnull.as_fd());
     drop(devnull);
 
-    let mut report = [0u8; 8];
-    let n = loop {
-        match nix::unistd::read(&rd, &mut report) {
-            Err(Errno::EINTR) => continue,
-            r => break r.unwrap_or(0),
+    // Reports until EOF: the listener (if any), then a failure or nothing.
+    let mut listener: Option<OwnedFd> = None;
+    let failure = loop {
+        match recv_status(rd.as_fd()) {
+            Ok(None) => break None,
+            Ok(Some((MSG_LISTENER, _, Some(fd)))) => listener = Some(fd),
+            Ok(Some((stage, errno, _))) => break Some((stage, errno)),
+            // The child is gone or the socket broke: treat like a failed start.
+            Err(e) => break Some((0, e as i32)),
         }
     };
     drop(rd);
-    if n == report.len() {
-        let stage = u32::from_ne_bytes(report[..4].try_into().unwrap_or_default());
-        let errno = i32::from_ne_bytes(report[4..].try_into().unwrap_or_default());
+    if let Some((stage, errno)) = failure {
         let _ = waitpid(server, None);
         return Err(match stage {
             STAGE_EXEC => Failure::Exec {
@@ -407,6 +420,18 @@ fn pid1(
                 Errno::from_raw(errno),
             ),
         });
+    }
+    if let Some(fd) = listener {
+        // The daemon answers the listener from now on; our copy goes at once
+        // (PID 1 is non-dumpable, but nothing inside should ever reach it).
+        proto::send(sock, &FromInit::Listener, Some(fd.as_fd()))
+            .map_err(|e| Failure::os("pass the seccomp listener", e))?;
+        drop(fd);
+    } else if notify {
+        return Err(Failure::msg(
+            "pass the seccomp listener",
+            "the server did not send its listener",
+        ));
     }
     proto::send(sock, &FromInit::Started, None).map_err(|e| Failure::os("report start", e))?;
     let exit = supervise(sock, &sfd, server);
@@ -503,8 +528,11 @@ fn nproc_limit(spec: &SandboxSpec) -> Option<u64> {
 }
 
 const STAGE_NPROC: u32 = 10;
+const STAGE_LISTENER: u32 = 11;
+/// Not a stage: the status message that carries the seccomp listener.
+const MSG_LISTENER: u32 = u32::MAX;
 
-const STAGES: [&str; 11] = [
+const STAGES: [&str; 12] = [
     "start server",
     "unblock signals",
     "setsid",
@@ -516,19 +544,111 @@ const STAGES: [&str; 11] = [
     "apply landlock",
     "install seccomp filter",
     "set RLIMIT_NPROC",
+    "pass the seccomp listener",
 ];
 const STAGE_EXEC: u32 = 7;
 
-/// Reports (stage, errno) on the status pipe and exits.
+/// Reports (stage, errno) on the status socket and exits.
 unsafe fn child_fail(pipe: RawFd, stage: u32, errno: i32) -> ! {
     let mut buf = [0u8; 8];
     buf[..4].copy_from_slice(&stage.to_ne_bytes());
     buf[4..].copy_from_slice(&errno.to_ne_bytes());
-    // SAFETY: writing a stack buffer to our pipe, then _exit.
+    // SAFETY: writing a stack buffer to our socket, then _exit.
     unsafe {
         libc::write(pipe, buf.as_ptr() as *const libc::c_void, buf.len());
         libc::_exit(127)
     }
+}
+
+/// Sends `fd` (SCM_RIGHTS) on the status socket as a [`MSG_LISTENER`] report.
+/// Raw `sendmsg` on stack buffers: async-signal-safe, for the server child.
+unsafe fn child_send_fd(sock: RawFd, fd: RawFd) -> Result<(), i32> {
+    let mut buf = [0u8; 8];
+    buf[..4].copy_from_slice(&MSG_LISTENER.to_ne_bytes());
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // u64 alignment is enough for cmsghdr; CMSG_SPACE(4) is 24 bytes.
+    let mut cbuf = [0u64; 4];
+    // SAFETY: a zeroed msghdr is valid; every pointer set below outlives the
+    // call, and the control buffer holds one cmsg with one int.
+    unsafe {
+        let mut hdr: libc::msghdr = std::mem::zeroed();
+        hdr.msg_iov = &mut iov;
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        hdr.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+        let c = libc::CMSG_FIRSTHDR(&hdr);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut RawFd, fd);
+        loop {
+            if libc::sendmsg(sock, &hdr, libc::MSG_NOSIGNAL) >= 0 {
+                return Ok(());
+            }
+            let e = *libc::__errno_location();
+            if e != libc::EINTR {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// One report from the server child: `None` at EOF (the exec happened), else
+/// (stage, errno) and the fd it carried (received close-on-exec).
+fn recv_status(sock: BorrowedFd<'_>) -> Result<Option<(u32, i32, Option<OwnedFd>)>, Errno> {
+    let mut buf = [0u8; 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let mut cbuf = [0u64; 8];
+    // SAFETY: a zeroed msghdr is valid; we point it at our live buffers.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_iov = &mut iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+    hdr.msg_controllen = std::mem::size_of_val(&cbuf);
+    let n = loop {
+        // SAFETY: as above; MSG_CMSG_CLOEXEC so the fd never leaks into an exec.
+        let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut hdr, libc::MSG_CMSG_CLOEXEC) };
+        if r >= 0 {
+            break r as usize;
+        }
+        let e = Errno::last();
+        if e != Errno::EINTR {
+            return Err(e);
+        }
+    };
+    let mut fd = None;
+    // SAFETY: walking the control buffer the kernel filled, with the libc CMSG helpers.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c) as *const RawFd;
+                let count = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / 4;
+                for i in 0..count {
+                    // The kernel installed these fds for us: we own them (extra
+                    // ones are closed on drop).
+                    let owned = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
+                    fd.get_or_insert(owned);
+                }
+            }
+            c = libc::CMSG_NXTHDR(&hdr, c);
+        }
+    }
+    if n == 0 {
+        return Ok(None);
+    }
+    if n != buf.len() {
+        return Err(Errno::EBADMSG);
+    }
+    let stage = u32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]);
+    let errno = i32::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]]);
+    Ok(Some((stage, errno, fd)))
 }
 
 /// The server, between fork and execve. Raw syscalls only.
@@ -614,8 +734,19 @@ unsafe fn server_child(
             }
         }
         // Landlock, then the seccomp filter: the last things before execve.
-        if let Err((stage, e)) = confinement.apply() {
-            child_fail(pipe, stage, e);
+        match confinement.apply() {
+            Err((stage, e)) => child_fail(pipe, stage, e),
+            Ok(Some(listener)) => {
+                // To PID 1 (which forwards it to the daemon), then our copy
+                // goes: the server must never hold the listener (with it, it
+                // could answer its own refused calls). It is O_CLOEXEC too.
+                let sent = child_send_fd(pipe, listener);
+                libc::close(listener);
+                if let Err(e) = sent {
+                    child_fail(pipe, STAGE_LISTENER, e);
+                }
+            }
+            Ok(None) => {}
         }
         libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr());
         child_fail(pipe, STAGE_EXEC, errno())

@@ -960,6 +960,7 @@ mod host_tests {
         let confinement = Confinement {
             landlock: ruleset(&f.spec).unwrap(),
             seccomp: None,
+            notify: false,
         };
         assert!(confinement.landlock.is_some());
         let cs = cases(&f);

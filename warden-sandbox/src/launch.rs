@@ -9,9 +9,12 @@
 //! ```
 //! PID 1 is signalled only through a pidfd the launcher passes back, so a recycled
 //! pid can never be hit. Server signals and tree-wide SIGTERM go through PID 1 as
-//! control messages.
+//! control messages. PID 1 also passes the seccomp listener; the sandbox answers
+//! it on its own thread ([`crate::notify`]) whether or not anyone takes the
+//! refused calls ([`Sandbox::take_refused_calls`]).
 
 use crate::init;
+use crate::notify::{Notifier, RefusedCalls};
 use crate::proto::{self, Exit, Failure, FromInit, Recv, ToInit};
 use crate::spec::SandboxSpec;
 use crate::sys;
@@ -130,6 +133,9 @@ pub struct Sandbox {
     pidfd: OwnedFd,
     pid: u32,
     state: Mutex<WaitState>,
+    /// Answers the seccomp listener; `None` without user notification.
+    notifier: Mutex<Option<Notifier>>,
+    refused: Mutex<Option<RefusedCalls>>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -219,10 +225,20 @@ impl Sandbox {
         // either order.
         let mut pidfd: Option<(OwnedFd, u32)> = None;
         let mut started = false;
+        let mut notifier = None;
         while pidfd.is_none() || !started {
             match proto::recv::<FromInit>(ours.as_fd()) {
                 Ok(Recv::Msg(FromInit::Launched { pid }, Some(fd))) => {
                     pidfd = Some((fd, pid as u32))
+                }
+                Ok(Recv::Msg(FromInit::Listener, Some(fd))) => {
+                    // Answered from now on, before the server can make a call.
+                    match Notifier::start(fd) {
+                        Ok(n) => notifier = Some(n),
+                        Err(e) => {
+                            return Err(fail(&mut launcher, SandboxError::Control(e)));
+                        }
+                    }
                 }
                 Ok(Recv::Msg(FromInit::Started, _)) => started = true,
                 Ok(Recv::Msg(FromInit::Failed(f), _)) => {
@@ -244,6 +260,7 @@ impl Sandbox {
             }
         }
         let (pidfd, pid) = pidfd.expect("loop ends only with a pidfd");
+        let (notifier, refused) = notifier.unzip();
         Ok(Sandbox {
             sock: ours,
             pidfd,
@@ -252,7 +269,29 @@ impl Sandbox {
                 launcher,
                 outcome: None,
             }),
+            notifier: Mutex::new(notifier),
+            refused: Mutex::new(refused),
         })
+    }
+
+    /// Whether refused escape and kernel-attack calls are reported (the
+    /// kernel offers seccomp user notification). Without it they are still
+    /// refused, with the same errno.
+    pub fn syscall_audit(&self) -> bool {
+        self.notifier
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    /// The refused calls, once (`None` afterwards, or without user
+    /// notification). The queue disconnects when [`Sandbox::wait`] returns.
+    /// Nobody has to take it: the calls are answered either way.
+    pub fn take_refused_calls(&self) -> Option<RefusedCalls> {
+        self.refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 
     /// Host pid of the sandbox's PID 1.
@@ -313,6 +352,16 @@ impl Sandbox {
             }
         }
         st.launcher.wait().map_err(SandboxError::Control)?;
+        // Every task of the sandbox is gone: the notifier sees POLLHUP and ends,
+        // which closes the refused-call queue behind the last call.
+        if let Some(n) = self
+            .notifier
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            n.stop_and_join();
+        }
         let o = outcome.unwrap_or(ExitOutcome::Signal(libc::SIGKILL));
         st.outcome = Some(o);
         Ok(o)

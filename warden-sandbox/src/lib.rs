@@ -5,6 +5,8 @@
 //! - [`init`]: the sandbox side: a single-threaded re-exec of the daemon binary that
 //!   builds namespaces and the root filesystem, then runs the server as its child.
 //! - [`fdpass`]: SCM_RIGHTS fd passing on Unix sockets (shim → daemon stdio).
+//! - [`notify`]: the seccomp user-notification listener that answers (and
+//!   reports) the refusals worth an audit record.
 //! - [`stdio`]: moving bytes between the client's stdio and the server's pipes.
 //! - [`protect`]: the names inside a write grant the host runs or trusts (`.git`,
 //!   shell start-up files, `.vscode`...), kept read-only by `mounts`.
@@ -20,6 +22,7 @@ pub mod init;
 mod landlock;
 pub mod launch;
 mod mounts;
+pub mod notify;
 pub mod protect;
 mod proto;
 mod seccomp;
@@ -29,3 +32,4 @@ mod sys;
 
 pub use landlock::landlock_abi;
 pub use launch::{init_entry_if_requested, ExitOutcome, Sandbox, SandboxError, INIT_ARG};
+pub use notify::{RefusedCall, RefusedCalls};

@@ -24,6 +24,9 @@ pub enum ToInit {
 pub enum FromInit {
     /// From the launcher, carrying a pidfd of PID 1 as SCM_RIGHTS, and its host pid.
     Launched { pid: i32 },
+    /// From PID 1, before `Started`, carrying the seccomp user-notification
+    /// listener as SCM_RIGHTS (absent when the kernel lacks user notification).
+    Listener,
     /// From PID 1: the server was exec'd.
     Started,
     /// From the launcher or PID 1: setup failed; nothing was executed.

@@ -19,6 +19,18 @@
 //! Refused calls return an errno, never kill (except the foreign ABI), so a server
 //! fails loudly with "Operation not permitted" instead of dying mysteriously.
 //!
+//! Refusals that matter (escape and kernel-attack attempts) are
+//! [`Action::Notify`]: compiled to `SECCOMP_RET_USER_NOTIF`, so the call stops
+//! in the kernel until the sandbox's notifier ([`crate::notify`]) has queued an
+//! audit event and answered with the rule's errno. The server sees the same
+//! errno as with `SECCOMP_RET_ERRNO`; only the refused call pays the round
+//! trip, allowed calls never reach the notifier. Without a listener (a kernel
+//! without user notification), [`program`] compiles them to plain errno
+//! returns. The rest stay plain errno returns: refusals that ordinary runtimes
+//! hit on their own (`clone3` is probed by glibc on every thread creation,
+//! socket families by interface enumeration) and calls that reach nothing
+//! worth an audit line.
+//!
 //! Argument conditions compare only the low 32 bits of an argument. Every argument
 //! inspected here is truncated to 32 bits by the kernel (`ioctl` cmd, `socket`
 //! domain, `personality` are `int`/`unsigned int`; `clone` takes
@@ -34,6 +46,9 @@ use crate::proto::Failure;
 pub(crate) enum Action {
     /// `SECCOMP_RET_ERRNO`: the call fails with this errno.
     Errno(i32),
+    /// `SECCOMP_RET_USER_NOTIF`: the notifier records the call, then makes it
+    /// fail with this errno (plain `Errno` when there is no listener).
+    Notify(i32),
 }
 
 /// A condition on the low 32 bits of one argument (see the module docs for why 32).
@@ -71,6 +86,7 @@ mod nr {
 }
 
 const EPERM: Action = Action::Errno(libc::EPERM);
+const NOTIFY_EPERM: Action = Action::Notify(libc::EPERM);
 const ENOSYS: Action = Action::Errno(libc::ENOSYS);
 const EAFNOSUPPORT: Action = Action::Errno(libc::EAFNOSUPPORT);
 
@@ -117,51 +133,51 @@ macro_rules! rule {
 pub(crate) static RULES: &[Rule] = &[
     // Namespaces: a nested user namespace hands out a full capability set over
     // fresh namespaces, the door to most kernel LPEs of recent years.
-    rule!(SYS_unshare, EPERM, Some(ArgCond::AnyBit { arg: 0, mask: UNSHARE_NS_FLAGS }),
+    rule!(SYS_unshare, NOTIFY_EPERM, Some(ArgCond::AnyBit { arg: 0, mask: UNSHARE_NS_FLAGS }),
         "new namespaces (userns unlocks CVE-2022-0185, CVE-2023-32233, CVE-2022-0492); CLONE_FILES/FS pass"),
-    rule!(SYS_clone, EPERM, Some(ArgCond::AnyBit { arg: 0, mask: CLONE_NS_FLAGS }),
+    rule!(SYS_clone, NOTIFY_EPERM, Some(ArgCond::AnyBit { arg: 0, mask: CLONE_NS_FLAGS }),
         "clone into new namespaces (flags are arg0 on x86_64 and aarch64); threads and fork pass"),
     rule!(SYS_clone3, ENOSYS,
         "flags sit in a struct the filter cannot read; ENOSYS makes glibc fall back to clone"),
-    rule!(SYS_setns, EPERM, "joining another namespace through an fd or pidfd"),
+    rule!(SYS_setns, NOTIFY_EPERM, "joining another namespace through an fd or pidfd"),
     // The mount API: the server has no capabilities, this is the second lock.
-    rule!(SYS_mount, EPERM, "mount table changes (could reshape or uncover the sandbox root)"),
-    rule!(SYS_umount2, EPERM, "unmounting could uncover what the sandbox root hides"),
-    rule!(SYS_pivot_root, EPERM, "root changes"),
-    rule!(SYS_chroot, EPERM, "root changes (the classic chroot escape with a held directory fd)"),
-    rule!(SYS_open_tree, EPERM, "new mount API: detached copies of mount trees"),
-    rule!(SYS_open_tree_attr, EPERM, "new mount API: open_tree with attribute changes (Linux 6.15)"),
-    rule!(SYS_move_mount, EPERM, "new mount API: attaching mounts"),
-    rule!(SYS_fsopen, EPERM, "new mount API: filesystem contexts (CVE-2022-0185 legacy_parse_param overflow)"),
-    rule!(SYS_fsconfig, EPERM, "new mount API: filesystem parameters (CVE-2022-0185)"),
-    rule!(SYS_fsmount, EPERM, "new mount API: mounts from a filesystem context"),
-    rule!(SYS_fspick, EPERM, "new mount API: reconfiguring existing superblocks"),
-    rule!(SYS_mount_setattr, EPERM, "new mount API: mount flags and idmapped mounts"),
+    rule!(SYS_mount, NOTIFY_EPERM, "mount table changes (could reshape or uncover the sandbox root)"),
+    rule!(SYS_umount2, NOTIFY_EPERM, "unmounting could uncover what the sandbox root hides"),
+    rule!(SYS_pivot_root, NOTIFY_EPERM, "root changes"),
+    rule!(SYS_chroot, NOTIFY_EPERM, "root changes (the classic chroot escape with a held directory fd)"),
+    rule!(SYS_open_tree, NOTIFY_EPERM, "new mount API: detached copies of mount trees"),
+    rule!(SYS_open_tree_attr, NOTIFY_EPERM, "new mount API: open_tree with attribute changes (Linux 6.15)"),
+    rule!(SYS_move_mount, NOTIFY_EPERM, "new mount API: attaching mounts"),
+    rule!(SYS_fsopen, NOTIFY_EPERM, "new mount API: filesystem contexts (CVE-2022-0185 legacy_parse_param overflow)"),
+    rule!(SYS_fsconfig, NOTIFY_EPERM, "new mount API: filesystem parameters (CVE-2022-0185)"),
+    rule!(SYS_fsmount, NOTIFY_EPERM, "new mount API: mounts from a filesystem context"),
+    rule!(SYS_fspick, NOTIFY_EPERM, "new mount API: reconfiguring existing superblocks"),
+    rule!(SYS_mount_setattr, NOTIFY_EPERM, "new mount API: mount flags and idmapped mounts"),
     // Other processes.
-    rule!(SYS_ptrace, EPERM, "memory and registers of other processes (CVE-2019-13272 PTRACE_TRACEME)"),
-    rule!(SYS_process_vm_readv, EPERM, "reading another process's memory without ptrace"),
-    rule!(SYS_process_vm_writev, EPERM, "writing another process's memory without ptrace"),
-    rule!(SYS_pidfd_getfd, EPERM, "stealing file descriptors from another process"),
+    rule!(SYS_ptrace, NOTIFY_EPERM, "memory and registers of other processes (CVE-2019-13272 PTRACE_TRACEME)"),
+    rule!(SYS_process_vm_readv, NOTIFY_EPERM, "reading another process's memory without ptrace"),
+    rule!(SYS_process_vm_writev, NOTIFY_EPERM, "writing another process's memory without ptrace"),
+    rule!(SYS_pidfd_getfd, NOTIFY_EPERM, "stealing file descriptors from another process"),
     // Kernel subsystems that are not namespaced or are large attack surface.
-    rule!(SYS_keyctl, EPERM, "kernel keyrings are not namespaced (CVE-2016-0728)"),
-    rule!(SYS_add_key, EPERM, "kernel keyrings are not namespaced (CVE-2016-0728)"),
-    rule!(SYS_request_key, EPERM, "kernel keyrings are not namespaced; can upcall to host helpers"),
-    rule!(SYS_bpf, EPERM, "eBPF verifier bugs (CVE-2021-3490, CVE-2021-31440, CVE-2023-2163)"),
-    rule!(SYS_perf_event_open, EPERM, "perf bugs and side channels (CVE-2013-2094, CVE-2023-2235)"),
-    rule!(SYS_userfaultfd, EPERM, "stalls kernel page faults to win exploit races (CVE-2021-22555 technique)"),
-    rule!(SYS_io_uring_setup, EPERM, "io_uring: large surface whose ops bypass seccomp (CVE-2022-29582, CVE-2023-2598)"),
-    rule!(SYS_io_uring_enter, EPERM, "io_uring (see io_uring_setup)"),
-    rule!(SYS_io_uring_register, EPERM, "io_uring (see io_uring_setup)"),
-    rule!(SYS_open_by_handle_at, EPERM, "opens inodes by handle past the mount view (the 'shocker' container escape)"),
+    rule!(SYS_keyctl, NOTIFY_EPERM, "kernel keyrings are not namespaced (CVE-2016-0728)"),
+    rule!(SYS_add_key, NOTIFY_EPERM, "kernel keyrings are not namespaced (CVE-2016-0728)"),
+    rule!(SYS_request_key, NOTIFY_EPERM, "kernel keyrings are not namespaced; can upcall to host helpers"),
+    rule!(SYS_bpf, NOTIFY_EPERM, "eBPF verifier bugs (CVE-2021-3490, CVE-2021-31440, CVE-2023-2163)"),
+    rule!(SYS_perf_event_open, NOTIFY_EPERM, "perf bugs and side channels (CVE-2013-2094, CVE-2023-2235)"),
+    rule!(SYS_userfaultfd, NOTIFY_EPERM, "stalls kernel page faults to win exploit races (CVE-2021-22555 technique)"),
+    rule!(SYS_io_uring_setup, NOTIFY_EPERM, "io_uring: large surface whose ops bypass seccomp (CVE-2022-29582, CVE-2023-2598)"),
+    rule!(SYS_io_uring_enter, NOTIFY_EPERM, "io_uring (see io_uring_setup)"),
+    rule!(SYS_io_uring_register, NOTIFY_EPERM, "io_uring (see io_uring_setup)"),
+    rule!(SYS_open_by_handle_at, NOTIFY_EPERM, "opens inodes by handle past the mount view (the 'shocker' container escape)"),
     rule!(SYS_name_to_handle_at, EPERM, "file handles for open_by_handle_at"),
     rule!(SYS_fanotify_init, EPERM, "filesystem-wide access monitoring"),
     // The machine itself.
-    rule!(SYS_init_module, EPERM, "loading kernel modules"),
-    rule!(SYS_finit_module, EPERM, "loading kernel modules"),
-    rule!(SYS_delete_module, EPERM, "unloading kernel modules"),
-    rule!(SYS_kexec_load, EPERM, "replacing the running kernel"),
-    rule!(SYS_kexec_file_load, EPERM, "replacing the running kernel"),
-    rule!(SYS_reboot, EPERM, "host power state"),
+    rule!(SYS_init_module, NOTIFY_EPERM, "loading kernel modules"),
+    rule!(SYS_finit_module, NOTIFY_EPERM, "loading kernel modules"),
+    rule!(SYS_delete_module, NOTIFY_EPERM, "unloading kernel modules"),
+    rule!(SYS_kexec_load, NOTIFY_EPERM, "replacing the running kernel"),
+    rule!(SYS_kexec_file_load, NOTIFY_EPERM, "replacing the running kernel"),
+    rule!(SYS_reboot, NOTIFY_EPERM, "host power state"),
     rule!(SYS_swapon, EPERM, "host swap configuration"),
     rule!(SYS_swapoff, EPERM, "host swap configuration"),
     rule!(SYS_acct, EPERM, "process accounting into an arbitrary file"),
@@ -183,14 +199,14 @@ pub(crate) static RULES: &[Rule] = &[
     rule!(SYS_uselib, EPERM, "a.out library loader (CVE-2004-1235)"),
     #[cfg(target_arch = "x86_64")]
     rule!(SYS_modify_ldt, EPERM, "LDT bugs (CVE-2015-5157, CVE-2017-17053); only 16-bit code and Wine need it"),
-    rule!(SYS_personality, EPERM, Some(ArgCond::NotIn { arg: 0, values: PERSONALITIES }),
+    rule!(SYS_personality, NOTIFY_EPERM, Some(ArgCond::NotIn { arg: 0, values: PERSONALITIES }),
         "execution domains weaken the next exec: MMAP_PAGE_ZERO (CVE-2009-1895), READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE"),
     // Terminals (cmd is an unsigned int: compared on 32 bits).
-    rule!(SYS_ioctl, EPERM, Some(ArgCond::Eq { arg: 1, value: libc::TIOCSTI as u32 }),
+    rule!(SYS_ioctl, NOTIFY_EPERM, Some(ArgCond::Eq { arg: 1, value: libc::TIOCSTI as u32 }),
         "TIOCSTI pushes input into a terminal (CVE-2017-5226, CVE-2016-7545)"),
-    rule!(SYS_ioctl, EPERM, Some(ArgCond::Eq { arg: 1, value: libc::TIOCLINUX as u32 }),
+    rule!(SYS_ioctl, NOTIFY_EPERM, Some(ArgCond::Eq { arg: 1, value: libc::TIOCLINUX as u32 }),
         "TIOCLINUX pastes the console selection as input, like TIOCSTI (CVE-2023-1076 class)"),
-    rule!(SYS_ioctl, EPERM, Some(ArgCond::Eq { arg: 1, value: libc::TIOCSETD as u32 }),
+    rule!(SYS_ioctl, NOTIFY_EPERM, Some(ArgCond::Eq { arg: 1, value: libc::TIOCSETD as u32 }),
         "TIOCSETD attaches line disciplines (CVE-2017-2636 n_hdlc, CVE-2023-6546 n_gsm)"),
     // Sockets: Unix and IP only. AF_NETLINK too is refused (nothing needs it here;
     // netfilter/route are large surfaces: CVE-2022-1015, CVE-2023-32233; side
@@ -238,12 +254,54 @@ pub(crate) const RET_ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
 pub(crate) const RET_KILL_PROCESS: u32 = libc::SECCOMP_RET_KILL_PROCESS;
 
 impl Action {
-    /// The `SECCOMP_RET_*` value.
-    pub(crate) fn ret(self) -> u32 {
+    /// The `SECCOMP_RET_*` value; `notify`: the filter is installed with a
+    /// listener (otherwise `Notify` degrades to its errno).
+    pub(crate) fn ret(self, notify: bool) -> u32 {
         match self {
-            Action::Errno(e) => libc::SECCOMP_RET_ERRNO | (e as u32 & libc::SECCOMP_RET_DATA),
+            Action::Notify(_) if notify => libc::SECCOMP_RET_USER_NOTIF,
+            Action::Errno(e) | Action::Notify(e) => {
+                libc::SECCOMP_RET_ERRNO | (e as u32 & libc::SECCOMP_RET_DATA)
+            }
         }
     }
+
+    /// The errno the caller gets, whether or not the call was recorded.
+    pub(crate) fn errno(self) -> i32 {
+        match self {
+            Action::Errno(e) | Action::Notify(e) => e,
+        }
+    }
+}
+
+impl ArgCond {
+    /// The argument this condition inspects.
+    pub(crate) fn arg(self) -> u8 {
+        match self {
+            ArgCond::AnyBit { arg, .. } | ArgCond::Eq { arg, .. } | ArgCond::NotIn { arg, .. } => {
+                arg
+            }
+        }
+    }
+
+    /// Whether the condition holds for `args`, on the low 32 bits as the
+    /// compiled filter compares them.
+    pub(crate) fn holds(self, args: &[u64; 6]) -> bool {
+        let low = |arg: u8| args.get(usize::from(arg)).map_or(0, |&a| a as u32);
+        match self {
+            ArgCond::AnyBit { arg, mask } => low(arg) & mask != 0,
+            ArgCond::Eq { arg, value } => low(arg) == value,
+            ArgCond::NotIn { arg, values } => !values.contains(&low(arg)),
+        }
+    }
+}
+
+/// The rule that refuses syscall `nr` with `args`, the way the compiled filter
+/// picks it (first rule of the syscall whose condition holds).
+pub(crate) fn rule_for(nr: libc::c_long, args: &[u64; 6]) -> Option<&'static Rule> {
+    RULES
+        .iter()
+        .filter(|r| r.nr == nr)
+        .find(|r| r.cond.is_none_or(|c| c.holds(args)))
 }
 
 fn stmt(code: u16, k: u32) -> libc::sock_filter {
@@ -270,8 +328,8 @@ fn jump(code: u16, k: u32, jt: usize, jf: usize) -> Result<libc::sock_filter, Fa
 /// The instructions for one rule, with the accumulator holding the syscall
 /// number on entry (it may be clobbered); falls through when the rule does not
 /// apply.
-fn rule_body(rule: &Rule) -> Result<Vec<libc::sock_filter>, Failure> {
-    let ret = stmt(RET, rule.action.ret());
+fn rule_body(rule: &Rule, notify: bool) -> Result<Vec<libc::sock_filter>, Failure> {
+    let ret = stmt(RET, rule.action.ret(notify));
     Ok(match rule.cond {
         None => vec![ret],
         Some(ArgCond::AnyBit { arg, mask }) => {
@@ -293,7 +351,10 @@ fn rule_body(rule: &Rule) -> Result<Vec<libc::sock_filter>, Failure> {
 }
 
 /// Compiles [`RULES`] for the architecture this binary was built for.
-pub(crate) fn program() -> Result<Vec<libc::sock_filter>, Failure> {
+/// `notify`: the filter will be installed with `SECCOMP_FILTER_FLAG_NEW_LISTENER`
+/// and someone answers the listener; otherwise [`Action::Notify`] rules return
+/// their errno directly.
+pub(crate) fn program(notify: bool) -> Result<Vec<libc::sock_filter>, Failure> {
     let arch = native_arch().ok_or_else(|| {
         Failure::msg(
             "seccomp",
@@ -311,7 +372,7 @@ pub(crate) fn program() -> Result<Vec<libc::sock_filter>, Failure> {
     ];
     if arch == AUDIT_ARCH_X86_64 {
         prog.push(jump(JSET, X32_SYSCALL_BIT, 0, 1)?);
-        prog.push(stmt(RET, ENOSYS.ret()));
+        prog.push(stmt(RET, ENOSYS.ret(notify)));
     }
     // One block per syscall, in table order of first appearance.
     let mut seen: Vec<libc::c_long> = Vec::new();
@@ -323,7 +384,7 @@ pub(crate) fn program() -> Result<Vec<libc::sock_filter>, Failure> {
         let group: Vec<&Rule> = RULES.iter().filter(|r| r.nr == first.nr).collect();
         let mut body = Vec::new();
         for rule in &group {
-            body.extend(rule_body(rule)?);
+            body.extend(rule_body(rule, notify)?);
         }
         // No condition held: allow. (The accumulator no longer holds the number,
         // but no other block can match this syscall anyway.)
@@ -385,8 +446,24 @@ mod tests {
         }
     }
 
+    /// The filter as installed with a listener.
     fn native(nr: libc::c_long, args: [u64; 6]) -> u32 {
-        run(&program().unwrap(), native_arch().unwrap(), nr as u32, args)
+        run(
+            &program(true).unwrap(),
+            native_arch().unwrap(),
+            nr as u32,
+            args,
+        )
+    }
+
+    /// The filter as installed without one (no user notification).
+    fn plain(nr: libc::c_long, args: [u64; 6]) -> u32 {
+        run(
+            &program(false).unwrap(),
+            native_arch().unwrap(),
+            nr as u32,
+            args,
+        )
     }
 
     fn arg0(a: u64) -> [u64; 6] {
@@ -394,6 +471,48 @@ mod tests {
     }
 
     const EPERM_RET: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+    const NOTIF: u32 = libc::SECCOMP_RET_USER_NOTIF;
+
+    /// The refusals that are recorded: escape and kernel-attack attempts.
+    const RECORDED: &[&str] = &[
+        "unshare",
+        "clone",
+        "setns",
+        "mount",
+        "umount2",
+        "pivot_root",
+        "chroot",
+        "open_tree",
+        "open_tree_attr",
+        "move_mount",
+        "fsopen",
+        "fsconfig",
+        "fsmount",
+        "fspick",
+        "mount_setattr",
+        "ptrace",
+        "process_vm_readv",
+        "process_vm_writev",
+        "pidfd_getfd",
+        "keyctl",
+        "add_key",
+        "request_key",
+        "bpf",
+        "perf_event_open",
+        "userfaultfd",
+        "io_uring_setup",
+        "io_uring_enter",
+        "io_uring_register",
+        "open_by_handle_at",
+        "init_module",
+        "finit_module",
+        "delete_module",
+        "kexec_load",
+        "kexec_file_load",
+        "reboot",
+        "personality",
+        "ioctl",
+    ];
 
     /// Every call the design refuses, with its action; conditional ones too.
     #[test]
@@ -452,10 +571,11 @@ mod tests {
                 .filter(|r| r.name.strip_prefix("SYS_") == Some(name))
                 .collect()
         };
+        let eperm = |a: Action| a.errno() == libc::EPERM;
         for name in unconditional_eperm {
             let r = find(name);
             assert_eq!(r.len(), 1, "{name}");
-            assert_eq!((r[0].action, r[0].cond), (EPERM, None), "{name}");
+            assert!(eperm(r[0].action) && r[0].cond.is_none(), "{name}");
         }
         #[cfg(target_arch = "x86_64")]
         for name in ["iopl", "ioperm", "uselib"] {
@@ -474,7 +594,7 @@ mod tests {
         let ns = |name: &str, mask: u32| {
             let r = find(name);
             assert_eq!(r.len(), 1, "{name}");
-            assert_eq!(r[0].action, EPERM);
+            assert_eq!(r[0].action, NOTIFY_EPERM);
             assert_eq!(r[0].cond, Some(ArgCond::AnyBit { arg: 0, mask }));
         };
         ns("unshare", UNSHARE_NS_FLAGS);
@@ -493,12 +613,12 @@ mod tests {
         }
         let ioctls: Vec<_> = find("ioctl").iter().map(|r| (r.action, r.cond)).collect();
         for cmd in [0x5412u32, 0x541C] {
-            let want = (EPERM, Some(ArgCond::Eq { arg: 1, value: cmd }));
+            let want = (NOTIFY_EPERM, Some(ArgCond::Eq { arg: 1, value: cmd }));
             assert!(ioctls.contains(&want), "ioctl {cmd:#x}");
         }
         let p = find("personality");
         assert_eq!(p.len(), 1);
-        assert_eq!(p[0].action, EPERM);
+        assert_eq!(p[0].action, NOTIFY_EPERM);
         assert_eq!(
             p[0].cond,
             Some(ArgCond::NotIn {
@@ -587,7 +707,7 @@ mod tests {
     fn program_refuses_every_rule_and_nothing_else() {
         for r in RULES {
             let nr = r.nr;
-            let want = r.action.ret();
+            let want = r.action.ret(true);
             match r.cond {
                 None => assert_eq!(native(nr, [7; 6]), want, "{}", r.name),
                 Some(ArgCond::AnyBit { arg, mask }) => {
@@ -635,18 +755,30 @@ mod tests {
         let high = 1u64 << 32;
         for cmd in [libc::TIOCSTI, libc::TIOCLINUX] {
             let args = [0, cmd | high, 0, 0, 0, 0];
-            assert_eq!(native(libc::SYS_ioctl, args), EPERM_RET, "{cmd:#x}");
+            assert_eq!(native(libc::SYS_ioctl, args), NOTIF, "{cmd:#x}");
+            assert_eq!(plain(libc::SYS_ioctl, args), EPERM_RET, "{cmd:#x}");
             let args = [0, cmd | 0xffff_ffff_0000_0000, 0, 0, 0, 0];
-            assert_eq!(native(libc::SYS_ioctl, args), EPERM_RET, "{cmd:#x}");
+            assert_eq!(native(libc::SYS_ioctl, args), NOTIF, "{cmd:#x}");
+            assert_eq!(
+                rule_for(libc::SYS_ioctl, &args).map(|r| r.cond),
+                Some(Some(ArgCond::Eq {
+                    arg: 1,
+                    value: cmd as u32
+                }))
+            );
         }
         let netlink = libc::AF_NETLINK as u64 | high;
         let eaf = libc::SECCOMP_RET_ERRNO | libc::EAFNOSUPPORT as u32;
         assert_eq!(native(libc::SYS_socket, arg0(netlink)), eaf);
-        assert_eq!(native(libc::SYS_personality, arg0(8 | high)), EPERM_RET);
+        assert_eq!(native(libc::SYS_personality, arg0(8 | high)), NOTIF);
+        assert_eq!(plain(libc::SYS_personality, arg0(8 | high)), EPERM_RET);
         let newuser = libc::CLONE_NEWUSER as u64 | high;
-        assert_eq!(native(libc::SYS_clone, arg0(newuser)), EPERM_RET);
+        assert_eq!(native(libc::SYS_clone, arg0(newuser)), NOTIF);
+        assert_eq!(plain(libc::SYS_clone, arg0(newuser)), EPERM_RET);
+        assert!(rule_for(libc::SYS_clone, &arg0(newuser)).is_some());
+        assert!(rule_for(libc::SYS_clone, &arg0(high)).is_none());
         // Every condition loads a low word, never a high one.
-        let prog = program().unwrap();
+        let prog = program(true).unwrap();
         for ins in prog.iter().filter(|i| i.code == LD_ABS && i.k >= OFF_ARGS) {
             assert_eq!((ins.k - OFF_ARGS) % 8, arg_low(0) - OFF_ARGS, "{}", ins.k);
         }
@@ -669,22 +801,24 @@ mod tests {
         let spawn = (libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD) as u64;
         assert_eq!(native(libc::SYS_clone, arg0(spawn)), RET_ALLOW);
         let ns = (libc::CLONE_NEWUSER | libc::SIGCHLD) as u64;
-        assert_eq!(native(libc::SYS_clone, arg0(ns)), EPERM_RET);
+        assert_eq!(native(libc::SYS_clone, arg0(ns)), NOTIF);
+        assert_eq!(plain(libc::SYS_clone, arg0(ns)), EPERM_RET);
         assert_eq!(
             native(libc::SYS_unshare, arg0(libc::CLONE_FILES as u64)),
             RET_ALLOW
         );
         let time = libc::CLONE_NEWTIME as u64;
-        assert_eq!(native(libc::SYS_unshare, arg0(time)), EPERM_RET);
-        assert_eq!(
-            native(libc::SYS_clone3, [0; 6]),
-            libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
-        );
+        assert_eq!(native(libc::SYS_unshare, arg0(time)), NOTIF);
+        assert_eq!(plain(libc::SYS_unshare, arg0(time)), EPERM_RET);
+        // clone3 is probed by glibc for every thread: never a notification.
+        let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+        assert_eq!(native(libc::SYS_clone3, [0; 6]), enosys);
+        assert_eq!(plain(libc::SYS_clone3, [0; 6]), enosys);
     }
 
     #[test]
     fn foreign_abi_kills_and_x32_is_enosys() {
-        let prog = program().unwrap();
+        let prog = program(true).unwrap();
         // i386, x32-less x86_64 build of another arch, AArch32: killed whatever the call.
         for arch in [0x4000_0003u32, 0x4000_0028, 0xC000_003E, 0xC000_00B7] {
             if Some(arch) == native_arch() {
@@ -707,9 +841,98 @@ mod tests {
         }
     }
 
+    /// Exactly the escape and kernel-attack rules are recorded; everything else
+    /// (clone3 above all, socket families) stays a plain errno return.
+    #[test]
+    fn recorded_refusals_are_exactly_the_escape_and_attack_surface() {
+        let mut notified: Vec<&str> = RULES
+            .iter()
+            .filter(|r| matches!(r.action, Action::Notify(_)))
+            .map(|r| r.name.strip_prefix("SYS_").unwrap())
+            .collect();
+        notified.dedup();
+        let mut want = RECORDED.to_vec();
+        notified.sort();
+        notified.dedup();
+        want.sort();
+        assert_eq!(notified, want);
+        for r in RULES {
+            let name = r.name.strip_prefix("SYS_").unwrap();
+            if !RECORDED.contains(&name) {
+                assert!(matches!(r.action, Action::Errno(_)), "{name}");
+            }
+        }
+        // Every ioctl rule (TIOCSTI, TIOCLINUX, TIOCSETD) is recorded.
+        assert!(RULES
+            .iter()
+            .filter(|r| r.nr == libc::SYS_ioctl)
+            .all(|r| r.action == NOTIFY_EPERM));
+        for name in [
+            "clone3",
+            "socket",
+            "socketpair",
+            "name_to_handle_at",
+            "syslog",
+        ] {
+            assert!(!RECORDED.contains(&name), "{name}");
+        }
+    }
+
+    /// With a listener, a recorded rule returns USER_NOTIF; without one, the
+    /// same errno as before. The two programs differ in nothing else.
+    #[test]
+    fn without_a_listener_recorded_rules_return_their_errno() {
+        let with = program(true).unwrap();
+        let without = program(false).unwrap();
+        assert_eq!(with.len(), without.len());
+        for (a, b) in with.iter().zip(&without) {
+            assert_eq!((a.code, a.jt, a.jf), (b.code, b.jt, b.jf));
+            if a.k != b.k {
+                assert_eq!((a.code, a.k), (RET, NOTIF));
+                assert_eq!(b.k, EPERM_RET);
+            }
+        }
+        assert!(without.iter().all(|i| i.code != RET || i.k != NOTIF));
+        assert_eq!(plain(libc::SYS_ptrace, [0; 6]), EPERM_RET);
+        assert_eq!(native(libc::SYS_ptrace, [0; 6]), NOTIF);
+    }
+
+    /// The notifier finds the same rule the filter applied, so the record's
+    /// reason and errno are the rule's.
+    #[test]
+    fn rule_for_finds_the_rule_the_filter_applied() {
+        for r in RULES {
+            let args = match r.cond {
+                None => [7; 6],
+                Some(ArgCond::AnyBit { arg, mask }) => {
+                    let mut a = [0; 6];
+                    a[arg as usize] = u64::from(mask & mask.wrapping_neg());
+                    a
+                }
+                Some(ArgCond::Eq { arg, value }) => {
+                    let mut a = [0; 6];
+                    a[arg as usize] = u64::from(value);
+                    a
+                }
+                Some(ArgCond::NotIn { arg, .. }) => {
+                    let mut a = [0; 6];
+                    a[arg as usize] = 17;
+                    a
+                }
+            };
+            let found = rule_for(r.nr, &args).unwrap_or_else(|| panic!("{}", r.name));
+            assert_eq!((found.name, found.why), (r.name, r.why));
+            assert_eq!(native(r.nr, args), r.action.ret(true), "{}", r.name);
+        }
+        assert!(rule_for(libc::SYS_getpid, &[0; 6]).is_none());
+        assert!(rule_for(libc::SYS_ioctl, &[0, libc::FIONREAD, 0, 0, 0, 0]).is_none());
+        let unix = arg0(libc::AF_UNIX as u64);
+        assert!(rule_for(libc::SYS_socket, &unix).is_none());
+    }
+
     #[test]
     fn program_is_small_and_ends_in_allow() {
-        let prog = program().unwrap();
+        let prog = program(true).unwrap();
         assert!(prog.len() < 512, "{}", prog.len());
         assert_eq!(prog.last().map(|i| (i.code, i.k)), Some((RET, RET_ALLOW)));
         assert_eq!(native(libc::SYS_getpid, [0; 6]), RET_ALLOW);

@@ -69,7 +69,11 @@ pub fn probe() -> Vec<KernelFeature> {
     out.push(feature(
         "seccomp_user_notif",
         user_notif,
-        "needed later for auditing denied file accesses".into(),
+        if user_notif {
+            "refused escape and kernel-attack calls are recorded (policy.syscall)".into()
+        } else {
+            "not available: refused calls are still refused, but not recorded".into()
+        },
     ));
     out.push(cgroup());
     out

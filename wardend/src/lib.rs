@@ -10,6 +10,7 @@
 //! - [`service`]: the gRPC methods and the peer-uid check.
 //! - [`session`]: policy → audit → sandbox → stdio pumps → exit.
 //! - [`limits`]: memory limit by sampling the sandbox's resident memory.
+//! - [`syscalls`]: refused system calls → rate-limited `policy.syscall` records.
 //! - [`audit`]: the JSONL audit store.
 //! - [`error`]: errors and their one mapping to gRPC statuses.
 #![forbid(unsafe_code)]
@@ -21,6 +22,7 @@ pub mod features;
 pub mod limits;
 pub mod service;
 pub mod session;
+pub mod syscalls;
 
 use std::future::Future;
 use std::path::PathBuf;

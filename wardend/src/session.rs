@@ -26,6 +26,9 @@ pub const KILL_GRACE: Duration = Duration::from_millis(750);
 /// How long the server's last output may take to reach the client once it
 /// has exited, before the relay is abandoned.
 const DRAIN_GRACE: Duration = Duration::from_secs(5);
+/// How long the session's last refused-call records may take to be written
+/// before `session.exit` goes first.
+const RECORDER_GRACE: Duration = Duration::from_secs(2);
 /// Size of the private /tmp.
 const TMP_SIZE_MB: u64 = 256;
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -332,6 +335,11 @@ impl Daemon {
                 "namespaces": ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"],
                 "landlock_abi": warden_sandbox::landlock_abi(),
                 "landlock_min_abi": policy.sandbox.landlock_min_abi,
+                "syscall_audit": if warden_sandbox::notify::available() {
+                    "seccomp user notification"
+                } else {
+                    "unavailable"
+                },
             },
         }));
         // Audit-before-execute: the start record is on disk before the server runs.
@@ -347,6 +355,13 @@ impl Daemon {
             }
         };
         let sandbox = Arc::new(sandbox);
+        // Refused escape and kernel-attack calls, recorded on a blocking thread
+        // of their own until the sandbox is gone.
+        let recorder = sandbox.take_refused_calls().map(|calls| {
+            let daemon = self.clone();
+            let id = id.clone();
+            tokio::task::spawn_blocking(move || daemon.record_refused_calls(&id, calls))
+        });
         let session = Arc::new(Session {
             id: id.clone(),
             name: policy.name.clone().unwrap_or_default(),
@@ -382,7 +397,9 @@ impl Daemon {
             tokio::spawn(self.clone().watch_memory(session.clone(), mb));
         }
         tokio::spawn(async move {
-            daemon.supervise(session, relay, timeout, events).await;
+            daemon
+                .supervise(session, relay, recorder, timeout, events)
+                .await;
         });
         Ok(())
     }
@@ -449,6 +466,7 @@ impl Daemon {
         self: Arc<Self>,
         session: Arc<Session>,
         relay: Relay,
+        recorder: Option<tokio::task::JoinHandle<()>>,
         timeout: Option<Duration>,
         events: mpsc::Sender<Result<pb::SpawnEvent, tonic::Status>>,
     ) {
@@ -490,6 +508,13 @@ impl Daemon {
         tokio::task::spawn_blocking(move || relay.finish(DRAIN_GRACE))
             .await
             .ok();
+        // The refused calls' records precede session.exit: the queue closed
+        // when the sandbox was gone, so this waits only for the last writes.
+        if let Some(r) = recorder {
+            if tokio::time::timeout(RECORDER_GRACE, r).await.is_err() {
+                tracing::warn!(session = %session.id, "refused-call records still being written at session end");
+            }
+        }
         session.ended.store(true, Ordering::SeqCst);
         self.sessions.remove(&session.id);
 

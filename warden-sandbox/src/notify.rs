@@ -1,0 +1,275 @@
+//! Recorded refusals: the seccomp user-notification listener of a sandbox.
+//!
+//! The filter ([`crate::seccomp`]) sends the refusals that matter (escape and
+//! kernel-attack attempts, [`crate::seccomp::Action::Notify`]) to a listener
+//! instead of failing them in the kernel. The server child installs the filter
+//! with `SECCOMP_FILTER_FLAG_NEW_LISTENER`, passes the listener fd to PID 1
+//! over its status socket and closes its own copy before `execve`; PID 1
+//! forwards it to [`crate::launch::Sandbox::spawn`] over the control socket
+//! (like the pidfd) and drops it. Nothing inside the sandbox holds it.
+//!
+//! The sandbox's [`Notifier`] thread answers every notification itself, always:
+//! receive → queue a [`RefusedCall`] for whoever records them (a bounded
+//! channel, never waited on: a full queue counts the call as lost) → reply
+//! with the rule's errno. The call is refused, never continued
+//! (`SECCOMP_USER_NOTIF_FLAG_CONTINUE` is not used), and the reply never waits
+//! on the audit store, so a refused call cannot hang however slow (or absent)
+//! the consumer is. The event is queued *before* the reply, so when the
+//! server sees the errno the event is already in the queue.
+//!
+//! The thread ends when every task using the filter is gone (the listener
+//! polls `POLLHUP`), or when the [`Sandbox`](crate::launch::Sandbox) stops it.
+//! If the listener were ever closed with calls pending, the kernel fails them
+//! with `ENOSYS` rather than leaving them blocked.
+
+use crate::seccomp;
+use nix::errno::Errno;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Events queued for the consumer before calls are counted as lost.
+const QUEUE: usize = 1024;
+/// How often the thread checks its stop flag while the listener is quiet.
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// True when this kernel offers `SECCOMP_RET_USER_NOTIF`
+/// (`/proc/sys/kernel/seccomp/actions_avail` lists `user_notif`).
+pub fn available() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail")
+        .is_ok_and(|s| s.split_whitespace().any(|a| a == "user_notif"))
+}
+
+/// One refused call, as the filter's rule describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedCall {
+    /// The calling task's pid in the pid namespace of the process that runs
+    /// the notifier (for the daemon: a host pid).
+    pub pid: u32,
+    /// Syscall number (this architecture's).
+    pub nr: i64,
+    /// Syscall name, as in `man 2` (`unshare`, `ioctl`...).
+    pub syscall: &'static str,
+    /// The six raw arguments.
+    pub args: [u64; 6],
+    /// The argument the rule inspected (index, low 32 bits), for conditional
+    /// rules: the namespace flags, the ioctl command, the personality.
+    pub checked_arg: Option<(u8, u32)>,
+    /// The errno the caller got.
+    pub errno: i32,
+    /// The rule's one-line reason.
+    pub reason: &'static str,
+}
+
+impl RefusedCall {
+    fn from_notif(n: &libc::seccomp_notif) -> RefusedCall {
+        let nr = i64::from(n.data.nr);
+        let args = n.data.args;
+        match seccomp::rule_for(nr as libc::c_long, &args) {
+            Some(rule) => RefusedCall {
+                pid: n.pid,
+                nr,
+                syscall: rule.name.strip_prefix("SYS_").unwrap_or(rule.name),
+                args,
+                checked_arg: rule
+                    .cond
+                    .map(|c| (c.arg(), args[usize::from(c.arg())] as u32)),
+                errno: rule.action.errno(),
+                reason: rule.why,
+            },
+            // Only our own filter notifies this listener, so this cannot happen;
+            // refuse anyway.
+            None => RefusedCall {
+                pid: n.pid,
+                nr,
+                syscall: "unknown",
+                args,
+                checked_arg: None,
+                errno: libc::EPERM,
+                reason: "no rule matches this notification",
+            },
+        }
+    }
+}
+
+/// The consumer's end of a sandbox's refused calls.
+pub struct RefusedCalls {
+    rx: Receiver<RefusedCall>,
+    lost: Arc<AtomicU64>,
+}
+
+impl RefusedCalls {
+    /// The next refused call; `Disconnected` once the sandbox is gone and every
+    /// queued call has been taken.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<RefusedCall, RecvTimeoutError> {
+        self.rx.recv_timeout(timeout)
+    }
+
+    /// Calls refused but not queued because the queue was full.
+    pub fn lost(&self) -> u64 {
+        self.lost.load(Ordering::Relaxed)
+    }
+}
+
+impl std::fmt::Debug for RefusedCalls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RefusedCalls")
+            .field("lost", &self.lost())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The thread answering one sandbox's listener.
+pub(crate) struct Notifier {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Notifier {
+    /// Starts answering `listener`; returns the thread and the consumer's end.
+    pub(crate) fn start(listener: OwnedFd) -> std::io::Result<(Notifier, RefusedCalls)> {
+        let (tx, rx) = sync_channel(QUEUE);
+        let lost = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (lost2, stop2) = (lost.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("warden-seccomp-notify".into())
+            .spawn(move || serve(&listener, &tx, &lost2, &stop2))?;
+        Ok((
+            Notifier {
+                stop,
+                thread: Some(thread),
+            },
+            RefusedCalls { rx, lost },
+        ))
+    }
+
+    /// Stops the thread (at once if the sandbox is gone, else within
+    /// [`POLL_INTERVAL`]) and waits for it; its queue then disconnects.
+    pub(crate) fn stop_and_join(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        // Not joined: it ends by itself within POLL_INTERVAL.
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+fn serve(listener: &OwnedFd, tx: &SyncSender<RefusedCall>, lost: &AtomicU64, stop: &AtomicBool) {
+    let fd = listener.as_raw_fd();
+    loop {
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the duration of the call.
+        let r = unsafe { libc::poll(&mut pfd, 1, POLL_INTERVAL.as_millis() as libc::c_int) };
+        if r < 0 {
+            if Errno::last() == Errno::EINTR {
+                continue;
+            }
+            return;
+        }
+        if pfd.revents & libc::POLLIN != 0 {
+            if let Some(n) = receive(fd) {
+                let call = RefusedCall::from_notif(&n);
+                let errno = call.errno;
+                // Queued before the reply; never waits for the consumer.
+                match tx.try_send(call) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(_)) => {
+                        lost.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Nobody records them (a consumer that went away): still answer.
+                    Err(TrySendError::Disconnected(_)) => {}
+                }
+                respond(fd, n.id, errno);
+            }
+            continue;
+        }
+        // POLLHUP: no task uses the filter any more. POLLERR/POLLNVAL: unusable.
+        if pfd.revents != 0 || stop.load(Ordering::SeqCst) {
+            return;
+        }
+    }
+}
+
+/// `SECCOMP_IOCTL_NOTIF_RECV`; `None` when the caller died in between
+/// (`ENOENT`) or the call was interrupted.
+fn receive(fd: libc::c_int) -> Option<libc::seccomp_notif> {
+    // SAFETY: seccomp_notif is plain integers; the kernel requires it zeroed.
+    let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+    // SAFETY: RECV fills the seccomp_notif we own, whose size the ioctl encodes.
+    let r = unsafe { libc::ioctl(fd, libc::SECCOMP_IOCTL_NOTIF_RECV, &mut n) };
+    (r == 0).then_some(n)
+}
+
+/// `SECCOMP_IOCTL_NOTIF_SEND`: the call fails with `errno`. `ENOENT` (the
+/// caller died, or a signal interrupted the call) needs nothing more.
+fn respond(fd: libc::c_int, id: u64, errno: i32) {
+    let resp = libc::seccomp_notif_resp {
+        id,
+        val: 0,
+        error: -errno,
+        // Never SECCOMP_USER_NOTIF_FLAG_CONTINUE: the call is refused.
+        flags: 0,
+    };
+    loop {
+        // SAFETY: SEND reads the seccomp_notif_resp we own.
+        let r = unsafe { libc::ioctl(fd, libc::SECCOMP_IOCTL_NOTIF_SEND, &resp) };
+        if r == 0 || Errno::last() != Errno::EINTR {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn notif(nr: libc::c_long, args: [u64; 6]) -> libc::seccomp_notif {
+        // SAFETY: plain integers.
+        let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+        n.id = 9;
+        n.pid = 4242;
+        n.data.nr = nr as i32;
+        n.data.args = args;
+        n
+    }
+
+    #[test]
+    fn a_notification_becomes_the_rules_record() {
+        let newuser = libc::CLONE_NEWUSER as u64 | 1 << 40;
+        let c = RefusedCall::from_notif(&notif(libc::SYS_unshare, [newuser, 0, 0, 0, 0, 0]));
+        assert_eq!(c.syscall, "unshare");
+        assert_eq!((c.pid, c.nr), (4242, libc::SYS_unshare));
+        assert_eq!(c.checked_arg, Some((0, libc::CLONE_NEWUSER as u32)));
+        assert_eq!(c.errno, libc::EPERM);
+        assert!(c.reason.contains("namespaces"), "{}", c.reason);
+
+        let tiocsti = notif(libc::SYS_ioctl, [0, libc::TIOCSTI, 0, 0, 0, 0]);
+        let c = RefusedCall::from_notif(&tiocsti);
+        assert_eq!(c.syscall, "ioctl");
+        assert_eq!(c.checked_arg, Some((1, libc::TIOCSTI as u32)));
+        assert!(c.reason.starts_with("TIOCSTI"), "{}", c.reason);
+
+        let c = RefusedCall::from_notif(&notif(libc::SYS_ptrace, [0; 6]));
+        assert_eq!(
+            (c.syscall, c.checked_arg, c.errno),
+            ("ptrace", None, libc::EPERM)
+        );
+
+        let c = RefusedCall::from_notif(&notif(libc::SYS_getpid, [0; 6]));
+        assert_eq!((c.syscall, c.errno), ("unknown", libc::EPERM));
+    }
+}
