@@ -15,6 +15,9 @@
 //! Landlock rules only ever *add* access along a path: a read-only grant nested in a
 //! write grant (or in `/tmp`) inherits the write rights of its parent here. That case
 //! stays read-only thanks to the mount layer (the grant is a read-only bind).
+//! For the same reason the names a write grant keeps read-only because the host
+//! trusts them ([`crate::protect`]: `.git`, `.bashrc`...) have no rule here: a
+//! read-only rule beneath the grant's read-write one would remove nothing.
 //!
 //! [`Confinement::apply`]: crate::confine::Confinement::apply
 

@@ -180,8 +180,8 @@ fn pin(root: BorrowedFd<'_>, p: &Path) -> Result<(), Failure> {
 fn protect_targets(
     root: BorrowedFd<'_>,
     follow: &[PathBuf],
-    private: &[u64],
-    granted: &[(u64, u64)],
+    private: &[libc::dev_t],
+    granted: &[(libc::dev_t, libc::ino_t)],
 ) -> Result<(), Failure> {
     for p in follow {
         let stage = || format!("protect the target of {}", p.display());
@@ -195,8 +195,7 @@ fn protect_targets(
         if fmt != libc::S_IFREG && fmt != libc::S_IFDIR {
             continue;
         }
-        let dev = st.st_dev as u64;
-        if private.contains(&dev) || granted.contains(&(dev, st.st_ino as u64)) {
+        if private.contains(&st.st_dev) || granted.contains(&(st.st_dev, st.st_ino)) {
             continue;
         }
         let vfs = nix::sys::statvfs::fstatvfs(&fd).map_err(|e| Failure::os(stage(), e))?;
@@ -208,18 +207,18 @@ fn protect_targets(
     Ok(())
 }
 
-fn dev_of(fd: &OwnedFd, what: &str) -> Result<u64, Failure> {
+fn dev_of(fd: &OwnedFd, what: &str) -> Result<libc::dev_t, Failure> {
     nix::sys::stat::fstat(fd)
-        .map(|st| st.st_dev as u64)
+        .map(|st| st.st_dev)
         .map_err(|e| Failure::os(format!("stat {what}"), e))
 }
 
 /// st_dev of what is at `p` in the new root (each tmpfs and proc mount is its
 /// own superblock, so this names the file system).
-fn dev_at(root: BorrowedFd<'_>, p: &str) -> Result<u64, Failure> {
+fn dev_at(root: BorrowedFd<'_>, p: &str) -> Result<libc::dev_t, Failure> {
     sys::open_path_nofollow(Some(root), Path::new(p))
         .and_then(|fd| nix::sys::stat::fstat(&fd))
-        .map(|st| st.st_dev as u64)
+        .map(|st| st.st_dev)
         .map_err(|e| Failure::os(format!("stat {p}"), e))
 }
 
@@ -493,7 +492,7 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
             if g.attrs == RW {
                 let st = nix::sys::stat::fstat(&g.fd)
                     .map_err(|e| Failure::os(format!("stat {}", g.path.display()), e))?;
-                granted.push((st.st_dev as u64, st.st_ino as u64));
+                granted.push((st.st_dev, st.st_ino));
             }
         }
     }
