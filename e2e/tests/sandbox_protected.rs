@@ -79,4 +79,12 @@ fn a_write_grant_cannot_plant_a_git_hook() {
         "[core]\n\tbare = false\n"
     );
     assert_eq!(std::fs::read_to_string(&ordinary).unwrap(), "ok");
+    // The session's start record names what was kept read-only.
+    let records = audit_records(&env);
+    let start = records
+        .iter()
+        .find(|r| r["type"] == "session" && r["action"] == "start")
+        .expect("session.start");
+    let protected = start["details"]["protected"].to_string();
+    assert!(protected.contains(&repo.join(".git").display().to_string()), "{start}");
 }

@@ -309,6 +309,13 @@ impl Daemon {
             client,
         } = p;
         let limits = describe_limits(&policy);
+        // Paths inside write grants that the sandbox binds read-only because
+        // the host runs or trusts them (those that exist now).
+        let protected: Vec<PathBuf> = warden_sandbox::protect::plan(&spec)
+            .protect
+            .into_iter()
+            .filter(|p| std::fs::symlink_metadata(p).is_ok())
+            .collect();
         let start = Record::new(
             RecordType::Session,
             "start",
@@ -326,6 +333,7 @@ impl Daemon {
             "policy_digest": policy.digest,
             "read": policy.read,
             "write": policy.write,
+            "protected": protected,
             "network_allow": policy.network_allow,
             "env_names": env_names,
             "limits": limits,
