@@ -282,3 +282,72 @@ fn a_loop_of_refused_calls_is_refused_every_time_and_recorded_boundedly() {
         assert_eq!(r["session"], session.as_str());
     }
 }
+
+/// Every fd the server's processes hold, and whether PID 1's can be read.
+const FDS: &str = r#"
+fds = []
+for pid in os.listdir("/proc"):
+    if not pid.isdigit():
+        continue
+    try:
+        for fd in os.listdir("/proc/%s/fd" % pid):
+            try:
+                fds.append("%s:%s:%s" % (pid, fd, os.readlink("/proc/%s/fd/%s" % (pid, fd))))
+            except OSError:
+                pass
+        if pid == "1":
+            print("pid1_listed=1")
+    except PermissionError:
+        print("denied=" + pid)
+    except FileNotFoundError:
+        pass
+print("self=%d" % os.getpid())
+print("fds=" + ",".join(fds))
+print("unshare=" + sc(NR["unshare"], 0x10000000))
+"#;
+
+/// The listener answers refused calls for the whole sandbox; a process inside
+/// holding it could answer its own calls with "success". The server child
+/// closes it before exec and PID 1 (non-dumpable: its fds cannot be listed or
+/// opened from inside) drops it once passed on, so no process inside has it,
+/// and the server holds nothing but its stdio.
+#[test]
+fn the_listener_is_not_reachable_inside() {
+    let Some(python) = python() else { return };
+    if !user_notif() {
+        return;
+    }
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let (got, session) = probe(&env, python, FDS);
+    // Control: notification is in use in this very sandbox.
+    assert_eq!(got.get("unshare").map(String::as_str), Some("EPERM"));
+    let names: Vec<String> = syscall_records(&env, &session)
+        .iter()
+        .map(|r| r["resource"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["unshare"]);
+    let me = &got["self"];
+    let fds = &got["fds"];
+    assert!(!fds.contains("seccomp"), "{fds}");
+    // The server: 0, 1, 2, pipes (the directory fd of the listing is closed
+    // by the time its link is read).
+    let mine: Vec<&str> = fds
+        .split(',')
+        .filter(|f| f.starts_with(&format!("{me}:")))
+        .collect();
+    let want: Vec<String> = (0..3).map(|n| format!("{me}:{n}:pipe:")).collect();
+    assert_eq!(mine.len(), 3, "{fds}");
+    for (f, w) in mine.iter().zip(&want) {
+        assert!(f.starts_with(w.as_str()), "{fds}");
+    }
+    // PID 1's fds: the directory cannot be listed (an unprivileged caller) or
+    // no link can be read (a root caller owns the directory, but reading a
+    // link needs ptrace access, which non-dumpable refuses).
+    let pid1: Vec<&str> = fds.split(',').filter(|f| f.starts_with("1:")).collect();
+    assert!(pid1.is_empty(), "{fds}");
+    assert!(
+        got.get("denied").map(String::as_str) == Some("1") || got.contains_key("pid1_listed"),
+        "{got:?}"
+    );
+}
