@@ -112,21 +112,7 @@ fn command(mode: Mode, socket: &Path) -> Command {
 const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"warden-bench","version":"1"}}}"#;
 
 fn launch_once(mode: Mode, socket: &Path) -> Duration {
-    let t0 = Instant::now();
-    let mut child = command(mode, socket).spawn().expect("spawn");
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    stdin.write_all(INIT.as_bytes()).unwrap();
-    stdin.write_all(b"\n").unwrap();
-    let mut b = [0u8; 1];
-    stdout.read_exact(&mut b).expect("first byte");
-    let dt = t0.elapsed();
-    drop(stdin);
-    let mut rest = Vec::new();
-    let _ = stdout.read_to_end(&mut rest);
-    let status = child.wait().unwrap();
-    assert!(status.success(), "{status}");
-    dt
+    first_byte(command(mode, socket))
 }
 
 fn round_trips(mode: Mode, socket: &Path, n: usize) -> Vec<Duration> {
@@ -155,6 +141,62 @@ fn round_trips(mode: Mode, socket: &Path, n: usize) -> Vec<Duration> {
     drop(stdin);
     child.wait().unwrap();
     out
+}
+
+/// A `SandboxSpec` (JSON) that runs the fixture, with or without the
+/// Landlock and seccomp layers, for `warden-sandbox-run`.
+fn spec_json(dir: &Path, confined: bool) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let me = std::fs::metadata("/proc/self").unwrap();
+    let fixture = bin("warden-fixture-mcp");
+    let bytes = |s: &str| serde_json::Value::from(s.as_bytes().to_vec());
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let spec = serde_json::json!({
+        "session_id": "bench0000000",
+        "program": fixture,
+        "argv": [bytes("warden-fixture-mcp")],
+        "env": [[bytes("PATH"), bytes("/usr/bin:/bin")]],
+        "cwd": "/tmp",
+        "read": [],
+        "write": [],
+        "home": home,
+        "uid": me.uid(),
+        "gid": me.gid(),
+        "user": "bench",
+        "tmp_size_mb": 64,
+        "dangerously_skip_confinement": !confined,
+    });
+    let path = dir.join(if confined { "on.json" } else { "off.json" });
+    std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
+    path
+}
+
+fn launch_runner(spec: &Path) -> Duration {
+    let mut c = Command::new(bin("warden-sandbox-run"));
+    c.arg(spec)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    first_byte(c)
+}
+
+fn first_byte(mut c: Command) -> Duration {
+    let t0 = Instant::now();
+    let mut child = c.spawn().expect("spawn");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    stdin.write_all(INIT.as_bytes()).unwrap();
+    stdin.write_all(b"\n").unwrap();
+    let mut b = [0u8; 1];
+    stdout.read_exact(&mut b).expect("first byte");
+    let dt = t0.elapsed();
+    drop(stdin);
+    let mut rest = Vec::new();
+    let _ = stdout.read_to_end(&mut rest);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    dt
 }
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
@@ -278,6 +320,43 @@ fn main() {
         "\nround-trip overhead (median): {}",
         us(wm.saturating_sub(dm))
     );
+    // Hardening on vs off: the same sandbox (namespaces, root filesystem)
+    // through the debug driver, with and without Landlock + seccomp.
+    let dir = tempfile::tempdir().unwrap();
+    let (on, off) = (spec_json(dir.path(), true), spec_json(dir.path(), false));
+    for _ in 0..5 {
+        launch_runner(&on);
+        launch_runner(&off);
+    }
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..launches {
+        a.push(launch_runner(&off));
+        b.push(launch_runner(&on));
+    }
+    let (am, a90, a99) = stats(a);
+    let (bm, b90, b99) = stats(b);
+    println!(
+        "\n## launch with hardening off vs on ({launches} launches each, warden-sandbox-run)\n"
+    );
+    println!("| sandbox | median | p90 | p99 |");
+    println!("| --- | --- | --- | --- |");
+    println!(
+        "| namespaces + root filesystem only | {} | {} | {} |",
+        ms(am),
+        ms(a90),
+        ms(a99)
+    );
+    println!(
+        "| + Landlock + seccomp (as the daemon runs it) | {} | {} | {} |",
+        ms(bm),
+        ms(b90),
+        ms(b99)
+    );
+    println!(
+        "\nhardening overhead (median): {}",
+        ms(bm.saturating_sub(am))
+    );
+
     let runs = arg("--workload-runs", 10);
     if which("node").is_none() {
         println!("\n(no node on PATH: workloads skipped)");

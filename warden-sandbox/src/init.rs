@@ -357,6 +357,7 @@ fn pid1(
 
     // Landlock and seccomp, built now (errors with messages), applied in the child.
     let confinement = crate::confine::Confinement::prepare(spec, notify)?;
+    let confinement_notifies = confinement.notify;
 
     // Exec status socket: CLOEXEC, so a successful exec closes the child's end
     // (EOF = success); on failure the child sends (stage, errno). Before that it
@@ -427,7 +428,7 @@ fn pid1(
         proto::send(sock, &FromInit::Listener, Some(fd.as_fd()))
             .map_err(|e| Failure::os("pass the seccomp listener", e))?;
         drop(fd);
-    } else if notify {
+    } else if confinement_notifies {
         return Err(Failure::msg(
             "pass the seccomp listener",
             "the server did not send its listener",

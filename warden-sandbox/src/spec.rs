@@ -44,4 +44,9 @@ pub struct SandboxSpec {
     /// Landlock at all when it is set, the sandbox refuses to start.
     #[serde(default)]
     pub landlock_min_abi: u32,
+    /// For measuring what Landlock and seccomp cost (`warden-bench` through the
+    /// `warden-sandbox-run` debug driver) and nothing else: skips both layers.
+    /// The daemon never sets it; no policy key reaches it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dangerously_skip_confinement: bool,
 }

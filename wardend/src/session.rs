@@ -283,6 +283,8 @@ impl Daemon {
             tmp_size_mb: policy.limits.tmp_mb.unwrap_or(TMP_SIZE_MB),
             pids_max: policy.limits.pids,
             landlock_min_abi: policy.sandbox.landlock_min_abi,
+            // Never skipped by the daemon: the field exists for benchmarks only.
+            dangerously_skip_confinement: false,
         };
         Ok(Prepared {
             id: id.to_string(),
