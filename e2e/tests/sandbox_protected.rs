@@ -86,5 +86,8 @@ fn a_write_grant_cannot_plant_a_git_hook() {
         .find(|r| r["type"] == "session" && r["action"] == "start")
         .expect("session.start");
     let protected = start["details"]["protected"].to_string();
-    assert!(protected.contains(&repo.join(".git").display().to_string()), "{start}");
+    assert!(
+        protected.contains(&repo.join(".git").display().to_string()),
+        "{start}"
+    );
 }
