@@ -601,46 +601,10 @@ unsafe fn child_send_fd(sock: RawFd, fd: RawFd) -> Result<(), i32> {
 /// (stage, errno) and the fd it carried (received close-on-exec).
 fn recv_status(sock: BorrowedFd<'_>) -> Result<Option<(u32, i32, Option<OwnedFd>)>, Errno> {
     let mut buf = [0u8; 8];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    let mut cbuf = [0u64; 8];
-    // SAFETY: a zeroed msghdr is valid; we point it at our live buffers.
-    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
-    hdr.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
-    hdr.msg_controllen = std::mem::size_of_val(&cbuf);
-    let n = loop {
-        // SAFETY: as above; MSG_CMSG_CLOEXEC so the fd never leaks into an exec.
-        let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut hdr, libc::MSG_CMSG_CLOEXEC) };
-        if r >= 0 {
-            break r as usize;
-        }
-        let e = Errno::last();
-        if e != Errno::EINTR {
-            return Err(e);
-        }
-    };
-    let mut fd = None;
-    // SAFETY: walking the control buffer the kernel filled, with the libc CMSG helpers.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&hdr);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(c) as *const RawFd;
-                let count = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / 4;
-                for i in 0..count {
-                    // The kernel installed these fds for us: we own them (extra
-                    // ones are closed on drop).
-                    let owned = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
-                    fd.get_or_insert(owned);
-                }
-            }
-            c = libc::CMSG_NXTHDR(&hdr, c);
-        }
-    }
+    let (n, fds) = crate::fdpass::recv_with_fds(sock, &mut buf, false)
+        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    // At most one fd is expected; extra ones are closed when dropped here.
+    let fd = fds.into_iter().next();
     if n == 0 {
         return Ok(None);
     }

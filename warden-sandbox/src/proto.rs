@@ -6,7 +6,7 @@
 use crate::spec::SandboxSpec;
 use nix::errno::Errno;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 /// Daemon → sandbox init.
 #[derive(Debug, Serialize, Deserialize)]
@@ -151,49 +151,10 @@ pub fn recv<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<Recv<T>, Errno>
         }
     };
     let mut buf = vec![0u8; len.max(1)];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    let mut cbuf = [0u64; 8];
-    // SAFETY: zeroed msghdr is valid; we point it at our live buffers.
-    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
-    hdr.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
-    hdr.msg_controllen = std::mem::size_of_val(&cbuf);
-    let n = loop {
-        // SAFETY: as above; MSG_CMSG_CLOEXEC so a received fd never leaks into an exec.
-        let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut hdr, libc::MSG_CMSG_CLOEXEC) };
-        if r >= 0 {
-            break r as usize;
-        }
-        let e = Errno::last();
-        if e != Errno::EINTR {
-            return Err(e);
-        }
-    };
-    let mut fd = None;
-    // SAFETY: walking the control buffer the kernel filled, with the libc CMSG helpers.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&hdr);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(c);
-                let count =
-                    ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<i32>();
-                for i in 0..count {
-                    let raw = std::ptr::read_unaligned((data as *const i32).add(i));
-                    // The kernel installed this fd for us: we own it (extra ones are closed on drop).
-                    let owned = OwnedFd::from_raw_fd(raw);
-                    if fd.is_none() {
-                        fd = Some(owned);
-                    }
-                }
-            }
-            c = libc::CMSG_NXTHDR(&hdr, c);
-        }
-    }
+    let (n, fds) = crate::fdpass::recv_with_fds(sock, &mut buf, false)
+        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    // At most one fd is expected; extra ones are closed when dropped here.
+    let fd = fds.into_iter().next();
     if n == 0 && len == 0 {
         return Ok(Recv::Eof);
     }
