@@ -12,23 +12,8 @@ use std::process::Command;
 use warden_sandbox::landlock_abi;
 use warden_sandbox::spec::SandboxSpec;
 
-fn runner() -> PathBuf {
-    std::env::var_os("WARDEN_SANDBOX_RUN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_warden-sandbox-run")))
-}
-
-fn userns_available() -> bool {
-    let ok = Command::new("unshare")
-        .args(["--user", "--map-current-user", "true"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(true);
-    if !ok {
-        eprintln!("skipping: unprivileged user namespaces are not available here");
-    }
-    ok
-}
+mod common;
+use common::{runner, userns_available};
 
 fn abi_or_skip() -> Option<u32> {
     let abi = landlock_abi();

@@ -12,25 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use warden_sandbox::spec::SandboxSpec;
 
-fn runner() -> PathBuf {
-    std::env::var_os("WARDEN_SANDBOX_RUN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_warden-sandbox-run")))
-}
-
-/// True when this kernel lets us create a user namespace; otherwise the test says
-/// why it skips.
-fn userns_available() -> bool {
-    let ok = Command::new("unshare")
-        .args(["--user", "--map-current-user", "true"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(true);
-    if !ok {
-        eprintln!("skipping: unprivileged user namespaces are not available here");
-    }
-    ok
-}
+mod common;
+use common::{runner, userns_available};
 
 /// The files planted in the project before each run, with their contents.
 const PLANTED: &[(&str, &str)] = &[

@@ -15,29 +15,11 @@ use std::time::{Duration, Instant};
 use warden_sandbox::spec::SandboxSpec;
 use warden_sandbox::{ExitOutcome, Sandbox, SandboxError};
 
-fn runner() -> PathBuf {
-    std::env::var_os("WARDEN_SANDBOX_RUN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_warden-sandbox-run")))
-}
+mod common;
+use common::{runner, userns_available};
 
 fn uid() -> u32 {
     nix::unistd::geteuid().as_raw()
-}
-
-/// True when this kernel lets us create a user namespace; otherwise the test says
-/// why it skips.
-fn userns_available() -> bool {
-    let ok = Command::new("unshare")
-        .args(["--user", "--map-current-user", "true"])
-        .status()
-        .map(|s| s.success())
-        // No unshare(1): assume yes and let the test fail loudly if not.
-        .unwrap_or(true);
-    if !ok {
-        eprintln!("skipping: unprivileged user namespaces are not available here");
-    }
-    ok
 }
 
 /// A scratch directory with a host "home" holding a canary file.

@@ -10,31 +10,13 @@
 //!
 //! Run as root and as an unprivileged user (see run-unprivileged.sh).
 
-use std::path::PathBuf;
 use std::process::Command;
 
-fn runner() -> PathBuf {
-    std::env::var_os("WARDEN_SANDBOX_RUN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_warden-sandbox-run")))
-}
+mod common;
+use common::{runner, userns_available};
 
 fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
-}
-
-/// True when this kernel lets us create a user namespace (the sandbox and the
-/// namespaced control need one); otherwise the test says why it skips.
-fn userns_available() -> bool {
-    let ok = Command::new("unshare")
-        .args(["--user", "--map-root-user", "true"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(true);
-    if !ok {
-        eprintln!("skipping: unprivileged user namespaces are not available here");
-    }
-    ok
 }
 
 fn have(tool: &str) -> bool {
