@@ -116,7 +116,7 @@ impl Fixture {
             read: vec![],
             write: vec![],
             env_allow: vec![],
-            network_allow: vec![],
+            network: Default::default(),
             limits: Limits::default(),
             sandbox: SandboxReq::default(),
         }

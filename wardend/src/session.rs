@@ -336,7 +336,7 @@ impl Daemon {
             "read": policy.read,
             "write": policy.write,
             "protected": protected,
-            "network_allow": policy.network_allow,
+            "network_allow": policy.network.allow.iter().map(|r| r.source.as_str()).collect::<Vec<_>>(),
             "env_names": env_names,
             "limits": limits,
             "client": { "pid": client.pid, "program": client.program, "version": client.version },

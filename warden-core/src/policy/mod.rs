@@ -13,6 +13,7 @@
 //!    flags ([`Overrides`]). All problems are collected into one [`PolicyError`].
 
 mod diagnostic;
+pub mod net;
 mod rules;
 mod yaml;
 
@@ -112,8 +113,9 @@ pub struct CompiledPolicy {
     pub write: Vec<PathBuf>,
     /// Environment variable names passed through: sorted, deduplicated.
     pub env_allow: Vec<String>,
-    /// Always empty in this version: any `network.allow` entry is refused.
-    pub network_allow: Vec<String>,
+    /// `network:` — the egress allowlist.
+    #[serde(default)]
+    pub network: net::NetworkPolicy,
     pub limits: Limits,
     /// Requirements on the sandbox itself.
     #[serde(default)]
@@ -538,7 +540,7 @@ pub fn compile(
         read,
         write,
         env_allow,
-        network_allow: Vec::new(),
+        network: net::NetworkPolicy::default(),
         limits: Limits {
             memory_mb,
             timeout_s,
