@@ -318,6 +318,22 @@ fn pid1(
     mounts::build_root(spec, &hostname)?;
     nix::unistd::sethostname(&hostname).map_err(|e| Failure::os("set hostname", e))?;
     loopback_up().map_err(|e| Failure::os("bring up lo", e))?;
+    if let Some(port) = spec.proxy_port {
+        // The egress proxy's listener, inside our network namespace; the daemon
+        // serves it, so nothing of Warden runs in here for the network. Sent now and
+        // closed at once: the server never holds it (fds are closed before exec
+        // anyway, and it is CLOEXEC).
+        let listener =
+            std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port)).map_err(|e| {
+                Failure::os(
+                    format!("listen on 127.0.0.1:{port} for the egress proxy"),
+                    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+                )
+            })?;
+        proto::send(sock, &FromInit::ProxyListener, Some(listener.as_fd()))
+            .map_err(|e| Failure::os("pass the egress proxy listener", e))?;
+        drop(listener);
+    }
 
     // Everything that can fail with a message happens before the fork.
     nix::unistd::chdir(&spec.cwd)

@@ -277,14 +277,13 @@ pub(crate) fn rules(spec: &SandboxSpec) -> Vec<Rule> {
     t
 }
 
-/// TCP ports the server may connect to, as (port, access) rules. Empty: the
-/// sandbox has no network yet, so bind and connect are both denied outright.
-///
-/// Hook for the egress proxy: when the spec carries the proxy's port, return
-/// `vec![(port, NET_CONNECT_TCP)]` here; [`ruleset`] already installs these.
+/// TCP ports the server may connect to, as (port, access) rules: only the egress
+/// proxy's port, for connect; TCP bind is denied outright (the proxy's listener
+/// is bound by PID 1 before Landlock applies).
 pub(crate) fn net_rules(spec: &SandboxSpec) -> Vec<(u16, u64)> {
-    let _ = spec;
-    Vec::new()
+    spec.proxy_port
+        .map(|port| vec![(port, NET_CONNECT_TCP)])
+        .unwrap_or_default()
 }
 
 /// The rights of `access` the kernel accepts on a rule: masked by the ABI, and
@@ -713,8 +712,11 @@ mod tests {
     }
 
     #[test]
-    fn net_rules_grant_nothing_yet() {
+    fn net_rules_grant_only_the_proxy_port() {
         assert!(net_rules(&spec()).is_empty());
+        let mut with_proxy = spec();
+        with_proxy.proxy_port = Some(3128);
+        assert_eq!(net_rules(&with_proxy), vec![(3128, NET_CONNECT_TCP)]);
     }
 }
 

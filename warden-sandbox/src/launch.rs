@@ -136,6 +136,7 @@ pub struct Sandbox {
     /// Answers the seccomp listener; `None` without user notification.
     notifier: Mutex<Option<Notifier>>,
     refused: Mutex<Option<RefusedCalls>>,
+    proxy: Mutex<Option<OwnedFd>>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -226,6 +227,7 @@ impl Sandbox {
         let mut pidfd: Option<(OwnedFd, u32)> = None;
         let mut started = false;
         let mut notifier = None;
+        let mut proxy = None;
         while pidfd.is_none() || !started {
             match proto::recv::<FromInit>(ours.as_fd()) {
                 Ok(Recv::Msg(FromInit::Launched { pid }, Some(fd))) => {
@@ -240,6 +242,7 @@ impl Sandbox {
                         }
                     }
                 }
+                Ok(Recv::Msg(FromInit::ProxyListener, Some(fd))) => proxy = Some(fd),
                 Ok(Recv::Msg(FromInit::Started, _)) => started = true,
                 Ok(Recv::Msg(FromInit::Failed(f), _)) => {
                     // The init exits by itself after reporting; reap it.
@@ -271,6 +274,7 @@ impl Sandbox {
             }),
             notifier: Mutex::new(notifier),
             refused: Mutex::new(refused),
+            proxy: Mutex::new(proxy),
         })
     }
 
@@ -292,6 +296,12 @@ impl Sandbox {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
+    }
+
+    /// The egress proxy's listening socket (TCP, `127.0.0.1:<proxy_port>` inside
+    /// the sandbox's network namespace), once; None without `proxy_port`.
+    pub fn take_proxy_listener(&self) -> Option<OwnedFd> {
+        self.proxy.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     /// Host pid of the sandbox's PID 1.

@@ -721,6 +721,7 @@ mod tests {
             tmp_size_mb: 1,
             pids_max: None,
             landlock_min_abi: 0,
+            proxy_port: None,
             dangerously_skip_confinement: false,
         }
     }

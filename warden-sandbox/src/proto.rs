@@ -27,6 +27,9 @@ pub enum FromInit {
     /// From PID 1, before `Started`, carrying the seccomp user-notification
     /// listener as SCM_RIGHTS (absent when the kernel lacks user notification).
     Listener,
+    /// From PID 1, before `Started`, carrying the egress proxy's listening TCP
+    /// socket (bound inside the sandbox's network namespace) as SCM_RIGHTS.
+    ProxyListener,
     /// From PID 1: the server was exec'd.
     Started,
     /// From the launcher or PID 1: setup failed; nothing was executed.

@@ -44,6 +44,12 @@ pub struct SandboxSpec {
     /// Landlock at all when it is set, the sandbox refuses to start.
     #[serde(default)]
     pub landlock_min_abi: u32,
+    /// The egress proxy's port: PID 1 listens on `127.0.0.1:<port>` inside the
+    /// sandbox's network namespace and hands the listener to the daemon
+    /// ([`crate::Sandbox::take_proxy_listener`]); with Landlock ABI 4+ it is the
+    /// only TCP port the server may connect to. None: no listener, no TCP at all.
+    #[serde(default)]
+    pub proxy_port: Option<u16>,
     /// For measuring what Landlock and seccomp cost (`warden-bench` through the
     /// `warden-sandbox-run` debug driver) and nothing else: skips both layers.
     /// The daemon never sets it; no policy key reaches it.

@@ -99,6 +99,7 @@ impl Fixture {
             tmp_size_mb: 16,
             pids_max: None,
             landlock_min_abi: 0,
+            proxy_port: None,
             dangerously_skip_confinement: false,
         }
     }

@@ -66,6 +66,7 @@ impl Fixture {
             tmp_size_mb: 16,
             pids_max: None,
             landlock_min_abi: 0,
+            proxy_port: None,
             dangerously_skip_confinement: false,
         }
     }
@@ -676,4 +677,104 @@ fn nested_grants_keep_their_own_mode() {
     assert_eq!(out.matches("Read-only file system").count(), 1, "{out}");
     assert!(f.path("proj/top").exists() && f.path("proj/out/a").exists());
     assert!(!f.path("proj/docs/c").exists());
+}
+
+/// The server's network side of the egress proxy, checked by a Python client inside.
+const NET_PROBE: &str = r#"
+import errno, socket
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"hello from inside")
+s.close()
+def attempt(what, f):
+    try:
+        f()
+        print(what, "ok")
+    except OSError as e:
+        print(what, errno.errorcode.get(e.errno, e.errno))
+attempt("connect-other-port", lambda: socket.create_connection(("127.0.0.1", 3129)))
+attempt("connect-v6-proxy-port", lambda: socket.create_connection(("::1", 3128)))
+attempt("bind", lambda: socket.socket().bind(("127.0.0.1", 4000)))
+"#;
+
+fn net_probe_spec(f: &Fixture, skip_confinement: bool) -> SandboxSpec {
+    let mut spec = f.spec("");
+    spec.program = "/usr/bin/python3".into();
+    spec.argv = vec![
+        b"python3".to_vec(),
+        b"-c".to_vec(),
+        NET_PROBE.as_bytes().to_vec(),
+    ];
+    spec.proxy_port = Some(3128);
+    spec.dangerously_skip_confinement = skip_confinement;
+    spec
+}
+
+/// Accepts one connection on the proxy listener and returns what it sent.
+fn accept_one(listener: OwnedFd) -> String {
+    let listener = std::net::TcpListener::from(listener);
+    let (mut conn, peer) = listener.accept().unwrap();
+    assert!(peer.ip().is_loopback(), "{peer}");
+    let mut got = String::new();
+    conn.read_to_string(&mut got).unwrap();
+    got
+}
+
+#[test]
+fn proxy_listener_is_handed_out_and_is_the_only_tcp_port() {
+    if !userns_available() || !Path::new("/usr/bin/python3").exists() {
+        return;
+    }
+    let f = Fixture::new();
+    let (stdio, out) = api_stdio();
+    let sb = Sandbox::spawn(&runner(), &net_probe_spec(&f, false), stdio).unwrap();
+    let listener = sb.take_proxy_listener().expect("the proxy listener");
+    assert!(sb.take_proxy_listener().is_none(), "handed out once");
+    assert_eq!(accept_one(listener), "hello from inside");
+    let report = read_all(out);
+    assert_eq!(sb.wait().unwrap(), ExitOutcome::Code(0), "{report}");
+    // Nothing listens on 3129 or on ::1 inside the namespace; with Landlock ABI 4+
+    // the attempt is refused before it gets that far, and bind is refused too.
+    let landlock_net = warden_sandbox::landlock_abi().is_some_and(|abi| abi >= 4);
+    let expected = if landlock_net {
+        // Landlock rules are per port, not per address: ::1 on the proxy port
+        // passes the port check and finds nothing listening.
+        "connect-other-port EACCES\nconnect-v6-proxy-port ECONNREFUSED\nbind EACCES\n"
+    } else {
+        "connect-other-port ECONNREFUSED\nconnect-v6-proxy-port ECONNREFUSED\nbind ok\n"
+    };
+    assert_eq!(report, expected);
+}
+
+#[test]
+fn proxy_port_control_without_landlock_reaches_other_ports() {
+    // Control for the test above: without the confinement layers the same probe
+    // gets past the port check (refused only because nothing listens) and binds.
+    if !userns_available() || !Path::new("/usr/bin/python3").exists() {
+        return;
+    }
+    let f = Fixture::new();
+    let (stdio, out) = api_stdio();
+    let sb = Sandbox::spawn(&runner(), &net_probe_spec(&f, true), stdio).unwrap();
+    assert_eq!(
+        accept_one(sb.take_proxy_listener().unwrap()),
+        "hello from inside"
+    );
+    let report = read_all(out);
+    assert_eq!(sb.wait().unwrap(), ExitOutcome::Code(0), "{report}");
+    assert_eq!(
+        report,
+        "connect-other-port ECONNREFUSED\nconnect-v6-proxy-port ECONNREFUSED\nbind ok\n"
+    );
+}
+
+#[test]
+fn without_proxy_port_there_is_no_listener() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let (stdio, _out) = api_stdio();
+    let sb = Sandbox::spawn(&runner(), &f.spec("exit 0"), stdio).unwrap();
+    assert!(sb.take_proxy_listener().is_none());
+    assert_eq!(sb.wait().unwrap(), ExitOutcome::Code(0));
 }

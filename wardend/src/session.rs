@@ -284,6 +284,7 @@ impl Daemon {
             pids_max: policy.limits.pids,
             landlock_min_abi: policy.sandbox.landlock_min_abi,
             // Never skipped by the daemon: the field exists for benchmarks only.
+            proxy_port: None,
             dangerously_skip_confinement: false,
         };
         Ok(Prepared {
