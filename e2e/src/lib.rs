@@ -30,6 +30,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
+pub mod net;
+
 /// The MCP protocol version the tests speak.
 pub const PROTOCOL_VERSION: &str = "2025-06-18";
 
@@ -347,6 +349,12 @@ impl TestEnv {
     /// Like [`TestEnv::start_daemon`], with extra environment variables for the daemon
     /// (e.g. to prove the daemon's own environment never reaches a server).
     pub fn start_daemon_with_env(&self, extra: &[(&str, &str)]) -> Daemon {
+        self.start_daemon_with(&[], extra)
+    }
+
+    /// Like [`TestEnv::start_daemon`], with extra daemon arguments (e.g. `--dns
+    /// ADDR:PORT`, see [`net::start_daemon_with_dns`]) and environment variables.
+    pub fn start_daemon_with(&self, args: &[&str], extra: &[(&str, &str)]) -> Daemon {
         let log_path = self.root.join(format!(
             "wardend.{}.log",
             DAEMON_COUNTER.fetch_add(1, Ordering::Relaxed)
@@ -362,7 +370,8 @@ impl TestEnv {
         cmd.arg("--socket")
             .arg(&self.socket)
             .arg("--state-dir")
-            .arg(&self.state);
+            .arg(&self.state)
+            .args(args);
         self.apply_env(&mut cmd);
         for (k, v) in extra {
             cmd.env(k, v);
