@@ -65,6 +65,9 @@ struct SessionRow {
     uptime_ms: u64,
     client_pid: u32,
     limits: Vec<String>,
+    network_allowed: u64,
+    network_denied: u64,
+    last_denial: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -135,6 +138,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         uptime_ms: s.uptime_ms,
                         client_pid: s.client_pid,
                         limits: s.limits,
+                        network_allowed: s.network_allowed,
+                        network_denied: s.network_denied,
+                        last_denial: (!s.last_denial.is_empty()).then_some(s.last_denial),
                     })
                     .collect();
                 if cli.json {
@@ -207,8 +213,8 @@ fn human_duration(ms: u64) -> String {
 }
 
 fn print_ps(rows: &[SessionRow]) {
-    let header = ["ID", "NAME", "PID", "UPTIME", "COMMAND"];
-    let cells: Vec<[String; 5]> = rows
+    let header = ["ID", "NAME", "PID", "UPTIME", "NET", "COMMAND"];
+    let cells: Vec<[String; 6]> = rows
         .iter()
         .map(|r| {
             [
@@ -220,6 +226,7 @@ fn print_ps(rows: &[SessionRow]) {
                 },
                 r.pid.to_string(),
                 human_duration(r.uptime_ms),
+                format!("{}/{}", r.network_allowed, r.network_denied),
                 r.command.join(" "),
             ]
         })
@@ -230,10 +237,10 @@ fn print_ps(rows: &[SessionRow]) {
             width[i] = width[i].max(v.chars().count());
         }
     }
-    let line = |c: [&str; 5]| {
+    let line = |c: [&str; 6]| {
         let mut s = String::new();
         for (i, v) in c.iter().enumerate() {
-            if i == 4 {
+            if i == 5 {
                 s.push_str(v);
             } else {
                 s.push_str(&format!("{:<w$}  ", v, w = width[i]));
@@ -243,7 +250,7 @@ fn print_ps(rows: &[SessionRow]) {
     };
     line(header);
     for c in &cells {
-        line([&c[0], &c[1], &c[2], &c[3], &c[4]]);
+        line([&c[0], &c[1], &c[2], &c[3], &c[4], &c[5]]);
     }
 }
 

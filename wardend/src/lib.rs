@@ -9,6 +9,8 @@
 //! - [`conn`]: accepting connections and the stdio preamble (fd passing).
 //! - [`service`]: the gRPC methods and the peer-uid check.
 //! - [`session`]: policy → audit → sandbox → stdio pumps → exit.
+//! - [`egress`]: the per-session egress proxy (crate `warden-proxy`) wired to
+//!   the session's listener, the audit store and the `ps` counters.
 //! - [`limits`]: memory limit by sampling the sandbox's resident memory.
 //! - [`syscalls`]: refused system calls → rate-limited `policy.syscall` records.
 //! - [`audit`]: the JSONL audit store.
@@ -17,6 +19,7 @@
 
 pub mod audit;
 pub mod conn;
+pub mod egress;
 pub mod error;
 pub mod features;
 pub mod limits;
@@ -50,6 +53,9 @@ pub struct Config {
     /// The binary re-executed as the sandbox init: `/proc/self/exe` in
     /// production, which always names the running daemon's own image.
     pub sandbox_exe: PathBuf,
+    /// `--dns`: the DNS server the egress proxy resolves with; None: the
+    /// system resolver (getaddrinfo).
+    pub dns: Option<std::net::SocketAddr>,
 }
 
 /// Shared state of one daemon.

@@ -28,6 +28,10 @@ struct Args {
     /// State directory holding the audit store (default: $XDG_STATE_HOME/warden).
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Resolve the names sandboxed servers connect to with this DNS server
+    /// (IP:PORT, plain DNS over UDP) instead of the system resolver.
+    #[arg(long, value_name = "IP:PORT")]
+    dns: Option<std::net::SocketAddr>,
 }
 
 fn main() -> ExitCode {
@@ -158,6 +162,7 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         socket: socket.clone(),
         state_dir,
         sandbox_exe: PathBuf::from("/proc/self/exe"),
+        dns: args.dns,
     };
     let result = rt.block_on(async move {
         let listener = tokio::net::UnixListener::from_std(listener)?;

@@ -65,6 +65,7 @@ pub struct Session {
     pub client_pid: u32,
     pub pid: u32,
     pub limits: Vec<String>,
+    pub net: Arc<crate::egress::NetCounters>,
     sandbox: Arc<Sandbox>,
     cause: Mutex<Option<EndCause>>,
     end: Notify,
@@ -105,6 +106,9 @@ impl Session {
             uptime_ms: self.started.elapsed().as_millis() as u64,
             client_pid: self.client_pid,
             limits: self.limits.clone(),
+            network_allowed: self.net.allowed(),
+            network_denied: self.net.denied(),
+            last_denial: self.net.last_denial().unwrap_or_default(),
         }
     }
 }
@@ -126,7 +130,8 @@ fn env_get<'a>(env: &'a [pb::EnvVar], name: &str) -> Option<&'a [u8]> {
 type EnvPair = (Vec<u8>, Vec<u8>);
 
 /// The server's environment: only `env.allow` names from the client's
-/// environment, plus PATH, HOME, LANG and TERM defaults (DESIGN.md §5).
+/// environment, plus PATH, HOME, LANG and TERM defaults (DESIGN.md §5), and the
+/// egress proxy's variables (DESIGN.md §6).
 /// Returns the environment and the names passed through (for the audit).
 fn build_env(client: &[pb::EnvVar], allow: &[String], home: &Path) -> (Vec<EnvPair>, Vec<String>) {
     let mut out: Vec<EnvPair> = Vec::new();
@@ -136,6 +141,13 @@ fn build_env(client: &[pb::EnvVar], allow: &[String], home: &Path) -> (Vec<EnvPa
             out.push((name.as_bytes().to_vec(), v.to_vec()));
             passed.push(name.clone());
         }
+    }
+    // The egress proxy's variables win over the client's.
+    let proxy = crate::egress::proxy_env();
+    out.retain(|(n, _)| !proxy.iter().any(|(k, _)| k.as_bytes() == n.as_slice()));
+    passed.retain(|n| !proxy.iter().any(|(k, _)| k == n));
+    for (k, v) in proxy {
+        out.push((k.as_bytes().to_vec(), v.into_bytes()));
     }
     let defaults: [(&str, Vec<u8>); 4] = [
         ("PATH", DEFAULT_PATH.as_bytes().to_vec()),
@@ -283,8 +295,8 @@ impl Daemon {
             tmp_size_mb: policy.limits.tmp_mb.unwrap_or(TMP_SIZE_MB),
             pids_max: policy.limits.pids,
             landlock_min_abi: policy.sandbox.landlock_min_abi,
+            proxy_port: Some(crate::egress::PROXY_PORT),
             // Never skipped by the daemon: the field exists for benchmarks only.
-            proxy_port: None,
             dangerously_skip_confinement: false,
         };
         Ok(Prepared {
@@ -366,6 +378,27 @@ impl Daemon {
             }
         };
         let sandbox = Arc::new(sandbox);
+        let net = Arc::new(crate::egress::NetCounters::default());
+        // The egress proxy, on the listener PID 1 made inside the sandbox. Without
+        // it the server would run with no way out but also no record of its
+        // attempts: refuse instead.
+        let proxy = match sandbox.take_proxy_listener().map(|fd| {
+            crate::egress::Proxy::start(fd, policy.network.clone(), self.clone(), &id, net.clone())
+        }) {
+            Some(Ok(p)) => p,
+            failed => {
+                let why = match failed {
+                    Some(Err(e)) => format!("cannot serve the egress proxy: {e}"),
+                    _ => "the sandbox did not hand over the egress proxy listener".to_string(),
+                };
+                let _ = sandbox.kill_tree();
+                let sb = sandbox.clone();
+                let _ = tokio::task::spawn_blocking(move || sb.wait()).await;
+                let _ = tokio::task::spawn_blocking(move || relay.finish(DRAIN_GRACE)).await;
+                self.audit_exit(&id, started, None, None, &why);
+                return Err(DaemonError::Sandbox(why));
+            }
+        };
         // Refused escape and kernel-attack calls, recorded on a blocking thread
         // of their own until the sandbox is gone.
         let recorder = sandbox.take_refused_calls().map(|calls| {
@@ -388,6 +421,7 @@ impl Daemon {
             client_pid: client.pid,
             pid: sandbox.pid(),
             limits,
+            net,
             sandbox: sandbox.clone(),
             cause: Mutex::new(None),
             end: Notify::new(),
@@ -409,7 +443,7 @@ impl Daemon {
         }
         tokio::spawn(async move {
             daemon
-                .supervise(session, relay, recorder, timeout, events)
+                .supervise(session, relay, recorder, proxy, timeout, events)
                 .await;
         });
         Ok(())
@@ -478,6 +512,7 @@ impl Daemon {
         session: Arc<Session>,
         relay: Relay,
         recorder: Option<tokio::task::JoinHandle<()>>,
+        proxy: crate::egress::Proxy,
         timeout: Option<Duration>,
         events: mpsc::Sender<Result<pb::SpawnEvent, tonic::Status>>,
     ) {
@@ -519,6 +554,9 @@ impl Daemon {
         tokio::task::spawn_blocking(move || relay.finish(DRAIN_GRACE))
             .await
             .ok();
+        // The proxy's last records (connections cut by the end) precede
+        // session.exit too.
+        proxy.stop().await;
         // The refused calls' records precede session.exit: the queue closed
         // when the sandbox was gone, so this waits only for the last writes.
         if let Some(r) = recorder {
@@ -705,6 +743,11 @@ mod tests {
             ("TERM", "dumb"),
         ]
         .into_iter()
+        .chain(
+            crate::egress::proxy_env()
+                .into_iter()
+                .map(|(k, v)| (k, Box::leak(v.into_boxed_str()) as &str)),
+        )
         .map(|(a, b)| (a.to_string(), b.to_string()))
         .collect();
         assert_eq!(got, want);

@@ -1,0 +1,191 @@
+//! Egress (DESIGN.md §6): every session gets its own proxy. The sandbox's PID 1
+//! listens on `127.0.0.1:`[`PROXY_PORT`] inside the session's network namespace
+//! and hands the listener over; the daemon serves [`warden_proxy`] on it with the
+//! session's `network:` policy. Each decision and each finished connection
+//! becomes an audit record, and the session's counters feed `wardenctl ps`.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+use warden_core::audit::{Decision, Record, RecordType};
+use warden_core::policy::net::NetworkPolicy;
+
+use crate::Daemon;
+
+/// The proxy's port inside every sandbox (each has its own network namespace,
+/// so one fixed port serves them all).
+pub const PROXY_PORT: u16 = 3128;
+
+/// The proxy variables every server gets (they override `env.allow`: a proxy of
+/// the client's is unreachable from the sandbox anyway). `NO_PROXY` is empty so
+/// nothing bypasses the proxy, and Node's built-in fetch honours the variables
+/// only with `NODE_USE_ENV_PROXY=1`.
+pub fn proxy_env() -> Vec<(&'static str, String)> {
+    let http = format!("http://127.0.0.1:{PROXY_PORT}");
+    let socks = format!("socks5h://127.0.0.1:{PROXY_PORT}");
+    vec![
+        ("HTTP_PROXY", http.clone()),
+        ("HTTPS_PROXY", http.clone()),
+        ("ALL_PROXY", socks.clone()),
+        ("http_proxy", http.clone()),
+        ("https_proxy", http),
+        ("all_proxy", socks),
+        ("NO_PROXY", String::new()),
+        ("no_proxy", String::new()),
+        ("NODE_USE_ENV_PROXY", "1".into()),
+    ]
+}
+
+/// Per-session network counters (for `wardenctl ps`).
+#[derive(Debug, Default)]
+pub struct NetCounters {
+    allowed: AtomicU64,
+    denied: AtomicU64,
+    last_denial: Mutex<Option<String>>,
+}
+
+impl NetCounters {
+    pub fn allowed(&self) -> u64 {
+        self.allowed.load(Ordering::Relaxed)
+    }
+
+    pub fn denied(&self) -> u64 {
+        self.denied.load(Ordering::Relaxed)
+    }
+
+    /// "host:port: reason" of the latest denial.
+    pub fn last_denial(&self) -> Option<String> {
+        self.last_denial
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// Turns the proxy's events into audit records and counts.
+struct Sink {
+    daemon: Arc<Daemon>,
+    session: String,
+    counters: Arc<NetCounters>,
+}
+
+impl warden_proxy::EventSink for Sink {
+    fn decision(&self, d: &warden_proxy::Decision) {
+        let resource = format!("{}:{}", d.host, d.port);
+        if d.allowed {
+            self.counters.allowed.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.counters.denied.fetch_add(1, Ordering::Relaxed);
+            *self
+                .counters
+                .last_denial
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(format!("{resource}: {}", d.reason));
+        }
+        self.daemon.audit.record(
+            Record::new(
+                RecordType::Network,
+                "connect",
+                Some(&self.session),
+                resource,
+                if d.allowed {
+                    Decision::Allow
+                } else {
+                    Decision::Deny
+                },
+                d.reason.clone(),
+            )
+            .with_details(json!({
+                "protocol": d.protocol.as_str(),
+                "host": d.host,
+                "port": d.port,
+                "address": d.address.map(|a| a.to_string()),
+                "rule": d.rule,
+                "code": d.code(),
+            })),
+        );
+    }
+
+    fn closed(&self, c: &warden_proxy::Closed) {
+        self.daemon.audit.record(
+            Record::new(
+                RecordType::Network,
+                "close",
+                Some(&self.session),
+                format!("{}:{}", c.host, c.port),
+                Decision::Info,
+                "",
+            )
+            .with_details(json!({
+                "protocol": c.protocol.as_str(),
+                "host": c.host,
+                "port": c.port,
+                "address": c.address.to_string(),
+                "bytes_up": c.bytes_up,
+                "bytes_down": c.bytes_down,
+                "duration_ms": c.duration.as_millis() as u64,
+            })),
+        );
+    }
+}
+
+/// A running proxy; dropping it (or [`Proxy::stop`]) ends it and its tunnels.
+pub struct Proxy {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// Serves the session's listener (the fd from the sandbox init).
+    pub fn start(
+        listener: OwnedFd,
+        policy: NetworkPolicy,
+        daemon: Arc<Daemon>,
+        session: &str,
+        counters: Arc<NetCounters>,
+    ) -> std::io::Result<Proxy> {
+        let std_listener = std::net::TcpListener::from(listener);
+        std_listener.set_nonblocking(true)?;
+        let listener = tokio::net::TcpListener::from_std(std_listener)?;
+        let resolver: Arc<dyn warden_proxy::Resolver> = match daemon.config.dns {
+            Some(server) => Arc::new(warden_proxy::DnsResolver::new(server)),
+            None => Arc::new(warden_proxy::SystemResolver),
+        };
+        let sink = Arc::new(Sink {
+            daemon,
+            session: session.to_string(),
+            counters,
+        });
+        let mut cfg = warden_proxy::ProxyConfig::new(session, Arc::new(policy), sink);
+        cfg.resolver = resolver;
+        let cfg = Arc::new(cfg);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(warden_proxy::serve(listener, cfg, async move {
+            let _ = stopped.await;
+        }));
+        Ok(Proxy {
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    /// Ends the proxy and waits (briefly) for its last records.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), t).await;
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
