@@ -1,0 +1,125 @@
+//! The decision order shared by all protocols: allowlist, one lookup, address
+//! vetting, connect to a vetted address.
+
+use std::net::{IpAddr, SocketAddr};
+
+use tokio::net::TcpStream;
+use tokio::time::timeout;
+use warden_core::policy::net::{Denial, Host};
+
+use crate::ProxyConfig;
+
+/// How many vetted addresses of one lookup are tried, in order.
+const MAX_ATTEMPTS: usize = 3;
+
+/// An upstream connection to a vetted address.
+pub(crate) struct Opened {
+    pub stream: TcpStream,
+    pub addr: SocketAddr,
+    /// The `network.allow` entry that allowed it.
+    pub rule: String,
+}
+
+/// Why no upstream connection was made.
+#[derive(Debug)]
+pub(crate) struct Refusal {
+    /// `not-allowed`, `private-address`, `bad-host`, `dns-failed`, `connect-failed`.
+    pub code: &'static str,
+    /// For the client and the logs (no control characters).
+    pub message: String,
+    pub rule: Option<String>,
+    pub address: Option<SocketAddr>,
+}
+
+impl Refusal {
+    pub(crate) fn denial(d: &Denial, rule: Option<String>) -> Refusal {
+        Refusal {
+            code: d.code(),
+            message: super::clean_message(&d.to_string()),
+            rule,
+            address: None,
+        }
+    }
+}
+
+/// The HTTP status for a refusal code.
+pub(crate) fn status_of(code: &str) -> u16 {
+    match code {
+        "bad-request" | "bad-host" => 400,
+        "dns-failed" | "connect-failed" => 502,
+        _ => 403,
+    }
+}
+
+/// The allowlist check alone (no DNS): the matching entry.
+pub(crate) fn check(cfg: &ProxyConfig, host: &Host, port: u16) -> Result<String, Refusal> {
+    cfg.policy
+        .check(host, port)
+        .map(|rule| rule.source.clone())
+        .map_err(|d| Refusal::denial(&d, None))
+}
+
+/// The whole decision: [`check`], one lookup (names only), vetting of every
+/// address, and a connection to the first vetted address that answers.
+pub(crate) async fn open(cfg: &ProxyConfig, host: &Host, port: u16) -> Result<Opened, Refusal> {
+    let rule = check(cfg, host, port)?;
+    let addrs: Vec<IpAddr> = match host {
+        Host::Ip(ip) => vec![*ip],
+        Host::Name(name) => {
+            let lookup = cfg.resolver.resolve(name, port);
+            let failed = |why: String| Refusal {
+                code: "dns-failed",
+                message: super::clean_message(&format!("cannot resolve {name}: {why}")),
+                rule: Some(rule.clone()),
+                address: None,
+            };
+            match timeout(cfg.limits.resolve_timeout, lookup).await {
+                Ok(Ok(a)) if !a.is_empty() => a,
+                Ok(Ok(_)) => return Err(failed("no addresses".into())),
+                Ok(Err(e)) => return Err(failed(e.to_string())),
+                Err(_) => return Err(failed("timed out".into())),
+            }
+        }
+    };
+    let mut vetted: Vec<IpAddr> = Vec::new();
+    let mut first_denial = None;
+    for ip in addrs {
+        let ip = ip.to_canonical();
+        match cfg.policy.check_address(host, ip) {
+            Ok(()) if !vetted.contains(&ip) => vetted.push(ip),
+            Ok(()) => {}
+            Err(d) => {
+                first_denial.get_or_insert(d);
+            }
+        }
+    }
+    if vetted.is_empty() {
+        let denial = first_denial.unwrap_or_else(|| Denial::NotAllowed {
+            host: host.to_string(),
+            port,
+        });
+        let mut refusal = Refusal::denial(&denial, Some(rule));
+        if let Denial::PrivateAddress { addr, .. } = denial {
+            refusal.address = Some(SocketAddr::new(addr, port));
+        }
+        return Err(refusal);
+    }
+    let mut last_error = String::new();
+    for ip in vetted.iter().take(MAX_ATTEMPTS) {
+        let addr = SocketAddr::new(*ip, port);
+        match timeout(cfg.limits.connect_timeout, cfg.connector.connect(addr)).await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                return Ok(Opened { stream, addr, rule });
+            }
+            Ok(Err(e)) => last_error = format!("{addr}: {e}"),
+            Err(_) => last_error = format!("{addr}: timed out"),
+        }
+    }
+    Err(Refusal {
+        code: "connect-failed",
+        message: super::clean_message(&format!("cannot connect to {host}:{port} ({last_error})")),
+        rule: Some(rule),
+        address: Some(SocketAddr::new(vetted[0], port)),
+    })
+}

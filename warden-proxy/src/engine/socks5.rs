@@ -1,0 +1,195 @@
+//! The SOCKS5 side: negotiation, the decision, the tunnel.
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use warden_core::policy::net::{parse_host, Denial, Host};
+
+use super::decide::{self, Refusal};
+use super::{allowed_reason, decide_event, read_more, reply_and_close, tunnel, Link};
+use crate::events::{printable, Protocol};
+use crate::socks::{self, SocksAddr, SocksError, SocksRequest};
+use crate::ProxyConfig;
+
+const P: Protocol = Protocol::Socks5;
+
+/// Reads until `parse` has a message (or the negotiation deadline passes).
+async fn read_message<T>(
+    client: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    max: usize,
+    deadline: tokio::time::Instant,
+    parse: impl Fn(&[u8]) -> Result<Option<(T, usize)>, SocksError>,
+) -> Option<Result<T, SocksError>> {
+    loop {
+        match parse(buf) {
+            Ok(Some((msg, used))) => {
+                buf.drain(..used);
+                return Some(Ok(msg));
+            }
+            Err(e) => return Some(Err(e)),
+            Ok(None) => {}
+        }
+        let room = max.saturating_sub(buf.len()).max(1);
+        match tokio::time::timeout_at(deadline, read_more(client, buf, room)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return None,
+        }
+    }
+}
+
+fn refuse_event(cfg: &ProxyConfig, host: &str, port: u16, reason: &str, rule: Option<&str>) {
+    decide_event(cfg, P, host, port, None, false, reason, rule);
+}
+
+pub(crate) async fn serve(mut client: TcpStream, mut buf: Vec<u8>, cfg: &ProxyConfig) {
+    let deadline = tokio::time::Instant::now() + cfg.limits.head_timeout;
+    let greeting = match read_message(
+        &mut client,
+        &mut buf,
+        socks::MAX_GREETING,
+        deadline,
+        socks::parse_greeting,
+    )
+    .await
+    {
+        Some(Ok(g)) => g,
+        Some(Err(_)) => {
+            refuse_event(cfg, "", 0, "bad-request", None);
+            return;
+        }
+        None => return,
+    };
+    if !greeting.offers_no_auth() {
+        refuse_event(cfg, "", 0, "socks-auth-refused", None);
+        let reply = [socks::VERSION, socks::METHOD_NONE_ACCEPTABLE];
+        return reply_and_close(&mut client, &reply).await;
+    }
+    if client
+        .write_all(&[socks::VERSION, socks::METHOD_NO_AUTH])
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let request = match read_message(
+        &mut client,
+        &mut buf,
+        socks::MAX_REQUEST,
+        deadline,
+        socks::parse_request,
+    )
+    .await
+    {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => {
+            refuse_event(cfg, "", 0, "bad-request", None);
+            let code = match e {
+                SocksError::AddressType(_) => socks::REP_ADDRESS_TYPE_NOT_SUPPORTED,
+                _ => socks::REP_GENERAL_FAILURE,
+            };
+            return reply_and_close(&mut client, &socks::reply(code, None)).await;
+        }
+        None => return,
+    };
+    let SocksRequest {
+        command,
+        addr,
+        port,
+    } = request;
+    let (host, by_ip) = match &addr {
+        SocksAddr::Ip(ip) => (Ok(Host::Ip(ip.to_canonical())), true),
+        SocksAddr::Domain(raw) => match std::str::from_utf8(raw) {
+            Ok(name) => (parse_host(name).map_err(|d| (printable(raw), d)), false),
+            Err(_) => {
+                let why = format!("`{}`: not UTF-8", printable(raw));
+                (Err((printable(raw), Denial::BadHost(why))), false)
+            }
+        },
+    };
+    let shown = match &host {
+        Ok(h) => h.to_string(),
+        Err((raw, _)) => raw.clone(),
+    };
+    if command != socks::CMD_CONNECT {
+        refuse_event(cfg, &shown, port, "socks-command-refused", None);
+        let reply = socks::reply(socks::REP_COMMAND_NOT_SUPPORTED, None);
+        return reply_and_close(&mut client, &reply).await;
+    }
+    let host = match host {
+        Ok(h) => h,
+        Err((_, d)) => {
+            refuse_event(cfg, &shown, port, d.code(), None);
+            let reply = socks::reply(socks::REP_NOT_ALLOWED, None);
+            return reply_and_close(&mut client, &reply).await;
+        }
+    };
+    let mut opened = match decide::open(cfg, &host, port).await {
+        Ok(o) => o,
+        Err(Refusal {
+            code,
+            rule,
+            address,
+            ..
+        }) => {
+            let (reason, reply) = match code {
+                "not-allowed" if by_ip => ("socks-ip-not-listed", socks::REP_NOT_ALLOWED),
+                "dns-failed" => (code, socks::REP_HOST_UNREACHABLE),
+                "connect-failed" => (code, socks::REP_REFUSED),
+                _ => (code, socks::REP_NOT_ALLOWED),
+            };
+            decide_event(
+                cfg,
+                P,
+                &shown,
+                port,
+                address,
+                false,
+                reason,
+                rule.as_deref(),
+            );
+            return reply_and_close(&mut client, &socks::reply(reply, None)).await;
+        }
+    };
+    decide_event(
+        cfg,
+        P,
+        &shown,
+        port,
+        Some(opened.addr),
+        true,
+        &allowed_reason(&opened.rule),
+        Some(&opened.rule),
+    );
+    let link = Link::new(cfg, P, &shown, port, opened.addr);
+    let bound = opened.stream.local_addr().ok();
+    if client
+        .write_all(&socks::reply(socks::REP_SUCCEEDED, bound))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let end = tunnel::run(
+        &mut client,
+        &mut opened.stream,
+        buf,
+        Vec::new(),
+        Some(&host),
+        &link,
+        cfg.limits.idle_timeout,
+    )
+    .await;
+    if let tunnel::End::Refused(why) = end {
+        decide_event(
+            cfg,
+            P,
+            &shown,
+            port,
+            Some(opened.addr),
+            false,
+            "sni-mismatch",
+            Some(&opened.rule),
+        );
+        tracing::debug!(session = %cfg.session, host = %shown, port, why = %why, "proxy: tunnel refused");
+    }
+}

@@ -1,0 +1,168 @@
+//! Splicing a client and an upstream both ways, with byte counts, an idle
+//! timeout, and (for CONNECT and SOCKS5) the ClientHello check before any client
+//! byte reaches the upstream.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use warden_core::policy::net::{parse_host, Host};
+
+use super::{read_more, Link};
+use crate::events::printable;
+use crate::tls::{self, Sniff, MAX_CLIENT_HELLO};
+
+/// How a tunnel ended.
+#[derive(Debug)]
+pub(crate) enum End {
+    /// Both directions reached end of stream, or one failed, or idle.
+    Done,
+    /// The ClientHello was refused (nothing of it was forwarded).
+    Refused(String),
+}
+
+/// The time of the last byte, as milliseconds since `start`.
+struct Activity {
+    start: Instant,
+    last: AtomicU64,
+}
+
+impl Activity {
+    fn touch(&self) {
+        self.last
+            .store(self.start.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    async fn idle(&self, limit: Duration) {
+        loop {
+            let last = Duration::from_millis(self.last.load(Ordering::Relaxed));
+            let quiet = self.start.elapsed().saturating_sub(last);
+            if quiet >= limit {
+                return;
+            }
+            tokio::time::sleep(limit - quiet).await;
+        }
+    }
+}
+
+async fn pump<R, W>(r: &mut R, w: &mut W, count: &AtomicU64, activity: &Activity) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            let _ = w.shutdown().await;
+            return Ok(());
+        }
+        w.write_all(&buf[..n]).await?;
+        count.fetch_add(n as u64, Ordering::Relaxed);
+        activity.touch();
+    }
+}
+
+enum Up {
+    Done,
+    Refused(String),
+}
+
+/// Splices `client` and `upstream` until both directions end, one fails, or
+/// nothing moves for `idle`. `client_prefix` (bytes the client already sent) and
+/// `upstream_prefix` (bytes the upstream already sent) go first. With
+/// `expect_sni`, the client's first bytes are held until they are known not to be
+/// a ClientHello naming another host.
+pub(crate) async fn run(
+    client: &mut TcpStream,
+    upstream: &mut TcpStream,
+    client_prefix: Vec<u8>,
+    upstream_prefix: Vec<u8>,
+    expect_sni: Option<&Host>,
+    link: &Link,
+    idle: Duration,
+) -> End {
+    let activity = Activity {
+        start: Instant::now(),
+        last: AtomicU64::new(0),
+    };
+    let (mut cr, mut cw) = client.split();
+    let (mut ur, mut uw) = upstream.split();
+
+    let down = async {
+        if !upstream_prefix.is_empty() {
+            cw.write_all(&upstream_prefix).await?;
+        }
+        pump(&mut ur, &mut cw, &link.down, &activity).await
+    };
+    let up = async {
+        let mut prefix = client_prefix;
+        if let Some(expected) = expect_sni {
+            loop {
+                match tls::sniff(&prefix) {
+                    Ok(Sniff::NeedMore) => {
+                        let room = MAX_CLIENT_HELLO - prefix.len();
+                        if read_more(&mut cr, &mut prefix, room).await? == 0 {
+                            if prefix.is_empty() {
+                                let _ = uw.shutdown().await;
+                                return Ok(Up::Done);
+                            }
+                            return Ok(Up::Refused(
+                                "the client closed inside its TLS ClientHello".into(),
+                            ));
+                        }
+                        activity.touch();
+                    }
+                    Ok(Sniff::NotTls) | Ok(Sniff::ClientHello { sni: None, .. }) => break,
+                    Ok(Sniff::ClientHello {
+                        sni: Some(name), ..
+                    }) => match parse_host(&name) {
+                        Ok(h) if &h == expected => break,
+                        Ok(h) => {
+                            return Ok(Up::Refused(format!(
+                                "TLS server name {h} is not the tunnel's host {expected}"
+                            )))
+                        }
+                        Err(e) => {
+                            return Ok(Up::Refused(format!(
+                                "TLS server name {}: {e}",
+                                printable(name.as_bytes())
+                            )))
+                        }
+                    },
+                    Err(e) => return Ok(Up::Refused(format!("TLS ClientHello refused: {e}"))),
+                }
+            }
+        }
+        if !prefix.is_empty() {
+            uw.write_all(&prefix).await?;
+            link.add_up(prefix.len());
+            activity.touch();
+        }
+        drop(prefix);
+        pump(&mut cr, &mut uw, &link.up, &activity).await?;
+        Ok::<Up, io::Error>(Up::Done)
+    };
+    let quiet = activity.idle(idle);
+    tokio::pin!(down, up, quiet);
+    let (mut up_done, mut down_done) = (false, false);
+    loop {
+        tokio::select! {
+            r = &mut up, if !up_done => match r {
+                Ok(Up::Done) => up_done = true,
+                Ok(Up::Refused(why)) => return End::Refused(why),
+                Err(_) => return End::Done,
+            },
+            r = &mut down, if !down_done => match r {
+                Ok(()) => down_done = true,
+                Err(_) => return End::Done,
+            },
+            _ = &mut quiet => return End::Done,
+        }
+        if up_done && down_done {
+            return End::Done;
+        }
+    }
+}
