@@ -47,8 +47,11 @@ impl From<DnsError> for io::Error {
     }
 }
 
+/// A name as lower-case labels.
+type Name = Vec<Vec<u8>>;
+
 /// Lower-case labels of a dotted name (trailing dot allowed), checked for DNS.
-fn labels(name: &str) -> Result<Vec<Vec<u8>>, DnsError> {
+fn labels(name: &str) -> Result<Name, DnsError> {
     let name = name.strip_suffix('.').unwrap_or(name);
     if name.is_empty() || name.len() > 253 {
         return Err(DnsError::BadName);
@@ -82,7 +85,7 @@ pub fn encode_query(id: u16, name: &str, qtype: u16) -> Result<Vec<u8>, DnsError
 
 /// Reads a (possibly compressed) name at `pos`; returns its lower-case labels
 /// and the position after it. Pointers must point backwards (no loops).
-fn read_name(msg: &[u8], mut pos: usize) -> Result<(Vec<Vec<u8>>, usize), DnsError> {
+fn read_name(msg: &[u8], mut pos: usize) -> Result<(Name, usize), DnsError> {
     let mut labels = Vec::new();
     let mut total = 0;
     let mut after = None;
@@ -157,8 +160,8 @@ pub fn parse_response(
     }
     let ancount = u16_at(msg, 6)?;
     let mut pos = pos + 4;
-    let mut cnames: Vec<(Vec<Vec<u8>>, Vec<Vec<u8>>)> = Vec::new();
-    let mut addrs: Vec<(Vec<Vec<u8>>, IpAddr)> = Vec::new();
+    let mut cnames: Vec<(Name, Name)> = Vec::new();
+    let mut addrs: Vec<(Name, IpAddr)> = Vec::new();
     for _ in 0..ancount {
         let (owner, at) = read_name(msg, pos)?;
         let rtype = u16_at(msg, at)?;

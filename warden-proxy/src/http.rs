@@ -437,8 +437,7 @@ pub fn response_body(
             .iter()
             .flat_map(|v| v.split(|&b| b == b','))
             .map(|t| t.trim_ascii())
-            .filter(|t| !t.is_empty())
-            .last();
+            .rfind(|t| !t.is_empty());
         return Ok(match last {
             Some(t) if t.eq_ignore_ascii_case(b"chunked") => BodyLength::Chunked,
             _ => BodyLength::UntilClose,

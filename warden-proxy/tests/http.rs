@@ -570,7 +570,10 @@ async fn malformed_requests_get_400_and_no_lookup() {
         (b"\x16\x03\x01\x00\x05hello", "bad-request"),
     ];
     for (req, code) in &cases {
-        eprintln!("case: {}", String::from_utf8_lossy(&req[..req.len().min(60)]));
+        eprintln!(
+            "case: {}",
+            String::from_utf8_lossy(&req[..req.len().min(60)])
+        );
         let resp = raw(proxy.addr, req).await;
         assert_denied(&resp, 400, code);
     }

@@ -166,7 +166,7 @@ enum Next {
 
 /// The checks of an absolute-form request that need no DNS: the target and the
 /// Host header, framing. Returns the normalised host, port and origin-form target.
-fn vet_request(head: &RequestHead) -> Result<(Host, u16, String, BodyLength), Deny> {
+fn vet_request(head: &RequestHead) -> Result<(Host, u16, String, BodyLength), Box<Deny>> {
     let (authority, path) = http::parse_absolute_target(&head.target)
         .map_err(|e| Deny::bad_request(Protocol::Http, printable(head.target.as_bytes()), 0, &e))?;
     let port = authority.port;
@@ -191,23 +191,25 @@ fn vet_request(head: &RequestHead) -> Result<(Host, u16, String, BodyLength), De
         address: None,
     };
     let Some(raw) = host_value else {
-        return Err(mismatch(format!(
+        return Err(Box::new(mismatch(format!(
             "the request to {shown}:{port} has no Host header"
-        )));
+        ))));
     };
     let named = std::str::from_utf8(raw)
         .ok()
         .and_then(|v| http::parse_authority(v, Some(80)).ok())
         .and_then(|a| parse_host(&a.host).ok().map(|h| (h, a.port)));
     if named.as_ref() != Some(&(host.clone(), port)) {
-        return Err(mismatch(format!(
+        return Err(Box::new(mismatch(format!(
             "Host header {} does not name the request target {shown}:{port}",
             printable(raw)
-        )));
+        ))));
     }
     let body = http::request_body(head).map_err(bad)?;
     if http::is_upgrade(&head.headers) && body != BodyLength::None {
-        return Err(bad(HttpError::Syntax("upgrade request with a body")));
+        return Err(Box::new(bad(HttpError::Syntax(
+            "upgrade request with a body",
+        ))));
     }
     Ok((host, port, path, body))
 }
@@ -222,7 +224,7 @@ async fn exchange(
     let (host, port, path, body) = match vet_request(head) {
         Ok(v) => v,
         Err(d) => {
-            refuse(client, cfg, d).await;
+            refuse(client, cfg, *d).await;
             return Next::Close;
         }
     };
