@@ -2,6 +2,8 @@
 //! run, on the project's own MCP fixture server.
 //!
 //! Run: `cargo build --release --workspace && target/release/warden-bench`
+//! (`warden-bench egress`: the egress proxy against a direct connection, see
+//! `egress.rs`)
 //! (options: `--launches N` (default 100), `--requests N` (default 1000)).
 //!
 //! - launch: time from spawning the process to the first byte of the reply to
@@ -10,6 +12,8 @@
 //! - round trip: 1000 sequential JSON-RPC `tools/call echo` requests on one
 //!   session, direct and through the shim: median and p99.
 #![forbid(unsafe_code)]
+
+mod egress;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -273,6 +277,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("egress") {
+        egress::main();
+        return;
+    }
     let launches = arg("--launches", 100);
     let requests = arg("--requests", 1000);
     let daemon = Daemon::start();

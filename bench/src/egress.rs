@@ -1,0 +1,202 @@
+//! `warden-bench egress`: the egress proxy against a direct connection, side by
+//! side in one run, to the same upstream on the host's loopback.
+//!
+//! - throughput: `curl` downloads N MiB (default 1024) from the upstream, on the
+//!   host directly and inside the sandbox through the proxy (HTTP forward proxy);
+//! - latency: a Python client makes R (default 1000) sequential small requests,
+//!   each on a new connection, on the host directly and inside the sandbox through
+//!   the proxy (which resolves `localhost` and vets it per request); median, p90.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::{arg, bin, median, Daemon};
+
+/// A minimal HTTP/1.1 upstream: `GET /bytes/N` streams N bytes, anything else
+/// answers `ok`; one request per connection.
+fn upstream() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind upstream");
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in l.incoming().flatten() {
+            std::thread::spawn(move || serve(conn));
+        }
+    });
+    port
+}
+
+fn serve(conn: TcpStream) {
+    let mut r = BufReader::new(conn);
+    let mut line = String::new();
+    if r.read_line(&mut line).is_err() {
+        return;
+    }
+    let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+    loop {
+        let mut h = String::new();
+        match r.read_line(&mut h) {
+            Ok(0) | Err(_) => return,
+            Ok(_) if h == "\r\n" || h == "\n" => break,
+            Ok(_) => {}
+        }
+    }
+    let mut w = r.into_inner();
+    let n: u64 = path
+        .strip_prefix("/bytes/")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    if n == 0 {
+        let _ = w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+        return;
+    }
+    let _ = write!(
+        w,
+        "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n"
+    );
+    let chunk = vec![b'x'; 256 * 1024];
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(chunk.len() as u64) as usize;
+        if w.write_all(&chunk[..k]).is_err() {
+            return;
+        }
+        left -= k as u64;
+    }
+}
+
+/// Runs `argv` directly (`policy` None) or through the shim with `policy`;
+/// returns stdout.
+fn run(argv: &[&str], socket: &Path, policy: Option<&Path>) -> String {
+    let mut c = match policy {
+        None => {
+            let mut c = Command::new(argv[0]);
+            c.args(&argv[1..]);
+            for v in [
+                "HTTP_PROXY",
+                "HTTPS_PROXY",
+                "ALL_PROXY",
+                "http_proxy",
+                "https_proxy",
+                "all_proxy",
+            ] {
+                c.env_remove(v);
+            }
+            c
+        }
+        Some(p) => {
+            let mut c = Command::new(bin("warden-shim"));
+            c.arg("--socket")
+                .arg(socket)
+                .arg("--no-autostart")
+                .arg("--policy")
+                .arg(p);
+            c
+        }
+    };
+    let out = c
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run client");
+    assert!(out.status.success(), "{argv:?}: {:?}", out.status);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn policy(dir: &Path, name: &str, argv: &[&str], port: u16) -> std::path::PathBuf {
+    let cmd: Vec<String> = argv
+        .iter()
+        .map(|a| serde_json::to_string(a).unwrap())
+        .collect();
+    let text = format!(
+        "command: [{}]\nnetwork:\n  allow: [\"localhost:{port}\"]\n  allow_private: true\n",
+        cmd.join(", ")
+    );
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Sequential small requests, one connection each; prints each duration in µs.
+const LATENCY_PY: &str = r#"
+import sys, time, urllib.request
+url, n = sys.argv[1], int(sys.argv[2])
+for _ in range(5):
+    urllib.request.urlopen(url).read()
+out = []
+for _ in range(n):
+    t = time.perf_counter_ns()
+    urllib.request.urlopen(url).read()
+    out.append((time.perf_counter_ns() - t) // 1000)
+print(" ".join(map(str, out)))
+"#;
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+pub fn main() {
+    let mib = arg("--mib", 1024);
+    let requests = arg("--requests", 1000);
+    let runs = arg("--runs", 3);
+    let daemon = Daemon::start();
+    let s = daemon.socket.clone();
+    let port = upstream();
+    let dir = tempfile::tempdir().unwrap();
+
+    let url = format!("http://localhost:{port}/bytes/{}", mib << 20);
+    let curl = [
+        "curl",
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{speed_download}",
+        url.as_str(),
+    ];
+    let curl_policy = policy(dir.path(), "curl.yaml", &curl, port);
+    let (mut direct, mut proxied) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let speed = |out: String| out.trim().parse::<f64>().expect("curl speed") / (1 << 20) as f64;
+        direct.push(speed(run(&curl, &s, None)));
+        proxied.push(speed(run(&curl, &s, Some(&curl_policy))));
+    }
+    let (d, p) = (median(direct), median(proxied));
+    println!("## egress throughput: {mib} MiB download with curl ({runs} runs each, median)\n");
+    println!("| path | MiB/s |");
+    println!("| --- | --- |");
+    println!("| host, direct to the upstream | {d:.0} |");
+    println!("| sandbox, through the proxy (HTTP forward) | {p:.0} |");
+    println!(
+        "\nthroughput through the proxy: {:.0}% of direct\n",
+        100.0 * p / d
+    );
+
+    let small = format!("http://localhost:{port}/small");
+    let n = requests.to_string();
+    let py = [
+        "/usr/bin/python3",
+        "-c",
+        LATENCY_PY,
+        small.as_str(),
+        n.as_str(),
+    ];
+    let py_policy = policy(dir.path(), "py.yaml", &py, port);
+    let parse = |out: String| -> Vec<f64> {
+        out.split_whitespace()
+            .map(|v| v.parse::<f64>().expect("µs"))
+            .collect()
+    };
+    let mut d = parse(run(&py, &s, None));
+    let mut p = parse(run(&py, &s, Some(&py_policy)));
+    let (dm, d90) = (pct(&mut d, 0.5), pct(&mut d, 0.9));
+    let (pm, p90) = (pct(&mut p, 0.5), pct(&mut p, 0.9));
+    println!("## egress latency: {requests} sequential small requests, a new connection each (Python urllib)\n");
+    println!("| path | median | p90 |");
+    println!("| --- | --- | --- |");
+    println!("| host, direct to the upstream | {dm:.0} µs | {d90:.0} µs |");
+    println!("| sandbox, through the proxy | {pm:.0} µs | {p90:.0} µs |");
+    println!("\nadded latency per connection (median): {:.0} µs", pm - dm);
+}
