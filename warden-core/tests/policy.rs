@@ -6,6 +6,7 @@ use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use warden_core::policy::net::{HostPattern, NetRule, NetworkPolicy, PortSpec};
 use warden_core::policy::{
     compile, digest, load_file, CompileContext, CompiledPolicy, Limits, Overrides, PolicyError,
     PolicyInput, SandboxReq,
@@ -144,7 +145,7 @@ filesystem:
   read: ["./data", "~/.npm/_cacache"]   # read-only; relative to the policy file; ~ expands
   write: ["./output"]                   # read-write; a path in both is write
 network:
-  allow: []                     # entries are refused until the egress proxy lands
+  allow: []
 env:
   allow: ["GITHUB_TOKEN"]       # names passed through from the client's environment
 limits:
@@ -171,15 +172,182 @@ limits:
 }
 
 #[test]
-fn design_example_network_entries_are_refused_loudly() {
+fn design_example_network_entries_compile() {
     let f = Fixture::new();
-    let text =
-        "command: [server]\nnetwork:\n  allow: [\"api.github.com\", \"*.githubusercontent.com\"]\n";
+    let text = "command: [server]\nnetwork:\n  allow: [\"api.github.com\", \"*.githubusercontent.com\", \"registry.npmjs.org:443\"]\n";
+    assert_eq!(
+        f.ok(text),
+        CompiledPolicy {
+            network: NetworkPolicy {
+                allow: vec![
+                    rule(
+                        "api.github.com",
+                        HostPattern::Name("api.github.com".into()),
+                        PortSpec::Web
+                    ),
+                    rule(
+                        "*.githubusercontent.com",
+                        HostPattern::Suffix("githubusercontent.com".into()),
+                        PortSpec::Web
+                    ),
+                    rule(
+                        "registry.npmjs.org:443",
+                        HostPattern::Name("registry.npmjs.org".into()),
+                        PortSpec::One(443)
+                    ),
+                ],
+                allow_private: false,
+            },
+            ..f.base(text)
+        }
+    );
+}
+
+fn rule(source: &str, host: HostPattern, ports: PortSpec) -> NetRule {
+    NetRule {
+        source: source.into(),
+        host,
+        ports,
+    }
+}
+
+#[test]
+fn every_entry_form_and_allow_private() {
+    let f = Fixture::new();
+    let text = r#"command: [server]
+network:
+  allow:
+    - BÜCHER.example.          # IDNA, case, trailing dot
+    - "*.example.com:*"
+    - localhost:3000
+    - 2130706433:8080          # 127.0.0.1 in another spelling
+    - "[::1]:8080"
+    - 10.0.0.0/8:443
+    - "[fd00::/8]"
+  allow_private: true
+"#;
+    let ip = |s: &str| s.parse().unwrap();
+    assert_eq!(
+        f.ok(text).network,
+        NetworkPolicy {
+            allow: vec![
+                rule(
+                    "BÜCHER.example.",
+                    HostPattern::Name("xn--bcher-kva.example".into()),
+                    PortSpec::Web
+                ),
+                rule(
+                    "*.example.com:*",
+                    HostPattern::Suffix("example.com".into()),
+                    PortSpec::Any
+                ),
+                rule(
+                    "localhost:3000",
+                    HostPattern::Name("localhost".into()),
+                    PortSpec::One(3000)
+                ),
+                rule(
+                    "2130706433:8080",
+                    HostPattern::Ip(ip("127.0.0.1")),
+                    PortSpec::One(8080)
+                ),
+                rule(
+                    "[::1]:8080",
+                    HostPattern::Ip(ip("::1")),
+                    PortSpec::One(8080)
+                ),
+                rule(
+                    "10.0.0.0/8:443",
+                    HostPattern::Cidr {
+                        addr: ip("10.0.0.0"),
+                        prefix: 8
+                    },
+                    PortSpec::One(443)
+                ),
+                rule(
+                    "[fd00::/8]",
+                    HostPattern::Cidr {
+                        addr: ip("fd00::"),
+                        prefix: 8
+                    },
+                    PortSpec::Web
+                ),
+            ],
+            allow_private: true,
+        }
+    );
+}
+
+#[test]
+fn allow_private_alone_and_empty_network_section() {
+    let f = Fixture::new();
+    let text = "command: [server]\nnetwork:\n  allow_private: true\n";
+    assert_eq!(
+        f.ok(text).network,
+        NetworkPolicy {
+            allow: vec![],
+            allow_private: true
+        }
+    );
+    let text = "command: [server]\nnetwork:\n";
+    assert_eq!(f.ok(text), f.base(text));
+}
+
+#[test]
+fn bad_network_entries_are_reported_each_at_its_line_and_column() {
+    let f = Fixture::new();
+    let text = r#"command: [server]
+network:
+  allow:
+    - api.github.com
+    - "a b.com"
+    - "*"
+    - "*.com"
+    - 10.0.0.1/8
+    -   example.com:0
+    - 1.2.3.4.5
+    - "[::1"
+    - ::1
+"#;
     assert_eq!(
         f.err(text),
-        lines(&[&format!(
-            "{P}:3:11: network.allow: network access is not yet supported by this version of Warden; remove the entry or leave the list empty"
-        )])
+        lines(&[
+            &format!("{P}:5:7: network.allow[1]: `a b.com`: ` ` (space) is not allowed in a host name (letters, digits, `-`, `_` and `.` are)"),
+            &format!("{P}:6:7: network.allow[2]: `*`: `*` alone would allow every host; list the hosts the server needs (`*.example.com` allows the subdomains of one domain)"),
+            &format!("{P}:7:7: network.allow[3]: `*.com`: `*.com` is too broad: a wildcard needs a suffix of at least two labels, as in `*.example.com`"),
+            &format!("{P}:8:7: network.allow[4]: `10.0.0.1/8`: host bits are set after the /8 prefix: write the range as `10.0.0.0/8`, or `10.0.0.1` for the one address"),
+            &format!("{P}:9:9: network.allow[5]: `example.com:0`: port 0 cannot be connected to; write a port from 1 to 65535, or `*` for any port"),
+            &format!("{P}:10:7: network.allow[6]: `1.2.3.4.5`: its last label is a number, so it is an IPv4 address, but not a valid one"),
+            &format!("{P}:11:7: network.allow[7]: `[::1`: `[` without a closing `]`"),
+            &format!("{P}:12:7: network.allow[8]: `::1`: write an IPv6 address in brackets: `[::1]`, or `[::1]:PORT` for one port"),
+        ])
+    );
+}
+
+#[test]
+fn bad_network_entries_in_a_flow_list() {
+    let f = Fixture::new();
+    let text =
+        "command: [server]\nnetwork: {allow: [ok.example, \"user@evil.com\", \"x.com:http\"]}\n";
+    assert_eq!(
+        f.err(text),
+        lines(&[
+            &format!("{P}:2:31: network.allow[1]: `user@evil.com`: `@` is not allowed in a host name (letters, digits, `-`, `_` and `.` are)"),
+            &format!("{P}:2:48: network.allow[2]: `x.com:http`: invalid port `http`: write a number from 1 to 65535, or `*` for any port"),
+        ])
+    );
+}
+
+#[test]
+fn network_section_structure_is_checked() {
+    let f = Fixture::new();
+    assert_eq!(
+        f.err("command: [server]\nnetwork:\n  alow: [a.com]\n  allow_private: yes\n  allow: a.com\n"),
+        lines(&[
+            &format!("{P}:3:3: network.alow: unknown key `alow`, did you mean `allow`?"),
+            &format!("{P}:4:18: network.allow_private: expected `true` or `false`, found a string `yes`"),
+            &format!("{P}:5:10: network.allow: expected a list of strings, found a string; write it as a list: allow: [\"a.com\"]"),
+        ])
     );
 }
 
@@ -672,7 +840,7 @@ fn yaml_syntax_error_is_reported_alone() {
 #[test]
 fn many_problems_in_one_file_are_all_reported_in_file_order() {
     let f = Fixture::new();
-    let text = "version: 3\nname: \"a b\"\ncommand: [nosuch]\ncwd: /\nfilesystem:\n  read: [./nope]\n  write: [\"/\"]\nnetwork:\n  allow: [example.com]\nenv:\n  allow: [\"=\"]\nlimits:\n  timeout_s: 0\n";
+    let text = "version: 3\nname: \"a b\"\ncommand: [nosuch]\ncwd: /\nfilesystem:\n  read: [./nope]\n  write: [\"/\"]\nnetwork:\n  allow: [\"a b.com\"]\nenv:\n  allow: [\"=\"]\nlimits:\n  timeout_s: 0\n";
     assert_eq!(
         f.err(text),
         lines(&[
@@ -681,7 +849,7 @@ fn many_problems_in_one_file_are_all_reported_in_file_order() {
             &format!("{P}:3:11: command[0]: command `nosuch` not found on PATH"),
             &format!("{P}:6:10: filesystem.read[0]: path does not exist: $T/proj/nope"),
             &format!("{P}:7:11: filesystem.write[0]: refusing to grant `/` (the whole filesystem); grant only the directories the server needs"),
-            &format!("{P}:9:11: network.allow: network access is not yet supported by this version of Warden; remove the entry or leave the list empty"),
+            &format!("{P}:9:11: network.allow[0]: `a b.com`: ` ` (space) is not allowed in a host name (letters, digits, `-`, `_` and `.` are)"),
             &format!("{P}:11:11: env.allow[0]: invalid variable name `=`: a name cannot contain `=`"),
             &format!("{P}:13:14: limits.timeout_s: 0 is out of range: must be between 1 and 604800 (seconds, up to 7 days)"),
         ])

@@ -131,7 +131,7 @@ struct RawPolicy {
     command: Option<Vec<String>>,
     cwd: Option<String>,
     filesystem: Option<RawFilesystem>,
-    network: Option<RawAllow>,
+    network: Option<RawNetwork>,
     env: Option<RawAllow>,
     limits: Option<RawLimits>,
     sandbox: Option<RawSandbox>,
@@ -154,6 +154,13 @@ struct RawFilesystem {
 #[serde(deny_unknown_fields)]
 struct RawAllow {
     allow: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNetwork {
+    allow: Option<Vec<String>>,
+    allow_private: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -473,20 +480,19 @@ pub fn compile(
     env_allow.sort();
     env_allow.dedup();
 
-    // Network: refused, loudly, until the egress proxy exists. One diagnostic for
-    // the list, at its first entry.
-    let net_raw = raw.network.as_ref().and_then(|n| n.allow.as_ref());
-    if let Some(first) = net_raw.and_then(|l| l.first()) {
-        let at_first = sink.locations.get("network.allow[0]");
-        if let Err(e) = rules::network_entry(first) {
-            sink.diagnostics.push(file_diag(
-                at_first.map(|m| m.line),
-                at_first.map(|m| m.column),
-                Some("network.allow".into()),
-                e.to_string(),
-            ));
+    // Network: the egress allowlist, one diagnostic per refused entry.
+    let net_raw = raw.network.as_ref();
+    let network = net::NetworkPolicy::compile(
+        net_raw.and_then(|n| n.allow.as_deref()).unwrap_or_default(),
+        net_raw.and_then(|n| n.allow_private).unwrap_or(false),
+    )
+    .map_err(|errors| {
+        for (i, message) in errors {
+            let origin = Origin::Key(format!("network.allow[{i}]"));
+            sink.report(&origin, Invalid::NetworkEntry(message));
         }
-    }
+    })
+    .ok();
 
     // Limits.
     let limits_raw = raw.limits.as_ref();
@@ -525,7 +531,7 @@ pub fn compile(
         diagnostics.sort_by_key(|d| (d.file.is_none(), d.line.is_none(), d.line, d.column));
         return Err(PolicyError { diagnostics });
     }
-    let (Some(program), Some(cwd)) = (program, cwd) else {
+    let (Some(program), Some(cwd), Some(network)) = (program, cwd, network) else {
         let message = "internal error: a rule failed without a diagnostic".to_owned();
         return Err(file_diag(None, None, None, message).into());
     };
@@ -540,7 +546,7 @@ pub fn compile(
         read,
         write,
         env_allow,
-        network: net::NetworkPolicy::default(),
+        network,
         limits: Limits {
             memory_mb,
             timeout_s,

@@ -60,8 +60,9 @@ pub(crate) enum Invalid {
     EmptyEnvName,
     #[error("invalid variable name `{0}`: a name cannot contain `=`")]
     EnvNameEquals(String),
-    #[error("network access is not yet supported by this version of Warden; remove the entry or leave the list empty")]
-    Network,
+    /// A `network.allow` entry; the message (from [`super::net`]) names it.
+    #[error("{0}")]
+    NetworkEntry(String),
     #[error("{0} is out of range: must be between 0.01 and 1024 (CPU cores, e.g. 0.5)")]
     Cpu(String),
     #[error("{value} is out of range: must be between {min} and {max} ({unit})")]
@@ -328,11 +329,6 @@ pub(crate) fn env_name(n: &str) -> Result<(), Invalid> {
         return Err(Invalid::EnvNameEquals(n.to_owned()));
     }
     no_nul("variable name", n)
-}
-
-/// Any `network.allow` entry: refused until the egress proxy exists, never ignored.
-pub(crate) fn network_entry(_entry: &str) -> Result<(), Invalid> {
-    Err(Invalid::Network)
 }
 
 pub(crate) fn timeout_s(v: i64) -> Result<u64, Invalid> {

@@ -248,7 +248,7 @@ enum Ty {
 }
 
 const FILESYSTEM: &[(&str, Ty)] = &[("read", Ty::StrList), ("write", Ty::StrList)];
-const NETWORK: &[(&str, Ty)] = &[("allow", Ty::StrList)];
+const NETWORK: &[(&str, Ty)] = &[("allow", Ty::StrList), ("allow_private", Ty::Bool)];
 const ENV: &[(&str, Ty)] = &[("allow", Ty::StrList)];
 const LIMITS: &[(&str, Ty)] = &[
     ("memory_mb", Ty::Int),
