@@ -13,7 +13,7 @@
 //!   the session's listener, the audit store and the `ps` counters.
 //! - [`limits`]: memory limit by sampling the sandbox's resident memory.
 //! - [`syscalls`]: refused system calls → rate-limited `policy.syscall` records.
-//! - [`audit`]: the JSONL audit store.
+//! - [`audit`]: the JSONL audit store (chain, rotation, group commit).
 //! - [`error`]: errors and their one mapping to gRPC statuses.
 #![forbid(unsafe_code)]
 
@@ -56,6 +56,8 @@ pub struct Config {
     /// `--dns`: the DNS server the egress proxy resolves with; None: the
     /// system resolver (getaddrinfo).
     pub dns: Option<std::net::SocketAddr>,
+    /// `--audit-max-bytes`, `--audit-keep`: rotation and retention.
+    pub audit: audit::Options,
 }
 
 /// Shared state of one daemon.
@@ -77,7 +79,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
     ready: impl FnOnce() + Send,
 ) -> anyhow::Result<()> {
-    let audit = AuditStore::open(&config.state_dir)?;
+    let audit = AuditStore::open_with(&config.state_dir, config.audit.clone())?;
     let daemon = Arc::new(Daemon {
         config,
         audit,

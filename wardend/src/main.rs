@@ -1,4 +1,4 @@
-//! `wardend [--socket PATH] [--state-dir DIR]`
+//! `wardend [--socket PATH] [--state-dir DIR] [--dns IP:PORT] [--audit-max-bytes N] [--audit-keep N]`
 //!
 //! The sandbox init role is checked before anything else: namespaces must be
 //! entered by a single-threaded process, so it runs before any runtime exists.
@@ -32,6 +32,13 @@ struct Args {
     /// (IP:PORT, plain DNS over UDP) instead of the system resolver.
     #[arg(long, value_name = "IP:PORT")]
     dns: Option<std::net::SocketAddr>,
+    /// Rotate the live audit file before it would exceed N bytes.
+    #[arg(long, value_name = "N", default_value_t = wardend::audit::DEFAULT_MAX_BYTES,
+          value_parser = clap::value_parser!(u64).range(4096..))]
+    audit_max_bytes: u64,
+    /// Keep N rotated audit files; older ones are deleted (0: only the live file).
+    #[arg(long, value_name = "N", default_value_t = wardend::audit::DEFAULT_KEEP)]
+    audit_keep: usize,
 }
 
 fn main() -> ExitCode {
@@ -163,6 +170,11 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         state_dir,
         sandbox_exe: PathBuf::from("/proc/self/exe"),
         dns: args.dns,
+        audit: wardend::audit::Options {
+            max_bytes: args.audit_max_bytes,
+            keep: args.audit_keep,
+            ..wardend::audit::Options::default()
+        },
     };
     let result = rt.block_on(async move {
         let listener = tokio::net::UnixListener::from_std(listener)?;

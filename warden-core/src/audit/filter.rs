@@ -1,0 +1,137 @@
+//! Which records `wardenctl logs` shows: `--session`, `--type`, `--decision`,
+//! `--since`, `--until`. The daemon's `Logs` stream applies the same filter.
+
+use super::{parse_timestamp_ms, Decision, Record, RecordType};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// A session id or a prefix of one.
+    pub session: Option<String>,
+    pub kind: Option<RecordType>,
+    /// With `kind`: only this action (`--type session.start`).
+    pub action: Option<String>,
+    pub decision: Option<Decision>,
+    /// Unix milliseconds, inclusive.
+    pub since_ms: Option<i64>,
+    /// Unix milliseconds, inclusive.
+    pub until_ms: Option<i64>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FilterError {
+    #[error("unknown record type `{0}` (one of: session, file, network, env, limit, approval, policy, daemon; optionally with .ACTION, e.g. session.start)")]
+    Type(String),
+    #[error("unknown decision `{0}` (one of: allow, deny, info)")]
+    Decision(String),
+}
+
+impl Filter {
+    /// `--type`: `TYPE` or `TYPE.ACTION`.
+    pub fn set_type(&mut self, spec: &str) -> Result<(), FilterError> {
+        let (t, action) = match spec.split_once('.') {
+            Some((t, a)) if !a.is_empty() => (t, Some(a.to_string())),
+            Some(_) => return Err(FilterError::Type(spec.to_string())),
+            None => (spec, None),
+        };
+        self.kind = Some(RecordType::parse(t).ok_or_else(|| FilterError::Type(spec.to_string()))?);
+        self.action = action;
+        Ok(())
+    }
+
+    /// `--decision`.
+    pub fn set_decision(&mut self, d: &str) -> Result<(), FilterError> {
+        self.decision =
+            Some(Decision::parse(d).ok_or_else(|| FilterError::Decision(d.to_string()))?);
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Filter::default()
+    }
+
+    pub fn matches(&self, r: &Record) -> bool {
+        if let Some(s) = &self.session {
+            if !r
+                .session
+                .as_deref()
+                .is_some_and(|id| id.starts_with(s.as_str()))
+            {
+                return false;
+            }
+        }
+        if self.kind.is_some_and(|k| k != r.kind) {
+            return false;
+        }
+        if self.action.as_deref().is_some_and(|a| a != r.action) {
+            return false;
+        }
+        if self.decision.is_some_and(|d| d != r.decision) {
+            return false;
+        }
+        if self.since_ms.is_some() || self.until_ms.is_some() {
+            let Some(t) = parse_timestamp_ms(&r.ts) else {
+                return false;
+            };
+            if self.since_ms.is_some_and(|s| t < s) || self.until_ms.is_some_and(|u| t > u) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(session: Option<&str>, kind: RecordType, action: &str, d: Decision, ts: &str) -> Record {
+        let mut r = Record::new(kind, action, session, "x", d, "");
+        r.ts = ts.into();
+        r
+    }
+
+    #[test]
+    fn each_criterion() {
+        let a = rec(
+            Some("3fa1c09b22de"),
+            RecordType::Session,
+            "start",
+            Decision::Allow,
+            "2026-01-01T00:00:10.000Z",
+        );
+        let b = rec(
+            None,
+            RecordType::Daemon,
+            "start",
+            Decision::Info,
+            "2026-01-01T00:00:20.000Z",
+        );
+        let mut f = Filter::default();
+        assert!(f.is_empty() && f.matches(&a) && f.matches(&b));
+        f.session = Some("3fa1".into());
+        assert!(f.matches(&a) && !f.matches(&b));
+        let mut f = Filter::default();
+        f.set_type("session.start").unwrap();
+        assert!(f.matches(&a) && !f.matches(&b));
+        f.set_type("session.exit").unwrap();
+        assert!(!f.matches(&a));
+        f.set_type("daemon").unwrap();
+        assert!(!f.matches(&a) && f.matches(&b));
+        assert!(f.set_type("sesion").is_err() && f.set_type("session.").is_err());
+        let mut f = Filter::default();
+        f.set_decision("info").unwrap();
+        assert!(!f.matches(&a) && f.matches(&b));
+        assert!(f.set_decision("maybe").is_err());
+        let t0 = parse_timestamp_ms("2026-01-01T00:00:15.000Z").unwrap();
+        let f = Filter {
+            since_ms: Some(t0),
+            ..Filter::default()
+        };
+        assert!(!f.matches(&a) && f.matches(&b));
+        let f = Filter {
+            until_ms: Some(t0),
+            ..Filter::default()
+        };
+        assert!(f.matches(&a) && !f.matches(&b));
+    }
+}
