@@ -302,7 +302,7 @@ fn policy_check(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
             } else {
                 print!(
                     "{}",
-                    serde_yaml::to_string(&p).context("rendering the policy")?
+                    serde_yaml::to_string(&human_policy(&p)?).context("rendering the policy")?
                 );
             }
             Ok(ExitCode::SUCCESS)
@@ -312,6 +312,30 @@ fn policy_check(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(1))
         }
     }
+}
+
+/// The compiled policy for people: as serialised, except that each network rule is
+/// one line in entry syntax with its ports spelled out (`*.example.com:80,443`),
+/// followed by the entry as written when normalisation changed it.
+fn human_policy(p: &policy::CompiledPolicy) -> anyhow::Result<serde_yaml::Value> {
+    let mut v = serde_yaml::to_value(p).context("rendering the policy")?;
+    let allow: Vec<String> = p
+        .network
+        .allow
+        .iter()
+        .map(|r| {
+            let shown = r.to_string();
+            let as_written = r.source == shown
+                || (r.ports == policy::net::PortSpec::Web && r.source == r.host.to_string());
+            if as_written {
+                shown
+            } else {
+                format!("{shown} (written `{}`)", r.source)
+            }
+        })
+        .collect();
+    v["network"]["allow"] = serde_yaml::to_value(allow).context("rendering the policy")?;
+    Ok(v)
 }
 
 fn with_newline(s: &str) -> String {
