@@ -1,9 +1,12 @@
 //! `wardenctl`: watch and steer `wardend`.
 //!
 //! `ps`, `kill ID`, `status` talk to the daemon; `policy check FILE` works
-//! offline. Every command takes `--socket PATH` and `--json`; JSON output is
-//! typed structs serialised, human output is aligned columns.
+//! offline; `logs` reads the audit store (`logs -f` follows it through the
+//! daemon, see `logs.rs`). Every command takes `--socket PATH` and `--json`;
+//! JSON output is typed structs serialised, human output is aligned columns.
 #![forbid(unsafe_code)]
+
+mod logs;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -35,6 +38,8 @@ enum Cmd {
     Kill(KillArgs),
     /// Show the daemon and what the kernel offers.
     Status,
+    /// Show, follow (-f) or verify (--verify) the audit log.
+    Logs(logs::LogsArgs),
     /// Policy tools.
     Policy {
         #[command(subcommand)]
@@ -112,6 +117,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     } = &cli.cmd
     {
         return policy_check(file, cli.json);
+    }
+    if let Cmd::Logs(args) = &cli.cmd {
+        return logs::run(args, cli.socket.as_deref(), cli.json);
     }
     let socket = warden_core::paths::socket_path(cli.socket.as_deref())?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -193,7 +201,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     print_status(&out);
                 }
             }
-            Cmd::Policy { .. } => unreachable!("handled above"),
+            Cmd::Policy { .. } | Cmd::Logs(_) => unreachable!("handled above"),
         }
         Ok(ExitCode::SUCCESS)
     })

@@ -14,6 +14,7 @@
 //! - [`limits`]: memory limit by sampling the sandbox's resident memory.
 //! - [`syscalls`]: refused system calls → rate-limited `policy.syscall` records.
 //! - [`audit`]: the JSONL audit store (chain, rotation, group commit).
+//! - [`logs`]: the `Logs` stream (stored records, then live ones).
 //! - [`error`]: errors and their one mapping to gRPC statuses.
 #![forbid(unsafe_code)]
 
@@ -23,6 +24,7 @@ pub mod egress;
 pub mod error;
 pub mod features;
 pub mod limits;
+pub mod logs;
 pub mod service;
 pub mod session;
 pub mod syscalls;

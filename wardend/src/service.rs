@@ -61,10 +61,12 @@ pub fn check_peer(daemon: &Daemon, req: &Request<()>) -> Result<(), Status> {
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<pb::SpawnEvent, Status>> + Send>>;
+type LogStream = Pin<Box<dyn Stream<Item = Result<pb::LogRecord, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl Warden for Service {
     type SpawnStream = EventStream;
+    type LogsStream = LogStream;
 
     async fn spawn(
         &self,
@@ -154,5 +156,13 @@ impl Warden for Service {
             uptime_ms: d.started.elapsed().as_millis() as u64,
             features: crate::features::probe(),
         }))
+    }
+
+    async fn logs(
+        &self,
+        req: Request<pb::LogsRequest>,
+    ) -> Result<Response<Self::LogsStream>, Status> {
+        let rx = crate::logs::stream(self.daemon.clone(), req.into_inner())?;
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
