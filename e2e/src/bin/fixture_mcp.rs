@@ -12,7 +12,8 @@
 //!   which share its argv) on the host by scanning `/proc/*/cmdline`.
 //!
 //! Tools: `echo`, `big`, `read_file`, `write_file`, `list_dir`, `getenv`, `stderr`,
-//! `exit`, `kill_self`, `spawn_child`, `sleep`, `whoami` (see [`tools`]).
+//! `exit`, `kill_self`, `spawn_child`, `sleep`, `whoami`, `tcp_exchange` (see
+//! [`tools`]).
 //!
 //! The process is single-threaded, which keeps `fork` in `spawn_child` simple.
 
@@ -243,6 +244,12 @@ fn tools() -> Vec<Value> {
             json!({}),
             &[],
         ),
+        tool(
+            "tcp_exchange",
+            "Connects to addr (IP:PORT), sends data (text, or hex when hex is true), then reads until the peer closes or timeout_ms (5000) passes without data; returns {connected, error, reply, reply_hex}",
+            json!({"addr": s, "data": s, "hex": b, "timeout_ms": i}),
+            &["addr", "data"],
+        ),
     ]
 }
 
@@ -381,8 +388,81 @@ fn call_tool(params: &Value) -> CallResult {
             Ok(text(format!("allocated {mb} MiB")))
         }
         "whoami" => Ok(structured(whoami())),
+        "tcp_exchange" => {
+            let data = arg_str(args, "data")?;
+            let bytes = if arg_bool(args, "hex") {
+                decode_hex(data).ok_or_else(|| (-32602, "data is not hex".to_string()))?
+            } else {
+                data.as_bytes().to_vec()
+            };
+            let timeout = args
+                .get("timeout_ms")
+                .and_then(Value::as_u64)
+                .unwrap_or(5000);
+            Ok(structured(tcp_exchange(
+                arg_str(args, "addr")?,
+                &bytes,
+                Duration::from_millis(timeout.max(1)),
+            )))
+        }
         _ => Err((-32602, format!("unknown tool: {name}"))),
     }
+}
+
+fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// One raw exchange: connect, send, read until EOF or `timeout` without data (at
+/// most 1 MiB). A connect or I/O error is reported in `error`, not as a tool error.
+fn tcp_exchange(addr: &str, bytes: &[u8], timeout: Duration) -> Value {
+    use std::io::Read;
+    let addr: std::net::SocketAddr = match addr.parse() {
+        Ok(a) => a,
+        Err(e) => return json!({"connected": false, "error": format!("bad address {addr}: {e}")}),
+    };
+    let mut stream = match std::net::TcpStream::connect_timeout(&addr, timeout) {
+        Ok(s) => s,
+        Err(e) => return json!({"connected": false, "error": format!("connect {addr}: {e}")}),
+    };
+    let mut reply = Vec::new();
+    let mut error = None;
+    if let Err(e) = stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.write_all(bytes))
+    {
+        error = Some(format!("send: {e}"));
+    }
+    let mut buf = [0u8; 16 * 1024];
+    while error.is_none() && reply.len() < 1 << 20 {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => reply.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                break
+            }
+            Err(e) => error = Some(format!("recv: {e}")),
+        }
+    }
+    let hex: String = reply.iter().map(|b| format!("{b:02x}")).collect();
+    json!({
+        "connected": true,
+        "error": error,
+        "reply": String::from_utf8_lossy(&reply),
+        "reply_hex": hex,
+    })
 }
 
 fn whoami() -> Value {
