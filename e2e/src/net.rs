@@ -766,6 +766,18 @@ impl DnsServer {
     /// Serves `zone`; every other name is NXDOMAIN.
     pub fn start(zone: Vec<(String, Answer)>) -> DnsServer {
         let (udp, tcp) = bind_udp_tcp();
+        Self::serve(udp, tcp, zone)
+    }
+
+    /// Like [`DnsServer::start`] on `127.0.0.1:port` (e.g. 53, as root), or the error
+    /// when that port is taken or not allowed.
+    pub fn start_on_port(port: u16, zone: Vec<(String, Answer)>) -> io::Result<DnsServer> {
+        let udp = UdpSocket::bind(("127.0.0.1", port))?;
+        let tcp = TcpListener::bind(("127.0.0.1", port))?;
+        Ok(Self::serve(udp, tcp, zone))
+    }
+
+    fn serve(udp: UdpSocket, tcp: TcpListener, zone: Vec<(String, Answer)>) -> DnsServer {
         let addr = udp.local_addr().expect("local_addr");
         let shared = Arc::new(DnsShared {
             zone: zone.into_iter().map(|(k, v)| (dns_key(&k), v)).collect(),

@@ -92,6 +92,13 @@ impl Sandbox {
         Sandbox { env, daemon }
     }
 
+    /// A daemon that resolves names through `dns` (`wardend --dns`).
+    fn with_dns(dns: &net::DnsServer) -> Sandbox {
+        let env = TestEnv::new();
+        let daemon = net::start_daemon_with_dns(&env, dns);
+        Sandbox { env, daemon }
+    }
+
     /// `warden-shim --policy P FLAGS... -- probe ARGS...`, run to completion.
     fn run(&self, policy: &Path, flags: &[&str], args: &[&str]) -> Output {
         self.run_with(policy, flags, args, |_| {})
@@ -1018,6 +1025,257 @@ fn dns_fails_fast() {
     if !control.escaped() {
         println!("skipping the control: this host cannot resolve example.com either");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Direct egress (DESIGN.md §6): inside, the only way out is the proxy on
+// 127.0.0.1:3128; the sandbox's network namespace has nothing but `lo`, and Landlock
+// lets TCP connect only to the proxy's port.
+
+/// The host's own non-loopback IPv4 address (the source of its default route), as
+/// a target no sandbox may reach; None when the host has no route out.
+fn host_ipv4() -> Option<std::net::Ipv4Addr> {
+    let sock = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    sock.connect("192.0.2.1:9")
+        .or_else(|_| sock.connect("1.1.1.1:53"))
+        .ok()?;
+    match sock.local_addr().ok()?.ip() {
+        std::net::IpAddr::V4(a) if !a.is_loopback() && !a.is_unspecified() => Some(a),
+        _ => None,
+    }
+}
+
+#[test]
+fn tcp_connect_host_address() {
+    let Some(ip) = host_ipv4() else {
+        println!("skipping: this host has no non-loopback IPv4 address");
+        return;
+    };
+    let sb = Sandbox::new();
+    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let inside = sb.probe(&[], &["tcp-connect", &ip.to_string(), &port]);
+    assert_blocked(&inside, None);
+    assert!(host(&sb.env, &["tcp-connect", &ip.to_string(), &port]).escaped());
+}
+
+#[test]
+fn tcp_connect_public_address() {
+    let sb = Sandbox::new();
+    let inside = sb.probe(&[], &["tcp-connect", "1.1.1.1", "443"]);
+    assert_blocked(&inside, None);
+    let control = host(&sb.env, &["tcp-connect", "1.1.1.1", "443"]);
+    control_or_skip(
+        &control,
+        &inside,
+        "this host cannot reach 1.1.1.1:443 either",
+    );
+}
+
+#[test]
+fn tcp_connect_host_ipv6_loopback() {
+    let Ok(listener) = std::net::TcpListener::bind("[::1]:0") else {
+        println!("skipping: no IPv6 loopback on this host");
+        return;
+    };
+    let sb = Sandbox::new();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let inside = sb.probe(&[], &["tcp-connect", "::1", &port]);
+    assert_blocked(&inside, None);
+    assert!(host(&sb.env, &["tcp-connect", "::1", &port]).escaped());
+}
+
+/// The proxy listens on 127.0.0.1 only: its port on ::1 leads nowhere. Control: the
+/// same probe reaches it on 127.0.0.1.
+#[test]
+fn tcp_connect_proxy_port_on_ipv6() {
+    let sb = Sandbox::new();
+    let port = net::PROXY.rsplit_once(':').unwrap().1;
+    let inside = sb.probe(&[], &["tcp-connect", "::1", port]);
+    assert_blocked(&inside, None);
+    let control = sb.probe(&[], &["tcp-connect", "127.0.0.1", port]);
+    assert!(control.escaped(), "{}", control.json);
+}
+
+/// The recording DNS server the daemon uses is on the host's loopback: a query from
+/// inside never reaches it. Control: from the host it answers (and records it).
+#[test]
+fn udp_dns_to_the_daemons_dns_server() {
+    let dns = net::DnsServer::standard();
+    let sb = Sandbox::with_dns(&dns);
+    let port = dns.addr().port().to_string();
+    let inside = sb.probe(&[], &["udp-dns", "127.0.0.1", &port, "allowed.test"]);
+    assert_blocked(&inside, None);
+    assert!(dns.queries().is_empty(), "{:?}", dns.queries());
+    let control = host(&sb.env, &["udp-dns", "127.0.0.1", &port, "allowed.test"]);
+    assert!(control.escaped(), "{}", control.json);
+    assert_eq!(dns.queries_for("allowed.test").len(), 1);
+}
+
+/// UDP to port 53 on loopback: inside it is the sandbox's own `lo`, where nothing
+/// listens. Control (root, when the host's port 53 is free): a DNS server on the
+/// host's 127.0.0.1:53 answers the same probe from the host.
+#[test]
+fn udp_dns_to_loopback_port_53() {
+    let sb = Sandbox::new();
+    let inside = sb.probe(&[], &["udp-dns", "127.0.0.1", "53", "example.com"]);
+    assert_blocked(&inside, None);
+    let server = net::DnsServer::start_on_port(53, net::standard_zone()).ok();
+    let control = host(&sb.env, &["udp-dns", "127.0.0.1", "53", "example.com"]);
+    match server {
+        Some(dns) => {
+            assert!(control.escaped(), "{}", control.json);
+            assert_eq!(dns.queries_for("example.com").len(), 1);
+        }
+        None => control_or_skip(
+            &control,
+            &inside,
+            "nothing answers on the host's 127.0.0.1:53 and this user cannot bind it",
+        ),
+    }
+}
+
+#[test]
+fn udp_dns_to_public_resolver() {
+    let sb = Sandbox::new();
+    let inside = sb.probe(&[], &["udp-dns", "8.8.8.8", "53", "example.com"]);
+    assert_blocked(&inside, None);
+    let control = host(&sb.env, &["udp-dns", "8.8.8.8", "53", "example.com"]);
+    control_or_skip(
+        &control,
+        &inside,
+        "this host cannot reach 8.8.8.8:53 either",
+    );
+}
+
+/// A raw ICMP socket needs CAP_NET_RAW over the network namespace: none inside.
+/// Control: root on the host pings its own address; any user in a user namespace
+/// with its own network namespace gets the socket (then no route: another errno).
+#[test]
+fn icmp_raw_socket() {
+    let Some(ip) = host_ipv4() else {
+        println!("skipping: this host has no non-loopback IPv4 address");
+        return;
+    };
+    let ip = ip.to_string();
+    let sb = Sandbox::new();
+    let inside = sb.probe(&[], &["icmp-raw", &ip]);
+    assert_blocked(&inside, Some(libc::EPERM));
+    if is_root() {
+        let control = host(&sb.env, &["icmp-raw", &ip]);
+        assert!(control.escaped(), "{}", control.json);
+    }
+    if !userns_ok() {
+        println!("skipping the namespaced control: `unshare --user` is unavailable");
+        return;
+    }
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--user", "--map-root-user", "--net"])
+        .arg(probe_bin())
+        .args(["icmp-raw", &ip]);
+    let control = parse(&run(&mut cmd, RUN), "host userns+netns: icmp-raw");
+    eprintln!("host-ns icmp-raw: {}", control.json);
+    assert_control(&control, &inside);
+}
+
+/// An ICMP "ping" socket (no capability needed where net.ipv4.ping_group_range
+/// allows the group): the sandbox's namespace allows no group, and has no route.
+#[test]
+fn icmp_ping_socket() {
+    let Some(ip) = host_ipv4() else {
+        println!("skipping: this host has no non-loopback IPv4 address");
+        return;
+    };
+    let ip = ip.to_string();
+    let sb = Sandbox::new();
+    let inside = sb.probe(&[], &["icmp-ping", &ip]);
+    assert_blocked(&inside, None);
+    let control = host(&sb.env, &["icmp-ping", &ip]);
+    control_or_skip(
+        &control,
+        &inside,
+        "net.ipv4.ping_group_range refuses ping sockets on the host too",
+    );
+}
+
+/// Inside there is no resolver: a lookup fails at once, and the DNS server the
+/// daemon uses never sees it (names are resolved by the daemon, for the proxy only).
+#[test]
+fn getaddrinfo_reaches_no_resolver() {
+    let dns = net::DnsServer::standard();
+    let sb = Sandbox::with_dns(&dns);
+    let start = Instant::now();
+    let inside = sb.probe(&[], &["dns", "allowed.test"]);
+    assert_blocked(&inside, None);
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "the lookup hung: {:?}",
+        start.elapsed()
+    );
+    assert!(dns.queries().is_empty(), "{:?}", dns.queries());
+}
+
+/// A service on the host's loopback is out of reach, directly or through the proxy,
+/// until the policy grants it; and then only through the proxy.
+#[test]
+fn host_loopback_service_only_through_a_grant() {
+    let dns = net::DnsServer::standard();
+    let server = net::HttpServer::start("host-service");
+    let port = server.port();
+    let sb = Sandbox::with_dns(&dns);
+    let by_ip = format!("http://127.0.0.1:{port}/hello");
+    let by_name = format!("http://loopback.test:{port}/hello");
+    let policy = |name: &str, allow: &str, private: bool| {
+        sb.env.policy(
+            name,
+            &format!(
+                "version: 1\nname: escape-{name}\nnetwork:\n  allow: [\"{allow}\"]\n  allow_private: {private}\n"
+            ),
+        )
+    };
+    let probe = |policy: &Path, args: &[&str]| {
+        let out = sb.run(policy, &[], args);
+        let p = parse(&out, &format!("inside: {args:?}"));
+        eprintln!("inside  {args:?}: {}", p.json);
+        p
+    };
+    let port_s = port.to_string();
+    let none = sb.env.minimal_policy();
+    assert_blocked(&probe(&none, &["tcp-connect", "127.0.0.1", &port_s]), None);
+    assert_blocked(&probe(&none, &["proxy-get", net::PROXY, &by_ip]), None);
+    assert_blocked(&probe(&none, &["proxy-get", net::PROXY, &by_name]), None);
+    // A listed name that resolves to loopback still needs allow_private.
+    let strict = policy("strict.yaml", &format!("loopback.test:{port}"), false);
+    let p = probe(&strict, &["proxy-get", net::PROXY, &by_name]);
+    assert_blocked(&p, None);
+    assert!(p.detail().contains("private-address"), "{}", p.json);
+    assert!(
+        server.connections().is_empty(),
+        "{:?}",
+        server.connections()
+    );
+
+    // The grants: the IP listed explicitly, or the name with allow_private.
+    let by_ip_grant = policy("ip.yaml", &format!("127.0.0.1:{port}"), false);
+    let p = probe(&by_ip_grant, &["proxy-get", net::PROXY, &by_ip]);
+    assert!(
+        p.escaped() && p.detail().contains("host-service"),
+        "{}",
+        p.json
+    );
+    let by_name_grant = policy("name.yaml", &format!("loopback.test:{port}"), true);
+    let p = probe(&by_name_grant, &["proxy-get", net::PROXY, &by_name]);
+    assert!(
+        p.escaped() && p.detail().contains("host: loopback.test"),
+        "{}",
+        p.json
+    );
+    // Still never directly.
+    assert_blocked(
+        &probe(&by_ip_grant, &["tcp-connect", "127.0.0.1", &port_s]),
+        None,
+    );
+    assert_eq!(server.connections().len(), 2, "{:?}", server.connections());
 }
 
 /// A SysV shared memory segment created on the host (the IPC namespace hides it).

@@ -188,6 +188,26 @@ const ATTACKS: &[(&str, &str, &str)] = &[
     ("sysv-ipc", "KEY", "shmget/shmat, msgget, semget of KEY"),
     ("kill", "PID", "kill(PID, 0)"),
     ("tcp-connect", "HOST PORT", "TCP connect"),
+    (
+        "udp-dns",
+        "IP PORT NAME",
+        "DNS query for NAME over UDP to IP:PORT (connected socket); escaped on any reply",
+    ),
+    (
+        "icmp-ping",
+        "IPV4",
+        "ICMP echo through a ping socket (SOCK_DGRAM, IPPROTO_ICMP); escaped on a reply",
+    ),
+    (
+        "icmp-raw",
+        "IPV4",
+        "ICMP echo through a raw socket (SOCK_RAW, IPPROTO_ICMP); escaped on a reply",
+    ),
+    (
+        "proxy-get",
+        "PROXY URL",
+        "GET URL (absolute-form) through the HTTP proxy at PROXY (IP:PORT); escaped on 200",
+    ),
     ("dns", "NAME", "getaddrinfo(NAME)"),
     ("env", "NAME", "getenv(NAME)"),
     (
@@ -261,6 +281,8 @@ fn errno_name(e: i32) -> &'static str {
         libc::ESOCKTNOSUPPORT => "ESOCKTNOSUPPORT",
         libc::ECONNREFUSED => "ECONNREFUSED",
         libc::ENETUNREACH => "ENETUNREACH",
+        libc::EHOSTUNREACH => "EHOSTUNREACH",
+        libc::EADDRNOTAVAIL => "EADDRNOTAVAIL",
         libc::ETIMEDOUT => "ETIMEDOUT",
         libc::ESTALE => "ESTALE",
         libc::ELOOP => "ELOOP",
@@ -1100,6 +1122,214 @@ fn tcp_connect(args: &[String]) -> Report {
     }
 }
 
+fn ip_arg(args: &[String], i: usize, what: &str) -> std::net::IpAddr {
+    let s = arg(args, i, what);
+    s.trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .unwrap_or_else(|_| {
+            eprintln!("warden-escape-probe: {what} must be an IP address, not {s:?}");
+            std::process::exit(2)
+        })
+}
+
+/// A DNS query (A, recursion desired) for `name`.
+fn dns_query(name: &str) -> Vec<u8> {
+    let mut q = vec![0x57, 0x45, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in name.trim_end_matches('.').split('.') {
+        q.push(label.len() as u8);
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    q
+}
+
+fn udp_dns(args: &[String]) -> Report {
+    use std::net::{SocketAddr, UdpSocket};
+    let ip = ip_arg(args, 0, "IP");
+    let port: u16 = arg(args, 1, "PORT").parse().unwrap_or(53);
+    let name = arg(args, 2, "NAME");
+    let to = SocketAddr::new(ip, port);
+    let bind = if ip.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+    let sock = match UdpSocket::bind(bind) {
+        Ok(s) => s,
+        Err(e) => return io_err("bind a UDP socket", e),
+    };
+    // Connected, so an ICMP error (port unreachable) comes back as ECONNREFUSED and a
+    // missing route fails at once, instead of a silent timeout.
+    if let Err(e) = sock.connect(to) {
+        return io_err(&format!("connect UDP {to}"), e);
+    }
+    let _ = sock.set_read_timeout(Some(Duration::from_secs(3)));
+    if let Err(e) = sock.send(&dns_query(name)) {
+        return io_err(&format!("send to {to}"), e);
+    }
+    let mut buf = [0u8; 1500];
+    match sock.recv(&mut buf) {
+        Ok(n) => {
+            let rcode = if n > 3 { buf[3] & 0x0f } else { 0xff };
+            escaped(format!(
+                "{to} answered the query for {name}: {n} bytes, rcode {rcode}"
+            ))
+        }
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            blocked(None, format!("no reply from {to} within 3 s"))
+        }
+        Err(e) => io_err(&format!("recv from {to}"), e),
+    }
+}
+
+/// The internet checksum of `data`.
+fn inet_checksum(data: &[u8]) -> u16 {
+    let mut sum = 0u32;
+    for chunk in data.chunks(2) {
+        let word = u16::from_be_bytes([chunk[0], *chunk.get(1).unwrap_or(&0)]);
+        sum += u32::from(word);
+    }
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+fn icmp(args: &[String], raw: bool) -> Report {
+    let ip = match ip_arg(args, 0, "IPV4") {
+        std::net::IpAddr::V4(a) => a,
+        std::net::IpAddr::V6(_) => {
+            eprintln!("warden-escape-probe: icmp needs an IPv4 address");
+            std::process::exit(2)
+        }
+    };
+    let kind = if raw { "raw" } else { "ping" };
+    let ty = if raw {
+        libc::SOCK_RAW
+    } else {
+        libc::SOCK_DGRAM
+    };
+    // SAFETY: socket(2) has no memory-safety preconditions.
+    let fd = unsafe { libc::socket(libc::AF_INET, ty | libc::SOCK_CLOEXEC, libc::IPPROTO_ICMP) };
+    if fd < 0 {
+        let e = errno();
+        return blocked(Some(e), format!("{kind} socket: {}", describe(e)));
+    }
+    let id: u16 = 0x5745;
+    let mut packet = vec![8u8, 0, 0, 0];
+    packet.extend_from_slice(&id.to_be_bytes());
+    packet.extend_from_slice(&1u16.to_be_bytes());
+    packet.extend_from_slice(b"warden-escape-probe");
+    let sum = inet_checksum(&packet);
+    packet[2..4].copy_from_slice(&sum.to_be_bytes());
+    let to = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes(ip.octets()),
+        },
+        sin_zero: [0; 8],
+    };
+    let timeout = libc::timeval {
+        tv_sec: 1,
+        tv_usec: 0,
+    };
+    // SAFETY: the buffers and the address outlive the calls, with their true sizes.
+    let sent = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&timeout as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        );
+        libc::sendto(
+            fd,
+            packet.as_ptr().cast(),
+            packet.len(),
+            0,
+            (&to as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    if sent < 0 {
+        let e = errno();
+        // SAFETY: closing the socket this function opened.
+        unsafe { libc::close(fd) };
+        return blocked(Some(e), format!("{kind} sendto {ip}: {}", describe(e)));
+    }
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut buf = [0u8; 1500];
+    let mut result = blocked(None, format!("{kind}: no echo reply from {ip} within 3 s"));
+    while Instant::now() < deadline {
+        // SAFETY: buf is valid for its length.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n <= 0 {
+            continue;
+        }
+        let n = n as usize;
+        // A raw socket gets the IP header too; a ping socket only the ICMP message.
+        let start = if raw {
+            usize::from(buf[0] & 0x0f) * 4
+        } else {
+            0
+        };
+        if n > start && buf[start] == 0 {
+            result = escaped(format!(
+                "{kind}: echo reply from {ip} ({} bytes)",
+                n - start
+            ));
+            break;
+        }
+    }
+    // SAFETY: closing the socket this function opened.
+    unsafe { libc::close(fd) };
+    result
+}
+
+fn proxy_get(args: &[String]) -> Report {
+    use std::io::Write;
+    let proxy = arg(args, 0, "PROXY");
+    let url = arg(args, 1, "URL");
+    let authority = url
+        .split_once("://")
+        .map(|(_, rest)| rest.split('/').next().unwrap_or_default())
+        .unwrap_or_default();
+    let addr: std::net::SocketAddr = match proxy.parse() {
+        Ok(a) => a,
+        Err(_) => {
+            eprintln!("warden-escape-probe: PROXY must be IP:PORT, not {proxy:?}");
+            std::process::exit(2)
+        }
+    };
+    let mut stream = match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3)) {
+        Ok(s) => s,
+        Err(e) => return io_err(&format!("connect to the proxy {addr}"), e),
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let request = format!("GET {url} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+    if let Err(e) = stream.write_all(request.as_bytes()) {
+        return io_err("send", e);
+    }
+    let mut reply = Vec::new();
+    let _ = stream.read_to_end(&mut reply);
+    let text = String::from_utf8_lossy(&reply);
+    let status = text.lines().next().unwrap_or("").to_string();
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    let body: String = body.chars().take(300).collect();
+    let denied = text
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("x-warden-denied:"))
+        .unwrap_or("");
+    if status.split_whitespace().nth(1) == Some("200") {
+        escaped(format!("{status}: {body}"))
+    } else {
+        blocked(None, format!("{status} {denied}: {body}"))
+    }
+}
+
 fn dns(args: &[String]) -> Report {
     use std::net::ToSocketAddrs;
     let name = arg(args, 0, "NAME");
@@ -1227,6 +1457,10 @@ fn main() {
         "sysv-ipc" => sysv_ipc(args),
         "kill" => kill(args),
         "tcp-connect" => tcp_connect(args),
+        "udp-dns" => udp_dns(args),
+        "icmp-ping" => icmp(args, false),
+        "icmp-raw" => icmp(args, true),
+        "proxy-get" => proxy_get(args),
         "dns" => dns(args),
         "env" => env(args),
         "fork-bomb" => fork_bomb(args),
