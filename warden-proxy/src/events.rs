@@ -51,10 +51,10 @@ pub struct Decision {
     /// The vetted address connected to (or, for `connect-failed`, tried first).
     pub address: Option<SocketAddr>,
     pub allowed: bool,
-    /// `allowed by `<entry>`` or a short code: `not-allowed`, `private-address`,
-    /// `bad-host`, `bad-request`, `host-mismatch`, `sni-mismatch`, `dns-failed`,
-    /// `connect-failed`, `socks-ip-not-listed`, `socks-command-refused`,
-    /// `socks-auth-refused`.
+    /// ``allowed by `ENTRY` `` (the entry as written in the policy), or a short
+    /// code: `not-allowed`, `private-address`, `bad-host`, `bad-request`,
+    /// `host-mismatch`, `sni-mismatch`, `dns-failed`, `connect-failed`,
+    /// `socks-ip-not-listed`, `socks-command-refused`, `socks-auth-refused`.
     pub reason: String,
     /// The `network.allow` entry that matched, as written in the policy.
     pub rule: Option<String>,

@@ -54,11 +54,28 @@
 //!
 //! See [`Limits`]: head size and header count, time to send a head, idle time of
 //! exchanges and tunnels, concurrent connections. Buffers are bounded.
+//!
+//! # Parsers and fuzzing
+//!
+//! The wire formats are parsed by pure functions in [`http`], [`socks`], [`tls`]
+//! and [`dns`]. `warden-proxy/fuzz/` is a cargo-fuzz project (nightly, not a
+//! workspace member) with the targets `http_request`, `connect_target`, `socks5`,
+//! `client_hello` and `dns_response`:
+//!
+//! ```text
+//! cd warden-proxy/fuzz && cargo +nightly fuzz run http_request -- -max_total_time=60
+//! ```
+//!
+//! Their bodies (and invariants) live in the hidden `fuzzing` module, which
+//! `tests/fuzz_smoke.rs` also runs on stable with a few hundred thousand
+//! deterministic inputs per target.
 #![forbid(unsafe_code)]
 
 pub mod dns;
 mod engine;
 pub mod events;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod resolve;
 pub mod socks;
