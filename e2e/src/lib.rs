@@ -10,6 +10,8 @@
 //! - [`McpClient`] speaks newline-delimited JSON-RPC to a spawned shim, with timeouts.
 //! - [`audit_records`], [`pids_with_marker`] and [`require_test_deps`] are the checks
 //!   and preconditions tests share.
+//! - [`net`]: upstream HTTP(S) servers, a CA and a recording DNS server for the egress
+//!   tests, and `wardend --dns`.
 //!
 //! Tests must not read the source tree at run time: `scripts/test` also runs the test
 //! executables as an unprivileged user from a copy, with only `WARDEN_BIN_DIR`,
