@@ -13,8 +13,9 @@
 //!   start record is on disk. Other records are group-committed: a background
 //!   committer fsyncs within [`Options::commit_delay`] of the first unsynced
 //!   record (plus the fsync itself). Concurrent durable appends share fsyncs.
-//!   After each fsync the head file (`audit.head`) names the last record on
-//!   disk, so a store cut short at a line boundary is detected.
+//!   The committer then rewrites the head file (`audit.head`, off the
+//!   durable path) to name the last record on disk, so a store cut short at
+//!   a line boundary is detected; [`AuditStore::sync`] updates it at once.
 //! - **Crashes.** `kill -9` or a power loss in the middle of a write leaves
 //!   an incomplete last line. [`AuditStore::open`] moves it aside into
 //!   `audit.<seq>.<unix-ms>.torn` (nothing is silently dropped), cuts it off,
@@ -120,6 +121,10 @@ struct Inner {
 struct SyncState {
     written: u64,
     synced: u64,
+    /// `line_hash` of record `synced`.
+    synced_hash: String,
+    /// What `audit.head` names.
+    head_seq: u64,
     syncing: bool,
     /// When the oldest record not yet fsynced was written.
     dirty_since: Option<Instant>,
@@ -128,6 +133,12 @@ struct SyncState {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What [`AuditStore::open`] found wrong with respect to the head.
+struct Damage {
+    reason: String,
+    details: serde_json::Value,
 }
 
 /// What [`AuditStore::open`] found at the end of the live file.
@@ -189,6 +200,40 @@ impl AuditStore {
             None
         };
         let live_first_seq = first_seq(&file, complete_end)?;
+        // The head names a record that was on disk: if the store now ends
+        // before it, or that record changed, it was damaged while no daemon
+        // ran. Say so, and keep the missing seqs missing (--verify keeps
+        // failing there) rather than reuse them.
+        let head = store::read_head(&dir);
+        let mut seq = seq;
+        let damage = match &head {
+            Some(h) if h.seq > seq => {
+                let d = Damage {
+                    reason: format!(
+                        "{HEAD} named seq {} but the store ends at seq {seq}: records {}..{} are missing \
+                         (cut short while wardend was not running); seq continues after them",
+                        h.seq,
+                        seq + 1,
+                        h.seq
+                    ),
+                    details: json!({"what": "truncated", "head_seq": h.seq, "head_hash": h.hash,
+                                    "found_seq": seq, "found_hash": last_hash}),
+                };
+                seq = h.seq;
+                Some(d)
+            }
+            Some(h) if h.seq == seq && h.hash != last_hash => Some(Damage {
+                reason: format!(
+                    "the last record (seq {seq}) does not hash to what {HEAD} recorded: \
+                     it was changed while wardend was not running"
+                ),
+                details: json!({"what": "edited", "head_seq": h.seq, "head_hash": h.hash,
+                                "found_seq": seq, "found_hash": last_hash}),
+            }),
+            _ => None,
+        };
+        let (last_hash_for_head, head_seq) =
+            (last_hash.clone(), head.map_or(0, |h| h.seq.min(seq)));
         let (live_tx, _) = broadcast::channel(FOLLOW_BUFFER);
         let shared = Arc::new(Shared {
             dir,
@@ -207,6 +252,8 @@ impl AuditStore {
             sync: Mutex::new(SyncState {
                 written: seq,
                 synced: seq,
+                synced_hash: last_hash_for_head,
+                head_seq,
                 ..SyncState::default()
             }),
             synced_cv: Condvar::new(),
@@ -239,6 +286,21 @@ impl AuditStore {
                     "bytes": t.bytes,
                     "after_seq": t.after_seq,
                 })),
+                true,
+            )?;
+        }
+        if let Some(d) = damage {
+            tracing::error!(reason = %d.reason, "audit store damaged");
+            store.append(
+                Record::new(
+                    RecordType::Daemon,
+                    "damaged",
+                    None,
+                    store.shared.dir.display().to_string(),
+                    Decision::Info,
+                    d.reason,
+                )
+                .with_details(d.details),
                 true,
             )?;
         }
@@ -279,10 +341,12 @@ impl AuditStore {
         }
     }
 
-    /// Fsyncs everything written so far.
+    /// Fsyncs everything written so far and updates the head.
     pub fn sync(&self) -> io::Result<()> {
         let target = lock(&self.shared.sync).written;
-        self.shared.sync_through(target)
+        self.shared.sync_through(target)?;
+        self.shared.update_head();
+        Ok(())
     }
 
     /// Records appended from now on, in `seq` order. Subscribe *before*
@@ -384,9 +448,12 @@ impl Shared {
         Ok(rec)
     }
 
-    fn mark_synced(&self, seq: u64) {
+    fn mark_synced(&self, seq: u64, hash: &str) {
         let mut st = lock(&self.sync);
-        st.synced = st.synced.max(seq);
+        if seq > st.synced {
+            st.synced = seq;
+            st.synced_hash = hash.to_string();
+        }
         if st.written <= st.synced {
             st.dirty_since = None;
         }
@@ -397,7 +464,7 @@ impl Shared {
     /// with a `daemon.rotate` record and applies retention.
     fn rotate(&self, inner: &mut Inner) -> io::Result<()> {
         inner.file.sync_data()?;
-        self.mark_synced(inner.seq);
+        self.mark_synced(inner.seq, &inner.last_hash);
         let first = inner.live_first_seq.unwrap_or(inner.seq);
         let name = store::rotated_name(first);
         nix::fcntl::renameat2(
@@ -451,7 +518,7 @@ impl Shared {
         let line = Self::stamp(inner, &mut rec);
         self.write_line(inner, rec, line)?;
         inner.file.sync_data()?;
-        self.mark_synced(inner.seq);
+        self.mark_synced(inner.seq, &inner.last_hash);
         self.delete(&inner.dirfd, &doomed);
         Ok(())
     }
@@ -525,8 +592,11 @@ impl Shared {
             let result = self.fsync_now();
             st = lock(&self.sync);
             st.syncing = false;
-            if let Ok(seq) = result {
-                st.synced = st.synced.max(seq);
+            if let Ok((seq, hash)) = &result {
+                if *seq > st.synced {
+                    st.synced = *seq;
+                    st.synced_hash = hash.clone();
+                }
             }
             st.dirty_since = (st.written > st.synced).then_some(started);
             self.synced_cv.notify_all();
@@ -535,20 +605,36 @@ impl Shared {
         }
     }
 
-    /// Fsyncs the live file and updates the head; returns the last seq now
-    /// on disk. (Earlier files were fsynced when rotated.)
-    fn fsync_now(&self) -> io::Result<u64> {
+    /// Rewrites `audit.head` if it lags behind what is on disk.
+    fn update_head(&self) {
+        let head = {
+            let st = lock(&self.sync);
+            if st.head_seq >= st.synced || st.synced == 0 {
+                return;
+            }
+            Head {
+                seq: st.synced,
+                hash: st.synced_hash.clone(),
+            }
+        };
+        match self.write_head(&head) {
+            Ok(()) => {
+                let mut st = lock(&self.sync);
+                st.head_seq = st.head_seq.max(head.seq);
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot update {HEAD}"),
+        }
+    }
+
+    /// Fsyncs the live file; returns the last record now on disk (seq and
+    /// hash). Earlier files were fsynced when rotated.
+    fn fsync_now(&self) -> io::Result<(u64, String)> {
         let (file, seq, hash) = {
             let inner = lock(&self.inner);
             (inner.file.clone(), inner.seq, inner.last_hash.clone())
         };
         file.sync_data()?;
-        if seq > 0 {
-            if let Err(e) = self.write_head(&Head { seq, hash }) {
-                tracing::warn!(error = %e, "cannot update {HEAD}");
-            }
-        }
-        Ok(seq)
+        Ok((seq, hash))
     }
 
     /// `audit.head`, replaced atomically (a crash leaves the old or the new).
@@ -568,40 +654,54 @@ impl Shared {
     /// The group committer: fsyncs within `commit_delay` of the first
     /// unsynced record; a final fsync at shutdown.
     fn committer(&self) {
+        enum Job {
+            Sync(u64),
+            Head,
+            Stop,
+        }
         loop {
-            let mut st = lock(&self.sync);
-            loop {
-                if st.shutdown {
-                    drop(st);
-                    let target = lock(&self.sync).written;
-                    if let Err(e) = self.sync_through(target) {
-                        tracing::error!(error = %e, "audit store: final fsync failed");
+            let job = {
+                let mut st = lock(&self.sync);
+                loop {
+                    if st.shutdown {
+                        break Job::Stop;
                     }
-                    return;
-                }
-                match st.dirty_since {
-                    Some(since) if st.written > st.synced && !st.syncing => {
+                    if st.written > st.synced && !st.syncing {
+                        let since = *st.dirty_since.get_or_insert_with(Instant::now);
                         let due = since + self.opts.commit_delay;
                         let now = Instant::now();
                         if now >= due {
-                            break;
+                            break Job::Sync(st.written);
                         }
                         st = self
                             .work_cv
                             .wait_timeout(st, due - now)
                             .unwrap_or_else(|p| p.into_inner())
                             .0;
+                        continue;
                     }
-                    _ => {
-                        st = self.work_cv.wait(st).unwrap_or_else(|p| p.into_inner());
+                    if st.head_seq < st.synced && !st.syncing {
+                        break Job::Head;
+                    }
+                    st = self.work_cv.wait(st).unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            match job {
+                Job::Stop => {
+                    let target = lock(&self.sync).written;
+                    if let Err(e) = self.sync_through(target) {
+                        tracing::error!(error = %e, "audit store: final fsync failed");
+                    }
+                    self.update_head();
+                    return;
+                }
+                Job::Sync(target) => {
+                    if let Err(e) = self.sync_through(target) {
+                        tracing::error!(error = %e, "audit store: fsync failed");
+                        std::thread::sleep(self.opts.commit_delay);
                     }
                 }
-            }
-            let target = st.written;
-            drop(st);
-            if let Err(e) = self.sync_through(target) {
-                tracing::error!(error = %e, "audit store: fsync failed");
-                std::thread::sleep(self.opts.commit_delay);
+                Job::Head => self.update_head(),
             }
         }
     }
@@ -847,6 +947,58 @@ mod tests {
         let report = verify_dir(t.path());
         assert!(report.ok, "{report:?}");
         assert_eq!(report.notes.len(), 1, "{report:?}");
+    }
+
+    #[test]
+    fn a_store_cut_short_while_stopped_stays_evident_after_a_restart() {
+        let t = tempfile::tempdir().unwrap();
+        let store = AuditStore::open(t.path()).unwrap();
+        for n in 0..5 {
+            store.append(rec(n), false).unwrap();
+        }
+        store.sync().unwrap();
+        drop(store);
+        // Drop the last two lines (at a line boundary) while no daemon runs.
+        let live = t.path().join("audit").join(LIVE);
+        let text = fs::read(&live).unwrap();
+        let cut: Vec<&[u8]> = text.split(|&b| b == b'\n').take(3).collect();
+        fs::write(&live, [cut.join(&b'\n'), b"\n".to_vec()].concat()).unwrap();
+        let store = AuditStore::open(t.path()).unwrap();
+        let next = store.append(rec(9), false).unwrap();
+        drop(store);
+        // The lost seqs are not reused; a record says what was found.
+        assert_eq!(next.seq, 7);
+        let all = all_records(t.path());
+        let damaged = all.iter().find(|r| r.action == "damaged").unwrap();
+        assert_eq!(damaged.seq, 6);
+        assert_eq!(damaged.details["what"], "truncated");
+        let report = verify_dir(t.path());
+        let p = report.problem.unwrap();
+        assert_eq!((p.kind, p.seq), (ProblemKind::Missing, Some(4)), "{p:?}");
+    }
+
+    #[test]
+    fn an_edited_last_record_while_stopped_is_recorded() {
+        let t = tempfile::tempdir().unwrap();
+        let store = AuditStore::open(t.path()).unwrap();
+        for n in 0..3 {
+            store.append(rec(n), false).unwrap();
+        }
+        store.sync().unwrap();
+        drop(store);
+        let live = t.path().join("audit").join(LIVE);
+        let text = fs::read_to_string(&live).unwrap();
+        fs::write(&live, text.replace("unshare 2", "unshare 7")).unwrap();
+        drop(AuditStore::open(t.path()).unwrap());
+        let all = all_records(t.path());
+        let damaged = all.iter().find(|r| r.action == "damaged").unwrap();
+        assert_eq!(damaged.details["what"], "edited");
+        let report = verify_dir(t.path());
+        assert!(report.ok, "{report:?}");
+        assert!(
+            report.notes.iter().any(|n| n.contains("damaged")),
+            "{report:?}"
+        );
     }
 
     #[test]

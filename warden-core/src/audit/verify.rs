@@ -380,6 +380,19 @@ fn walk(snap: &Snapshot, report: &mut Report) -> Option<Problem> {
                 }
             }
             if fields.kind.as_deref() == Some("daemon")
+                && fields.action.as_deref() == Some("damaged")
+            {
+                let reason = serde_json::from_slice::<serde_json::Value>(&line.bytes)
+                    .ok()
+                    .and_then(|v| v["reason"].as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                report.notes.push(format!(
+                    "seq {} ({}): wardend found the store damaged when it started: {reason}",
+                    fields.seq,
+                    at(&loc)
+                ));
+            }
+            if fields.kind.as_deref() == Some("daemon")
                 && matches!(fields.action.as_deref(), Some("rotate" | "retention"))
             {
                 let oldest = serde_json::from_slice::<serde_json::Value>(&line.bytes)
