@@ -3,7 +3,8 @@
 //!
 //! Run: `cargo build --release --workspace && target/release/warden-bench`
 //! (`warden-bench egress`: the egress proxy against a direct connection, see
-//! `egress.rs`)
+//! `egress.rs`; `warden-bench audit`: audit store appends, group commit against
+//! an fsync per record, see `audit.rs`)
 //! (options: `--launches N` (default 100), `--requests N` (default 1000)).
 //!
 //! - launch: time from spawning the process to the first byte of the reply to
@@ -13,6 +14,7 @@
 //!   session, direct and through the shim: median and p99.
 #![forbid(unsafe_code)]
 
+mod audit;
 mod egress;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -279,6 +281,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() {
     if std::env::args().nth(1).as_deref() == Some("egress") {
         egress::main();
+        return;
+    }
+    if std::env::args().nth(1).as_deref() == Some("audit") {
+        audit::main();
         return;
     }
     let launches = arg("--launches", 100);
