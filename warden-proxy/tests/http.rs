@@ -692,6 +692,54 @@ async fn response_framings_are_relayed() {
 }
 
 #[tokio::test]
+async fn large_bodies_arrive_intact_and_keep_alive_goes_on() {
+    // 3 MiB + 7 bytes: far above the size from which the proxy splices bodies
+    // socket to socket; the same connection then carries a small request.
+    let (proxy, seen, _) = github_proxy(&["api.github.com"]).await;
+    let n = 3 * 1024 * 1024 + 7;
+    let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+    let req =
+        format!("GET http://api.github.com/bytes/{n} HTTP/1.1\r\nHost: api.github.com\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let body_at = loop {
+        let mut tmp = vec![0u8; 64 * 1024];
+        let k = tokio::time::timeout(HANG, tokio::io::AsyncReadExt::read(&mut s, &mut tmp))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(k > 0, "closed early after {} bytes", got.len());
+        got.extend_from_slice(&tmp[..k]);
+        if let Some(p) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            if got.len() >= p + 4 + n {
+                break p + 4;
+            }
+        }
+    };
+    let head = String::from_utf8_lossy(&got[..body_at]).into_owned();
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert_eq!(got.len(), body_at + n, "no byte beyond the body");
+    assert!(
+        got[body_at..]
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == (i % 251) as u8),
+        "body corrupted"
+    );
+    s.write_all(b"GET http://api.github.com/after HTTP/1.1\r\nHost: api.github.com\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let rest = String::from_utf8_lossy(&read_to_end(&mut s).await).into_owned();
+    assert!(rest.contains("ok GET /after"), "{rest}");
+    assert_eq!(
+        *seen.connections.lock().unwrap(),
+        1,
+        "the upstream connection was reused"
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test]
 async fn curl_through_a_connect_tunnel() {
     if !curl_available() {
         eprintln!("skipping: curl not found");

@@ -95,7 +95,7 @@ impl warden_proxy::EventSink for Sink {
                 } else {
                     Decision::Deny
                 },
-                d.reason.clone(),
+                reason_text(d),
             )
             .with_details(json!({
                 "protocol": d.protocol.as_str(),
@@ -128,6 +128,32 @@ impl warden_proxy::EventSink for Sink {
                 "duration_ms": c.duration.as_millis() as u64,
             })),
         );
+    }
+}
+
+/// The audit reason: the proxy's own words for an allowed decision, a sentence
+/// for a denial (the short code stays in `details.code`).
+fn reason_text(d: &warden_proxy::Decision) -> String {
+    if d.allowed {
+        return d.reason.clone();
+    }
+    let what = format!("{}:{}", d.host, d.port);
+    match d.reason.as_str() {
+        "not-allowed" => format!("{what} is not in network.allow"),
+        "private-address" => format!(
+            "{what} resolved only to loopback, private, link-local or metadata addresses \
+             (network.allow_private is not set)"
+        ),
+        "bad-host" => "the host name is not valid".into(),
+        "bad-request" => "malformed or ambiguous request".into(),
+        "host-mismatch" => "the Host header does not match the request target".into(),
+        "sni-mismatch" => "the TLS server name does not match the CONNECT target".into(),
+        "dns-failed" => format!("cannot resolve {}", d.host),
+        "connect-failed" => format!("cannot connect to {what}"),
+        "socks-ip-not-listed" => format!("{what}: SOCKS5 IP addresses must be listed in network.allow"),
+        "socks-command-refused" => "SOCKS5 BIND and UDP ASSOCIATE are not supported".into(),
+        "socks-auth-refused" => "SOCKS5 authentication methods other than none are refused".into(),
+        other => other.to_string(),
     }
 }
 

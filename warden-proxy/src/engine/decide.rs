@@ -84,7 +84,7 @@ pub(crate) async fn open(cfg: &ProxyConfig, host: &Host, port: u16) -> Result<Op
     let mut vetted: Vec<IpAddr> = Vec::new();
     let mut first_denial = None;
     for ip in addrs {
-        let ip = ip.to_canonical();
+        let ip = warden_core::policy::net::canonical_ip(ip);
         match cfg.policy.check_address(host, ip) {
             Ok(()) if !vetted.contains(&ip) => vetted.push(ip),
             Ok(()) => {}

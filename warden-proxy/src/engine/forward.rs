@@ -10,13 +10,14 @@ use tokio::net::TcpStream;
 use warden_core::policy::net::{parse_host, Host};
 
 use super::decide::{self, Refusal};
+use super::splice;
 use super::{allowed_reason, decide_event, read_idle, read_more, reply_and_close, tunnel, Link};
 use crate::events::{printable, Protocol};
 use crate::http::{self, BodyLength, ChunkedDecoder, HttpError, RequestHead};
 use crate::ProxyConfig;
 
 /// How much is read at a time while relaying bodies.
-const CHUNK: usize = 16 * 1024;
+const CHUNK: usize = 128 * 1024;
 
 /// The upstream connection kept between requests of one client connection.
 struct Upstream {
@@ -476,10 +477,31 @@ async fn fill<R: AsyncRead + Unpin>(
     }
 }
 
+/// Bodies longer than this are spliced rather than copied.
+const SPLICE_MIN: u64 = 256 * 1024;
+
+/// A response body moved upstream → client by [`splice::relay`]. A failure to
+/// write to the client ends the exchange like a failed copy does.
+async fn splice_body(
+    src: &TcpStream,
+    dst: &TcpStream,
+    limit: Option<u64>,
+    idle: std::time::Duration,
+    progress: impl FnMut(usize),
+) -> Result<(), Failure> {
+    let mut pipe = splice::Pipe::new().map_err(Failure::Upstream)?;
+    // Which side failed is not told apart here: either way the exchange is
+    // over, and the client connection closes.
+    splice::relay(src, dst, &mut pipe, limit, Some(idle), progress)
+        .await
+        .map(|_| ())
+        .map_err(Failure::Upstream)
+}
+
 #[allow(clippy::too_many_arguments)]
-async fn relay_response<R, W>(
-    ur: &mut R,
-    cw: &mut W,
+async fn relay_response(
+    ur: &mut tokio::net::tcp::ReadHalf<'_>,
+    cw: &mut tokio::net::tcp::WriteHalf<'_>,
     ubuf: &mut Vec<u8>,
     method: &str,
     upgrade: bool,
@@ -487,11 +509,7 @@ async fn relay_response<R, W>(
     link: &Link,
     started: &AtomicBool,
     cfg: &ProxyConfig,
-) -> Result<Response, Failure>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
+) -> Result<Response, Failure> {
     let limits = &cfg.limits;
     let idle = limits.idle_timeout;
     let write = |e: io::Error| {
@@ -542,6 +560,21 @@ where
         match body {
             BodyLength::None => {}
             BodyLength::Length(mut left) => {
+                // What was read with the head goes first; a large rest moves
+                // socket to socket in the kernel.
+                if !ubuf.is_empty() {
+                    let take = (left.min(ubuf.len() as u64)) as usize;
+                    cw.write_all(&ubuf[..take]).await.map_err(write)?;
+                    ubuf.drain(..take);
+                    left -= take as u64;
+                }
+                if left > SPLICE_MIN {
+                    splice_body(ur.as_ref(), cw.as_ref(), Some(left), idle, |n| {
+                        link.add_down(n)
+                    })
+                    .await?;
+                    left = 0;
+                }
                 while left > 0 {
                     if ubuf.is_empty() {
                         fill(ur, ubuf, link, idle).await?;
@@ -569,15 +602,7 @@ where
             BodyLength::UntilClose => {
                 cw.write_all(ubuf).await.map_err(write)?;
                 ubuf.clear();
-                loop {
-                    match read_idle(ur, ubuf, CHUNK, idle).await {
-                        Ok(0) => break,
-                        Ok(n) => link.add_down(n),
-                        Err(e) => return Err(Failure::Upstream(e)),
-                    }
-                    cw.write_all(ubuf).await.map_err(write)?;
-                    ubuf.clear();
-                }
+                splice_body(ur.as_ref(), cw.as_ref(), None, idle, |n| link.add_down(n)).await?;
             }
         }
         return Ok(Response::Done {

@@ -4,6 +4,7 @@
 mod decide;
 mod forward;
 mod socks5;
+mod splice;
 mod tunnel;
 
 use std::future::Future;

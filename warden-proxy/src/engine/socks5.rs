@@ -97,7 +97,7 @@ pub(crate) async fn serve(mut client: TcpStream, mut buf: Vec<u8>, cfg: &ProxyCo
         port,
     } = request;
     let (host, by_ip) = match &addr {
-        SocksAddr::Ip(ip) => (Ok(Host::Ip(ip.to_canonical())), true),
+        SocksAddr::Ip(ip) => (Ok(Host::from_ip(*ip)), true),
         SocksAddr::Domain(raw) => match std::str::from_utf8(raw) {
             Ok(name) => (parse_host(name).map_err(|d| (printable(raw), d)), false),
             Err(_) => {
@@ -161,9 +161,10 @@ pub(crate) async fn serve(mut client: TcpStream, mut buf: Vec<u8>, cfg: &ProxyCo
         Some(&opened.rule),
     );
     let link = Link::new(cfg, P, &shown, port, opened.addr);
-    let bound = opened.stream.local_addr().ok();
+    // BND.ADDR stays 0.0.0.0:0: the host's own source address is none of the
+    // sandbox's business, and clients of CONNECT do not use it.
     if client
-        .write_all(&socks::reply(socks::REP_SUCCEEDED, bound))
+        .write_all(&socks::reply(socks::REP_SUCCEEDED, None))
         .await
         .is_err()
     {

@@ -6,11 +6,11 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use warden_core::policy::net::{parse_host, Host};
 
-use super::{read_more, Link};
+use super::{read_more, splice, Link};
 use crate::events::printable;
 use crate::tls::{self, Sniff, MAX_CLIENT_HELLO};
 
@@ -47,22 +47,23 @@ impl Activity {
     }
 }
 
-async fn pump<R, W>(r: &mut R, w: &mut W, count: &AtomicU64, activity: &Activity) -> io::Result<()>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = r.read(&mut buf).await?;
-        if n == 0 {
-            let _ = w.shutdown().await;
-            return Ok(());
-        }
-        w.write_all(&buf[..n]).await?;
+/// One direction of the tunnel, socket to socket in the kernel; the outer idle
+/// watch sees every byte through `activity`. At end of stream the other side's
+/// write half is shut down (half-close travels on).
+async fn pump(
+    r: &mut tokio::net::tcp::ReadHalf<'_>,
+    w: &mut tokio::net::tcp::WriteHalf<'_>,
+    count: &AtomicU64,
+    activity: &Activity,
+) -> io::Result<()> {
+    let mut pipe = splice::Pipe::new()?;
+    splice::relay(r.as_ref(), w.as_ref(), &mut pipe, None, None, |n| {
         count.fetch_add(n as u64, Ordering::Relaxed);
         activity.touch();
-    }
+    })
+    .await?;
+    let _ = w.shutdown().await;
+    Ok(())
 }
 
 enum Up {

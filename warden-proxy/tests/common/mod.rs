@@ -242,7 +242,7 @@ impl Seen {
 }
 
 /// A small HTTP/1.1 origin server written independently of the proxy's parser.
-/// Paths: `/close` answers close-delimited, `/chunked` answers chunked, `/ws`
+/// Paths: `/bytes/N` answers N pattern bytes (byte i is i % 251), `/close` answers close-delimited, `/chunked` answers chunked, `/ws`
 /// with `Upgrade` answers 101 and then echoes, anything else answers
 /// `Content-Length` with `ok <method> <path> body=<n>`.
 pub async fn http_upstream() -> (SocketAddr, Arc<Seen>) {
@@ -338,6 +338,18 @@ async fn serve_origin(mut stream: TcpStream, seen: &Seen) -> io::Result<()> {
                 .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil close\n")
                 .await?;
             return Ok(());
+        }
+        if let Some(n) = path
+            .strip_prefix("/bytes/")
+            .and_then(|n| n.parse::<usize>().ok())
+        {
+            // A large body of known length (the proxy splices it): a pattern the
+            // client can check, then the connection stays open for more.
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n");
+            stream.write_all(head.as_bytes()).await?;
+            let body: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+            stream.write_all(&body).await?;
+            continue;
         }
         if path == "/chunked" {
             stream
