@@ -41,7 +41,7 @@ pub fn probe() -> Vec<KernelFeature> {
             Some(v) => format!(
                 "ABI {v}: filesystem rules mirror the grants{}{}",
                 if v >= 4 {
-                    "; TCP bind/connect denied"
+                    "; TCP: connect only to the egress proxy port, no bind"
                 } else {
                     ""
                 },
