@@ -200,6 +200,9 @@ impl AuditStore {
             None
         };
         let live_first_seq = first_seq(&file, complete_end)?;
+        // What a killed daemon wrote may still be only in the page cache:
+        // on disk before anything (the head) says it is.
+        file.sync_all()?;
         // The head names a record that was on disk: if the store now ends
         // before it, or that record changed, it was damaged while no daemon
         // ran. Say so, and keep the missing seqs missing (--verify keeps
