@@ -327,3 +327,78 @@ fn policy_check_good_and_bad() {
     );
     assert!(stderr.contains("limitz"), "stderr:\n{stderr}");
 }
+
+#[test]
+fn ps_shows_live_memory_cpu_and_stdio() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let policy = env.policy(
+        "live.yaml",
+        &format!(
+            "command: [\"{}\"]\nlimits:\n  memory_mb: 512\n",
+            warden_e2e::fixture().display()
+        ),
+    );
+    // A hostile argument (newline, ANSI escape) ends up in the COMMAND column.
+    let mut c = env.fixture_session(
+        &policy,
+        &["--name", "e2e-live"],
+        &["--marker", "m\n\x1b[31mforged"],
+    );
+    c.initialize();
+    let row = |env: &TestEnv| {
+        let sessions = env.sessions();
+        sessions
+            .into_iter()
+            .find(|s| {
+                s["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("e2e-live"))
+            })
+            .unwrap_or_else(|| panic!("session not listed"))
+    };
+    let before = row(&env);
+    assert_eq!(
+        before["memory_limit_bytes"],
+        json!(512u64 << 20),
+        "{before}"
+    );
+    // 64 MiB allocated and touched by the server shows in its memory; the
+    // request and the answer show on stdio.
+    c.tool_text("alloc", json!({"mb": 64}));
+    let big = "x".repeat(100_000);
+    assert_eq!(c.tool_text("echo", json!({"text": big})).len(), 100_000);
+    let after = row(&env);
+    let mem = after["memory_bytes"].as_u64().unwrap();
+    assert!(
+        mem >= 64 << 20,
+        "memory_bytes {mem} after a 64 MiB allocation: {after}"
+    );
+    assert!(mem < 512 << 20, "{after}");
+    let (stdin, stdout) = (
+        after["stdin_bytes"].as_u64().unwrap(),
+        after["stdout_bytes"].as_u64().unwrap(),
+    );
+    assert!(stdin > 100_000 && stdout > 100_000, "{after}");
+    assert!(
+        stdin > before["stdin_bytes"].as_u64().unwrap()
+            && stdout > before["stdout_bytes"].as_u64().unwrap(),
+        "{before} -> {after}"
+    );
+    assert!(after["cpu_ms"].as_u64().is_some(), "{after}");
+    assert_eq!(after["network_allowed"], json!(0));
+    assert_eq!(after["network_denied"], json!(0));
+    assert_eq!(after["last_denial"], Value::Null);
+    // The table: live columns, and the hostile argument cannot break a line or
+    // reach the terminal as an escape sequence.
+    let out = run(&mut env.ctl(["ps"]), Duration::from_secs(10));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let header = text.lines().next().unwrap_or_default();
+    for col in ["CPU", "MEM", "STDIO", "NET", "LAST DENIAL"] {
+        assert!(header.contains(col), "{text}");
+    }
+    assert!(!text.contains('\x1b'), "{text:?}");
+    assert_eq!(text.lines().count(), 2, "{text:?}");
+    assert!(text.contains("/512.0M"), "{text}");
+    finish(c);
+}

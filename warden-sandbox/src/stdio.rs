@@ -324,6 +324,18 @@ impl Relay {
         }
     }
 
+    /// Live byte counters: stdin (client → server), stdout and stderr (server →
+    /// client).
+    pub fn counters(&self) -> [Arc<AtomicU64>; 3] {
+        match self {
+            Relay::Duplex { io, err } => {
+                let (i, o) = io.counters();
+                [i, o, err.bytes_counter()]
+            }
+            Relay::Threads([i, o, e]) => [i.bytes_counter(), o.bytes_counter(), e.bytes_counter()],
+        }
+    }
+
     /// Blocking, once the server has exited: lets its last stdout bytes
     /// reach the client (up to `drain`), then stops everything and closes
     /// every fd, so the client sees EOF.
@@ -515,6 +527,11 @@ impl Duplex {
     }
 
     /// Bytes moved client → server and server → client.
+    /// The live counters behind [`Duplex::bytes`]: (client → server, server → client).
+    pub fn counters(&self) -> (Arc<AtomicU64>, Arc<AtomicU64>) {
+        (self.bytes_in.clone(), self.bytes_out.clone())
+    }
+
     pub fn bytes(&self) -> (u64, u64) {
         (
             self.bytes_in.load(Ordering::Relaxed),

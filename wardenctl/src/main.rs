@@ -73,6 +73,13 @@ struct SessionRow {
     network_allowed: u64,
     network_denied: u64,
     last_denial: Option<String>,
+    memory_bytes: u64,
+    /// None: no memory_mb limit.
+    memory_limit_bytes: Option<u64>,
+    cpu_ms: u64,
+    stdin_bytes: u64,
+    stdout_bytes: u64,
+    stderr_bytes: u64,
 }
 
 #[derive(Serialize)]
@@ -149,6 +156,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         network_allowed: s.network_allowed,
                         network_denied: s.network_denied,
                         last_denial: (!s.last_denial.is_empty()).then_some(s.last_denial),
+                        memory_bytes: s.memory_bytes,
+                        memory_limit_bytes: (s.memory_limit_bytes > 0)
+                            .then_some(s.memory_limit_bytes),
+                        cpu_ms: s.cpu_ms,
+                        stdin_bytes: s.stdin_bytes,
+                        stdout_bytes: s.stdout_bytes,
+                        stderr_bytes: s.stderr_bytes,
                     })
                     .collect();
                 if cli.json {
@@ -220,22 +234,70 @@ fn human_duration(ms: u64) -> String {
     }
 }
 
+/// One terminal-safe cell: control characters (newlines, ESC...) escaped, so a
+/// server's name or arguments cannot forge lines or drive the terminal.
+fn cell(v: &str) -> String {
+    v.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
+fn human_bytes(b: u64) -> String {
+    match b {
+        0..=1023 => format!("{b}B"),
+        1024..=1_048_575 => format!("{:.1}K", b as f64 / 1024.0),
+        1_048_576..=1_073_741_823 => format!("{:.1}M", b as f64 / 1_048_576.0),
+        _ => format!("{:.1}G", b as f64 / 1_073_741_824.0),
+    }
+}
+
 fn print_ps(rows: &[SessionRow]) {
-    let header = ["ID", "NAME", "PID", "UPTIME", "NET", "COMMAND"];
-    let cells: Vec<[String; 6]> = rows
+    let header = [
+        "ID",
+        "NAME",
+        "PID",
+        "UPTIME",
+        "CPU",
+        "MEM",
+        "STDIO",
+        "NET",
+        "LAST DENIAL",
+        "COMMAND",
+    ];
+    let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            [
+            vec![
                 r.id.clone(),
                 if r.name.is_empty() {
                     "-".into()
                 } else {
-                    r.name.clone()
+                    cell(&r.name)
                 },
                 r.pid.to_string(),
                 human_duration(r.uptime_ms),
+                format!("{:.1}s", r.cpu_ms as f64 / 1000.0),
+                match r.memory_limit_bytes {
+                    Some(l) => format!("{}/{}", human_bytes(r.memory_bytes), human_bytes(l)),
+                    None => human_bytes(r.memory_bytes),
+                },
+                format!(
+                    "{}/{}",
+                    human_bytes(r.stdin_bytes),
+                    human_bytes(r.stdout_bytes)
+                ),
                 format!("{}/{}", r.network_allowed, r.network_denied),
-                r.command.join(" "),
+                r.last_denial
+                    .as_deref()
+                    .map(cell)
+                    .unwrap_or_else(|| "-".into()),
+                cell(&r.command.join(" ")),
             ]
         })
         .collect();
@@ -245,10 +307,10 @@ fn print_ps(rows: &[SessionRow]) {
             width[i] = width[i].max(v.chars().count());
         }
     }
-    let line = |c: [&str; 6]| {
+    let line = |c: &[&str]| {
         let mut s = String::new();
         for (i, v) in c.iter().enumerate() {
-            if i == 5 {
+            if i == c.len() - 1 {
                 s.push_str(v);
             } else {
                 s.push_str(&format!("{:<w$}  ", v, w = width[i]));
@@ -256,9 +318,10 @@ fn print_ps(rows: &[SessionRow]) {
         }
         println!("{}", s.trim_end());
     };
-    line(header);
+    line(&header);
     for c in &cells {
-        line([&c[0], &c[1], &c[2], &c[3], &c[4], &c[5]]);
+        let refs: Vec<&str> = c.iter().map(String::as_str).collect();
+        line(&refs);
     }
 }
 

@@ -150,7 +150,9 @@ fn reason_text(d: &warden_proxy::Decision) -> String {
         "sni-mismatch" => "the TLS server name does not match the CONNECT target".into(),
         "dns-failed" => format!("cannot resolve {}", d.host),
         "connect-failed" => format!("cannot connect to {what}"),
-        "socks-ip-not-listed" => format!("{what}: SOCKS5 IP addresses must be listed in network.allow"),
+        "socks-ip-not-listed" => {
+            format!("{what}: SOCKS5 IP addresses must be listed in network.allow")
+        }
         "socks-command-refused" => "SOCKS5 BIND and UDP ASSOCIATE are not supported".into(),
         "socks-auth-refused" => "SOCKS5 authentication methods other than none are refused".into(),
         other => other.to_string(),

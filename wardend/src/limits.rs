@@ -79,6 +79,36 @@ pub fn tree_rss(root: u32) -> u64 {
         .sum()
 }
 
+/// CPU time (user + system) used by `root`'s tree so far, in milliseconds: each
+/// live process's own time plus what its reaped children used (`cutime`,
+/// `cstime`), so processes that already exited still count.
+pub fn tree_cpu_ms(root: u32) -> u64 {
+    let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|t| *t > 0)
+        .unwrap_or(100) as u64;
+    let ticks: u64 = tree(root)
+        .into_iter()
+        .filter_map(|pid| fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .map(|stat| {
+            // Fields after the command name: state is field 3, utime 14,
+            // stime 15, cutime 16, cstime 17.
+            stat.rfind(')')
+                .map(|i| {
+                    stat[i + 1..]
+                        .split_whitespace()
+                        .skip(11)
+                        .take(4)
+                        .filter_map(|v| v.parse::<u64>().ok())
+                        .sum::<u64>()
+                })
+                .unwrap_or(0)
+        })
+        .sum();
+    ticks * 1000 / tick
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,6 +124,21 @@ mod tests {
         assert!(t.contains(&me));
         assert!(t.contains(&child.id()), "{t:?} lacks {}", child.id());
         assert!(tree_rss(me) > 1 << 20);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // A child that burns CPU and is reaped still counts.
+        let before = tree_cpu_ms(me);
+        let burn = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done")
+            .status()
+            .unwrap();
+        assert!(burn.success());
+        assert!(tree_cpu_ms(me) > before, "reaped child's CPU time counted");
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
         child.kill().unwrap();
         child.wait().unwrap();
     }

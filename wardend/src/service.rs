@@ -114,8 +114,12 @@ impl Warden for Service {
         &self,
         _req: Request<pb::ListSessionsRequest>,
     ) -> Result<Response<pb::ListSessionsResponse>, Status> {
+        // Reading every session's /proc tree (memory, CPU) blocks briefly.
+        let live: Vec<_> = self.daemon.sessions.iter().map(|s| s.clone()).collect();
         let mut sessions: Vec<pb::Session> =
-            self.daemon.sessions.iter().map(|s| s.to_proto()).collect();
+            tokio::task::spawn_blocking(move || live.iter().map(|s| s.to_proto()).collect())
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?;
         sessions.sort_by_key(|s| s.started_at_ms);
         Ok(Response::new(pb::ListSessionsResponse { sessions }))
     }

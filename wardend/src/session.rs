@@ -66,6 +66,10 @@ pub struct Session {
     pub pid: u32,
     pub limits: Vec<String>,
     pub net: Arc<crate::egress::NetCounters>,
+    /// `limits.memory_mb` in bytes.
+    pub memory_limit: Option<u64>,
+    /// Bytes relayed on stdin, stdout, stderr.
+    pub stdio: [Arc<std::sync::atomic::AtomicU64>; 3],
     sandbox: Arc<Sandbox>,
     cause: Mutex<Option<EndCause>>,
     end: Notify,
@@ -109,6 +113,12 @@ impl Session {
             network_allowed: self.net.allowed(),
             network_denied: self.net.denied(),
             last_denial: self.net.last_denial().unwrap_or_default(),
+            memory_bytes: crate::limits::tree_rss(self.pid),
+            memory_limit_bytes: self.memory_limit.unwrap_or(0),
+            cpu_ms: crate::limits::tree_cpu_ms(self.pid),
+            stdin_bytes: self.stdio[0].load(Ordering::Relaxed),
+            stdout_bytes: self.stdio[1].load(Ordering::Relaxed),
+            stderr_bytes: self.stdio[2].load(Ordering::Relaxed),
         }
     }
 }
@@ -422,6 +432,8 @@ impl Daemon {
             pid: sandbox.pid(),
             limits,
             net,
+            memory_limit: policy.limits.memory_mb.map(|m| m << 20),
+            stdio: relay.counters(),
             sandbox: sandbox.clone(),
             cause: Mutex::new(None),
             end: Notify::new(),
