@@ -2,7 +2,9 @@
 //! side in one run, to the same upstream on the host's loopback.
 //!
 //! - throughput: `curl` downloads N MiB (default 1024) from the upstream, on the
-//!   host directly and inside the sandbox through the proxy (HTTP forward proxy);
+//!   host directly, on the host through a plain relay (the floor of any proxy:
+//!   a second loopback hop and nothing else), and inside the sandbox through the
+//!   proxy (HTTP forward proxy);
 //! - latency: a Python client makes R (default 1000) sequential small requests,
 //!   each on a new connection, on the host directly and inside the sandbox through
 //!   the proxy (which resolves `localhost` and vets it per request); median, p90.
@@ -64,6 +66,43 @@ fn serve(conn: TcpStream) {
         }
         left -= k as u64;
     }
+}
+
+/// The floor of any proxy on this machine: a plain relay (no parsing, no
+/// policy, no sandbox) from a local port to the upstream, one thread per
+/// direction copying with a 1 MiB buffer. The direct download through it
+/// shows what a second loopback hop costs by itself.
+fn plain_relay(upstream: u16) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind relay");
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for client in l.incoming().flatten() {
+            let Ok(up) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                continue;
+            };
+            let pairs = [
+                (client.try_clone().unwrap(), up.try_clone().unwrap()),
+                (up, client),
+            ];
+            for (mut from, mut to) in pairs {
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 1 << 20];
+                    loop {
+                        match std::io::Read::read(&mut from, &mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                if to.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    let _ = to.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        }
+    });
+    port
 }
 
 /// Runs `argv` directly (`policy` None) or through the shim with `policy`;
@@ -157,21 +196,35 @@ pub fn main() {
         url.as_str(),
     ];
     let curl_policy = policy(dir.path(), "curl.yaml", &curl, port);
-    let (mut direct, mut proxied) = (Vec::new(), Vec::new());
+    let relay = plain_relay(port);
+    let relayed_url = format!("http://localhost:{relay}/bytes/{}", mib << 20);
+    let curl_relayed = [
+        "curl",
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{speed_download}",
+        relayed_url.as_str(),
+    ];
+    let (mut direct, mut proxied, mut relayed) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
         let speed = |out: String| out.trim().parse::<f64>().expect("curl speed") / (1 << 20) as f64;
         direct.push(speed(run(&curl, &s, None)));
+        relayed.push(speed(run(&curl_relayed, &s, None)));
         proxied.push(speed(run(&curl, &s, Some(&curl_policy))));
     }
-    let (d, p) = (median(direct), median(proxied));
+    let (d, p, r) = (median(direct), median(proxied), median(relayed));
     println!("## egress throughput: {mib} MiB download with curl ({runs} runs each, median)\n");
     println!("| path | MiB/s |");
     println!("| --- | --- |");
     println!("| host, direct to the upstream | {d:.0} |");
+    println!("| host, through a plain relay (no parsing, no policy) | {r:.0} |");
     println!("| sandbox, through the proxy (HTTP forward) | {p:.0} |");
     println!(
-        "\nthroughput through the proxy: {:.0}% of direct\n",
-        100.0 * p / d
+        "\nthroughput through the proxy: {:.0}% of direct, {:.0}% of the plain relay\n",
+        100.0 * p / d,
+        100.0 * p / r
     );
 
     let small = format!("http://localhost:{port}/small");
