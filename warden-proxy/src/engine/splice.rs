@@ -9,12 +9,12 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
-use nix::fcntl::{fcntl, splice, FcntlArg, OFlag, SpliceFFlags};
+use nix::fcntl::{splice, OFlag, SpliceFFlags};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-/// Bytes asked of one `splice` call (and the pipe's capacity when the kernel
-/// grants it).
+/// Bytes asked of one `splice` call (the kernel moves at most what the pipe
+/// holds).
 const STEP: usize = 1 << 20;
 
 /// A non-blocking pipe that holds the bytes in flight.
@@ -28,9 +28,10 @@ pub(crate) struct Pipe {
 impl Pipe {
     pub(crate) fn new() -> io::Result<Pipe> {
         let (r, w) = nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)?;
-        // Best effort: a larger pipe means fewer wake-ups; the default (64 KiB)
-        // works too, and the user's pipe quota may refuse more.
-        let _ = fcntl(&w, FcntlArg::F_SETPIPE_SZ(STEP as i32));
+        // The default size (64 KiB). Larger pipes would mean fewer wake-ups, but
+        // pipe pages count against the user's quota (pipe-user-pages-soft),
+        // which a session's many tunnels must not eat up for the daemon's
+        // other pipes (the stdio relays of every session).
         Ok(Pipe { r, w, held: 0 })
     }
 }
