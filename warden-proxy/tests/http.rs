@@ -777,3 +777,42 @@ async fn curl_through_a_connect_tunnel() {
     assert!(closed[0].bytes_up > 0 && closed[0].bytes_down > 0);
     proxy.stop().await;
 }
+
+#[tokio::test]
+async fn url_confusion_never_reaches_another_host() {
+    // Spellings where URL parsers have disagreed about the host (userinfo,
+    // fragment, backslash, query, percent-encoding, homoglyphs, suffix
+    // lookalikes): each is refused, and nothing reaches the only allowed
+    // origin, which would answer for api.github.com.
+    let (proxy, seen, _) = github_proxy(&["api.github.com"]).await;
+    let targets = [
+        ("http://evil.com#@api.github.com/", "api.github.com"),
+        ("http://evil.com?@api.github.com/", "api.github.com"),
+        ("http://evil.com\\@api.github.com/", "api.github.com"),
+        ("http://api.github.com\\@evil.com/", "evil.com"),
+        ("http://api.github.com:80@evil.com/", "evil.com"),
+        ("http://api.github.com@evil.com/", "evil.com"),
+        ("http://%61pi.github.com/", "api.github.com"),
+        ("http://api%2egithub.com/", "api.github.com"),
+        ("http://\u{430}pi.github.com/", "\u{430}pi.github.com"),
+        ("http://api.github.com.evil.com/", "api.github.com.evil.com"),
+        ("http://evil.com/http://api.github.com/", "api.github.com"),
+        ("http://api.github.com:80:80/", "api.github.com"),
+        ("http://[api.github.com]/", "api.github.com"),
+    ];
+    for (target, host) in targets {
+        let resp = get(proxy.addr, target, host).await;
+        let text = String::from_utf8_lossy(&resp).into_owned();
+        assert!(
+            text.starts_with("HTTP/1.1 4") && text.contains("\r\nX-Warden-Denied: "),
+            "{target} (Host: {host}) was not refused: {text}"
+        );
+    }
+    assert_eq!(seen.connections(), 0, "{:?}", seen.requests());
+    // Control: the plain spelling goes through to that origin.
+    let resp = get(proxy.addr, "http://api.github.com/", "api.github.com").await;
+    let text = String::from_utf8_lossy(&resp).into_owned();
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    assert_eq!(seen.connections(), 1);
+    proxy.stop().await;
+}
