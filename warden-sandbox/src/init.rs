@@ -102,6 +102,11 @@ fn launcher(sock: BorrowedFd<'_>) -> Result<i32, Failure> {
             ),
         ));
     }
+    if let Some(cg) = &spec.cgroup {
+        // Before anything else exists: every process the sandbox will hold
+        // descends from us, so all of them are under the cgroup's limits.
+        write_proc(&cg.join("cgroup.procs").to_string_lossy(), "0")?;
+    }
     // Kept for dropping our copies of the server's stdio after the fork.
     let devnull = std::fs::OpenOptions::new()
         .read(true)

@@ -722,6 +722,7 @@ mod tests {
             pids_max: None,
             landlock_min_abi: 0,
             proxy_port: None,
+            cgroup: None,
             dangerously_skip_confinement: false,
         }
     }

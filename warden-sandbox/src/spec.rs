@@ -50,6 +50,12 @@ pub struct SandboxSpec {
     /// only TCP port the server may connect to. None: no listener, no TCP at all.
     #[serde(default)]
     pub proxy_port: Option<u16>,
+    /// A cgroup v2 directory (the session's, in the daemon's delegated subtree)
+    /// the launcher joins before it creates any namespace, so every process of
+    /// the sandbox is inside and its limits apply. Joining is required: failure
+    /// fails the start. None: no cgroup.
+    #[serde(default)]
+    pub cgroup: Option<PathBuf>,
     /// For measuring what Landlock and seccomp cost (`warden-bench` through the
     /// `warden-sandbox-run` debug driver) and nothing else: skips both layers.
     /// The daemon never sets it; no policy key reaches it.

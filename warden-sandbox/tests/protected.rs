@@ -100,6 +100,7 @@ impl Fixture {
             pids_max: None,
             landlock_min_abi: 0,
             proxy_port: None,
+            cgroup: None,
             dangerously_skip_confinement: false,
         }
     }

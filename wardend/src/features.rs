@@ -15,7 +15,7 @@ fn feature(name: &str, available: bool, detail: String) -> KernelFeature {
     }
 }
 
-pub fn probe() -> Vec<KernelFeature> {
+pub fn probe(cgroup_state: &Result<crate::cgroup::Delegation, String>) -> Vec<KernelFeature> {
     let mut out = Vec::new();
     let max_userns = read("/proc/sys/user/max_user_namespaces").and_then(|s| s.parse::<u64>().ok());
     let clone_knob = read("/proc/sys/kernel/unprivileged_userns_clone");
@@ -75,41 +75,51 @@ pub fn probe() -> Vec<KernelFeature> {
             "not available: refused calls are still refused, but not recorded".into()
         },
     ));
-    out.push(cgroup());
+    out.push(cgroup(cgroup_state));
     out
 }
 
-/// Whether this process sits in a cgroup v2 subtree it may manage (systemd
-/// `Delegate=yes`), and which controllers it would have there.
-fn cgroup() -> KernelFeature {
-    let own = read("/proc/self/cgroup").and_then(|c| {
-        c.lines()
-            .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
-    });
-    let mount = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
-        .into_iter()
-        .find(|m| fs::metadata(format!("{m}/cgroup.controllers")).is_ok());
-    let (Some(own), Some(mount)) = (own, mount) else {
-        return feature(
+/// Whether the daemon manages a delegated cgroup v2 subtree (systemd
+/// `Delegate=yes`), with which controllers, and what each limit therefore uses.
+fn cgroup(d: &Result<crate::cgroup::Delegation, String>) -> KernelFeature {
+    let via = |c: &str, with: &str, without: &str| -> String {
+        match d {
+            Ok(d) if d.has(c) => format!("{c}: {with}"),
+            _ => format!("{c}: {without}"),
+        }
+    };
+    let uses = [
+        via(
+            "memory",
+            "cgroup memory.max, swap 0 (and RSS sampling)",
+            "RSS sampling",
+        ),
+        via(
+            "pids",
+            "cgroup pids.max",
+            "RLIMIT_NPROC (not for a root daemon)",
+        ),
+        via(
+            "cpu",
+            "cgroup cpu.max",
+            "not enforceable (needs best_effort)",
+        ),
+    ]
+    .join("; ");
+    match d {
+        Ok(d) => feature(
+            "cgroup_v2_delegation",
+            true,
+            format!(
+                "{}: delegated; controllers [{}]; limits use {uses}",
+                d.root.display(),
+                d.controllers.join(" ")
+            ),
+        ),
+        Err(why) => feature(
             "cgroup_v2_delegation",
             false,
-            "no cgroup v2 hierarchy".into(),
-        );
-    };
-    let dir = format!("{mount}{own}");
-    let controllers = read(&format!("{dir}/cgroup.controllers")).unwrap_or_default();
-    let uid = warden_core::paths::current_uid();
-    let delegated = {
-        use std::os::unix::fs::MetadataExt;
-        fs::metadata(format!("{dir}/cgroup.procs")).is_ok_and(|m| m.uid() == uid)
-    };
-    feature(
-        "cgroup_v2_delegation",
-        delegated,
-        format!(
-            "{dir}: {}; controllers [{controllers}]; limits use {}",
-            if delegated { "delegated to this user" } else { "not delegated" },
-            "RSS sampling (memory), RLIMIT_NPROC (pids), tmpfs size (tmp_mb); cpu needs best_effort"
+            format!("{why}; limits use {uses}"),
         ),
-    )
+    }
 }

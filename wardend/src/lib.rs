@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 pub mod audit;
+pub mod cgroup;
 pub mod conn;
 pub mod egress;
 pub mod error;
@@ -70,6 +71,8 @@ pub struct Daemon {
     pub uid: u32,
     pub started: Instant,
     pub shutting_down: AtomicBool,
+    /// The delegated cgroup v2 subtree the daemon manages, or why there is none.
+    pub cgroup: Result<cgroup::Delegation, String>,
 }
 
 /// Serves on `listener` until `shutdown` resolves, then ends every session
@@ -81,6 +84,17 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
     ready: impl FnOnce() + Send,
 ) -> anyhow::Result<()> {
+    let uid = warden_core::paths::current_uid();
+    let cgroup =
+        cgroup::locate(uid).and_then(|dir| cgroup::take_over(&dir).map_err(|e| e.to_string()));
+    match &cgroup {
+        Ok(d) => tracing::info!(
+            cgroup = %d.root.display(),
+            controllers = ?d.controllers,
+            "using the delegated cgroup subtree"
+        ),
+        Err(why) => tracing::info!(%why, "no delegated cgroup: limits use the fallbacks"),
+    }
     let audit = AuditStore::open_with(&config.state_dir, config.audit.clone())?;
     let daemon = Arc::new(Daemon {
         config,
@@ -89,6 +103,7 @@ pub async fn run(
         uid: warden_core::paths::current_uid(),
         started: Instant::now(),
         shutting_down: AtomicBool::new(false),
+        cgroup,
     });
     daemon.audit.append(
         Record::new(

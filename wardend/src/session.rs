@@ -70,6 +70,8 @@ pub struct Session {
     pub memory_limit: Option<u64>,
     /// Bytes relayed on stdin, stdout, stderr.
     pub stdio: [Arc<std::sync::atomic::AtomicU64>; 3],
+    /// The session's cgroup in the daemon's delegated subtree.
+    pub cgroup: Option<PathBuf>,
     sandbox: Arc<Sandbox>,
     cause: Mutex<Option<EndCause>>,
     end: Notify,
@@ -262,7 +264,12 @@ impl Daemon {
         };
         let policy = policy::compile(&input, &overrides, &ctx)
             .map_err(|e| DaemonError::Policy(e.to_string()))?;
-        if policy.limits.pids.is_some() && self.uid == 0 && !policy.limits.best_effort {
+        let cg_has = |c: &str| self.cgroup.as_ref().is_ok_and(|d| d.has(c));
+        if policy.limits.pids.is_some()
+            && self.uid == 0
+            && !cg_has("pids")
+            && !policy.limits.best_effort
+        {
             return Err(DaemonError::Policy(
                 "limits.pids cannot be enforced when wardend runs as root: the kernel does not \
                  apply RLIMIT_NPROC to uid 0; run wardend as a normal user, or set \
@@ -271,11 +278,12 @@ impl Daemon {
             ));
         }
         if let Some(cpu) = policy.limits.cpu {
-            if !policy.limits.best_effort {
+            if !cg_has("cpu") && !policy.limits.best_effort {
                 return Err(DaemonError::Policy(format!(
                     "limits.cpu ({cpu} cores) cannot be enforced here: Warden enforces CPU limits only \
-                     through a delegated cgroup v2 cpu controller, which this version does not use yet; \
-                     remove limits.cpu or set limits.best_effort: true to run without a CPU limit"
+                     through a delegated cgroup v2 cpu controller, and this daemon has none ({}); \
+                     remove limits.cpu or set limits.best_effort: true to run without a CPU limit",
+                    self.cgroup.as_ref().err().map(String::as_str).unwrap_or("the cpu controller is not delegated")
                 )));
             }
         }
@@ -306,6 +314,7 @@ impl Daemon {
             pids_max: policy.limits.pids,
             landlock_min_abi: policy.sandbox.landlock_min_abi,
             proxy_port: Some(crate::egress::PROXY_PORT),
+            cgroup: None,
             // Never skipped by the daemon: the field exists for benchmarks only.
             dangerously_skip_confinement: false,
         };
@@ -329,11 +338,11 @@ impl Daemon {
         let Prepared {
             id,
             policy,
-            spec,
+            mut spec,
             env_names,
             client,
         } = p;
-        let limits = describe_limits(&policy);
+        let limits = describe_limits(&policy, self.cgroup.as_ref().ok());
         // Paths inside write grants that the sandbox binds read-only because
         // the host runs or trusts them (those that exist now).
         let protected: Vec<PathBuf> = warden_sandbox::protect::plan(&spec)
@@ -379,10 +388,31 @@ impl Daemon {
         self.audit.append(start, true).map_err(DaemonError::Audit)?;
 
         let started = Instant::now();
+        // In a delegated cgroup subtree every session gets its own cgroup, with
+        // the limits its controllers enforce. Delegated but unusable: refuse
+        // (a limit may rely on it).
+        if let Ok(d) = &self.cgroup {
+            let l = crate::cgroup::SessionLimits {
+                memory_bytes: policy.limits.memory_mb.map(|m| m << 20),
+                pids: policy.limits.pids,
+                cpu: policy.limits.cpu,
+            };
+            match crate::cgroup::create_session(d, &id, &l) {
+                Ok(dir) => spec.cgroup = Some(dir),
+                Err(e) => {
+                    let why = format!("cannot create the session's cgroup: {e}");
+                    self.audit_exit(&id, started, None, None, &why);
+                    return Err(DaemonError::Sandbox(why));
+                }
+            }
+        }
         let result = self.launch(&spec, stdio).await;
         let (sandbox, relay) = match result {
             Ok(v) => v,
             Err(e) => {
+                if let Some(dir) = spec.cgroup.clone() {
+                    tokio::spawn(crate::cgroup::remove_session(dir));
+                }
                 self.audit_exit(&id, started, None, None, &e.to_string());
                 return Err(e);
             }
@@ -434,6 +464,7 @@ impl Daemon {
             net,
             memory_limit: policy.limits.memory_mb.map(|m| m << 20),
             stdio: relay.counters(),
+            cgroup: spec.cgroup.clone(),
             sandbox: sandbox.clone(),
             cause: Mutex::new(None),
             end: Notify::new(),
@@ -576,6 +607,25 @@ impl Daemon {
                 tracing::warn!(session = %session.id, "refused-call records still being written at session end");
             }
         }
+        // An OOM kill inside the session's cgroup (memory.max, whole group) is a
+        // memory breach like one found by sampling.
+        if let Some(dir) = &session.cgroup {
+            let kills = crate::cgroup::oom_kills(dir);
+            if kills > 0 && session.request_end(EndCause::Memory) {
+                self.audit.record(
+                    Record::new(
+                        RecordType::Limit,
+                        "breach",
+                        Some(&session.id),
+                        "memory_mb",
+                        Decision::Deny,
+                        "the session's cgroup reached memory.max; the kernel killed it",
+                    )
+                    .with_details(json!({ "oom_kills": kills, "mechanism": "cgroup" })),
+                );
+            }
+            tokio::spawn(crate::cgroup::remove_session(dir.clone()));
+        }
         session.ended.store(true, Ordering::SeqCst);
         self.sessions.remove(&session.id);
 
@@ -653,13 +703,16 @@ impl Daemon {
     }
 }
 
-fn describe_limits(p: &CompiledPolicy) -> Vec<String> {
+fn describe_limits(p: &CompiledPolicy, cg: Option<&crate::cgroup::Delegation>) -> Vec<String> {
+    let has = |c: &str| cg.is_some_and(|d| d.has(c));
     let mut out = Vec::new();
     if let Some(t) = p.limits.timeout_s {
         out.push(format!("timeout_s={t} (daemon timer)"));
     }
     if let Some(n) = p.limits.pids {
-        if warden_core::paths::current_uid() == 0 {
+        if has("pids") {
+            out.push(format!("pids={n} (cgroup pids.max)"));
+        } else if warden_core::paths::current_uid() == 0 {
             out.push(format!(
                 "pids={n} (NOT enforced for root: limits.best_effort)"
             ));
@@ -674,13 +727,27 @@ fn describe_limits(p: &CompiledPolicy) -> Vec<String> {
         p.limits.tmp_mb.unwrap_or(TMP_SIZE_MB)
     ));
     if let Some(c) = p.limits.cpu {
-        out.push(format!("cpu={c} (NOT enforced: limits.best_effort)"));
+        if has("cpu") {
+            out.push(format!(
+                "cpu={c} (cgroup cpu.max {})",
+                crate::cgroup::cpu_max(c)
+            ));
+        } else {
+            out.push(format!("cpu={c} (NOT enforced: limits.best_effort)"));
+        }
     }
     if let Some(m) = p.limits.memory_mb {
-        out.push(format!(
-            "memory_mb={m} (RSS of the whole sandbox sampled every {} ms)",
+        let sampled = format!(
+            "RSS of the whole sandbox sampled every {} ms",
             crate::limits::SAMPLE_INTERVAL.as_millis()
-        ));
+        );
+        if has("memory") {
+            out.push(format!(
+                "memory_mb={m} (cgroup memory.max, swap 0; and {sampled})"
+            ));
+        } else {
+            out.push(format!("memory_mb={m} ({sampled})"));
+        }
     }
     out
 }
