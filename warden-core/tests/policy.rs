@@ -120,6 +120,7 @@ impl Fixture {
             network: Default::default(),
             limits: Limits::default(),
             sandbox: SandboxReq::default(),
+            audit: Default::default(),
         }
     }
 }

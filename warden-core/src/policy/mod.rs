@@ -120,6 +120,9 @@ pub struct CompiledPolicy {
     /// Requirements on the sandbox itself.
     #[serde(default)]
     pub sandbox: SandboxReq,
+    /// `audit:` — what is recorded beyond the session's own records.
+    #[serde(default)]
+    pub audit: AuditPolicy,
 }
 
 /// The v1 schema as serde sees it; every field optional.
@@ -135,6 +138,13 @@ struct RawPolicy {
     env: Option<RawAllow>,
     limits: Option<RawLimits>,
     sandbox: Option<RawSandbox>,
+    audit: Option<RawAudit>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAudit {
+    files: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -181,6 +191,39 @@ pub struct SandboxReq {
     /// (0: no requirement; Landlock is used whenever available anyway).
     #[serde(default)]
     pub landlock_min_abi: u32,
+}
+
+/// `audit:` — what the audit trail records of the server's activity.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditPolicy {
+    /// `audit.files`: which file accesses become `file` records.
+    #[serde(default)]
+    pub files: FileAudit,
+}
+
+/// `audit.files`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileAudit {
+    /// Only the accesses the sandbox denies (outside the grants, writes to
+    /// read-only grants). The default.
+    #[default]
+    Denied,
+    /// Every access, allowed ones too.
+    All,
+    /// None: the path-taking calls are not observed at all.
+    Off,
+}
+
+impl FileAudit {
+    /// `denied`, `all`, `off`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileAudit::Denied => "denied",
+            FileAudit::All => "all",
+            FileAudit::Off => "off",
+        }
+    }
 }
 
 /// Reads a policy file. The error names the path.
@@ -525,6 +568,13 @@ pub fn compile(
         })
         .unwrap_or(0);
 
+    let files = raw
+        .audit
+        .as_ref()
+        .and_then(|a| a.files.as_deref())
+        .and_then(|v| sink.check(&Origin::Key("audit.files".into()), rules::audit_files(v)))
+        .unwrap_or_default();
+
     let mut diagnostics = sink.diagnostics;
     if !diagnostics.is_empty() {
         // File order first (then file-wide ones), then flags in the order checked.
@@ -556,5 +606,6 @@ pub fn compile(
             best_effort,
         },
         sandbox: SandboxReq { landlock_min_abi },
+        audit: AuditPolicy { files },
     })
 }

@@ -63,6 +63,8 @@ pub(crate) enum Invalid {
     /// A `network.allow` entry; the message (from [`super::net`]) names it.
     #[error("{0}")]
     NetworkEntry(String),
+    #[error("unknown level `{0}`: use `denied` (record the accesses the sandbox denies), `all` (every access) or `off`")]
+    AuditFiles(String),
     #[error("{0} is out of range: must be between 0.01 and 1024 (CPU cores, e.g. 0.5)")]
     Cpu(String),
     #[error("{value} is out of range: must be between {min} and {max} ({unit})")]
@@ -329,6 +331,16 @@ pub(crate) fn env_name(n: &str) -> Result<(), Invalid> {
         return Err(Invalid::EnvNameEquals(n.to_owned()));
     }
     no_nul("variable name", n)
+}
+
+/// `audit.files`: `denied`, `all` or `off`.
+pub(crate) fn audit_files(v: &str) -> Result<super::FileAudit, Invalid> {
+    match v {
+        "denied" => Ok(super::FileAudit::Denied),
+        "all" => Ok(super::FileAudit::All),
+        "off" => Ok(super::FileAudit::Off),
+        other => Err(Invalid::AuditFiles(other.to_owned())),
+    }
 }
 
 pub(crate) fn timeout_s(v: i64) -> Result<u64, Invalid> {

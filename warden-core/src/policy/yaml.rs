@@ -259,6 +259,7 @@ const LIMITS: &[(&str, Ty)] = &[
     ("best_effort", Ty::Bool),
 ];
 const SANDBOX: &[(&str, Ty)] = &[("landlock_min_abi", Ty::Int)];
+const AUDIT: &[(&str, Ty)] = &[("files", Ty::Str)];
 const TOP: &[(&str, Ty)] = &[
     ("version", Ty::Int),
     ("name", Ty::Str),
@@ -269,6 +270,7 @@ const TOP: &[(&str, Ty)] = &[
     ("env", Ty::Map(ENV)),
     ("limits", Ty::Map(LIMITS)),
     ("sandbox", Ty::Map(SANDBOX)),
+    ("audit", Ty::Map(AUDIT)),
 ];
 
 /// What the structural pass found.
@@ -526,9 +528,9 @@ mod tests {
             vec![
                 "1:1: filesytem: unknown key `filesytem`, did you mean `filesystem`?",
                 "3:1: environment: unknown key `environment`, did you mean `env`?",
-                "4:1: base: unknown key `base`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`",
+                "4:1: base: unknown key `base`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`",
                 "6:3: limits.timeout: unknown key `timeout`, did you mean `timeout_s`?",
-                "7:1: foo: unknown key `foo`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`",
+                "7:1: foo: unknown key `foo`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`",
             ]
         );
     }
