@@ -41,7 +41,10 @@ impl Confinement {
         }
         Ok(Confinement {
             landlock: crate::landlock::ruleset(spec)?,
-            seccomp: Some(crate::seccomp::program(notify)?),
+            seccomp: Some(crate::seccomp::program(
+                notify,
+                notify && !spec.audit_files.is_off(),
+            )?),
             notify,
         })
     }

@@ -419,11 +419,22 @@ fn pid1(
     drop(devnull);
 
     // Reports until EOF: the listener (if any), then a failure or nothing.
-    let mut listener: Option<OwnedFd> = None;
+    // The listener goes to the daemon the moment it arrives: with file
+    // auditing on, the server's own execve waits on it. Our copy is dropped
+    // at once (if the daemon never got it, closing the last copy fails the
+    // waiting execve with ENOSYS rather than leaving it blocked).
+    let mut passed_listener = false;
     let failure = loop {
         match recv_status(rd.as_fd()) {
             Ok(None) => break None,
-            Ok(Some((MSG_LISTENER, _, Some(fd)))) => listener = Some(fd),
+            Ok(Some((MSG_LISTENER, _, Some(fd)))) => {
+                let sent = proto::send(sock, &FromInit::Listener, Some(fd.as_fd()));
+                drop(fd);
+                if let Err(e) = sent {
+                    break Some((STAGE_LISTENER, e as i32));
+                }
+                passed_listener = true;
+            }
             Ok(Some((stage, errno, _))) => break Some((stage, errno)),
             // The child is gone or the socket broke: treat like a failed start.
             Err(e) => break Some((0, e as i32)),
@@ -443,13 +454,7 @@ fn pid1(
             ),
         });
     }
-    if let Some(fd) = listener {
-        // The daemon answers the listener from now on; our copy goes at once
-        // (PID 1 is non-dumpable, but nothing inside should ever reach it).
-        proto::send(sock, &FromInit::Listener, Some(fd.as_fd()))
-            .map_err(|e| Failure::os("pass the seccomp listener", e))?;
-        drop(fd);
-    } else if confinement_notifies {
+    if !passed_listener && confinement_notifies {
         return Err(Failure::msg(
             "pass the seccomp listener",
             "the server did not send its listener",
@@ -718,6 +723,14 @@ unsafe fn server_child(
             if libc::setrlimit(libc::RLIMIT_NPROC, &lim) < 0 {
                 child_fail(pipe, STAGE_NPROC, errno());
             }
+        }
+        // Dumpable again (forked from PID 1, which is not): the daemon reads
+        // the path of our own execve below from our memory when file auditing
+        // is on, and an unprivileged daemon may only read a dumpable process
+        // (this mm still belongs to the host's user namespace). Nothing else
+        // runs in the sandbox yet, and execve sets it again for the server.
+        if libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) < 0 {
+            child_fail(pipe, 0, errno());
         }
         // Landlock, then the seccomp filter: the last things before execve.
         match confinement.apply() {

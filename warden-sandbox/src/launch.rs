@@ -13,6 +13,7 @@
 //! it on its own thread ([`crate::notify`]) whether or not anyone takes the
 //! refused calls ([`Sandbox::take_refused_calls`]).
 
+use crate::files::{FileAccesses, Watch};
 use crate::init;
 use crate::notify::{Notifier, RefusedCalls};
 use crate::proto::{self, Exit, Failure, FromInit, Recv, ToInit};
@@ -136,6 +137,8 @@ pub struct Sandbox {
     /// Answers the seccomp listener; `None` without user notification.
     notifier: Mutex<Option<Notifier>>,
     refused: Mutex<Option<RefusedCalls>>,
+    /// Observed file accesses (`audit.files`), when asked for and available.
+    files: Mutex<Option<FileAccesses>>,
     proxy: Mutex<Option<OwnedFd>>,
 }
 
@@ -227,6 +230,7 @@ impl Sandbox {
         let mut pidfd: Option<(OwnedFd, u32)> = None;
         let mut started = false;
         let mut notifier = None;
+        let mut files = None;
         let mut proxy = None;
         while pidfd.is_none() || !started {
             match proto::recv::<FromInit>(ours.as_fd()) {
@@ -235,8 +239,11 @@ impl Sandbox {
                 }
                 Ok(Recv::Msg(FromInit::Listener, Some(fd))) => {
                     // Answered from now on, before the server can make a call.
-                    match Notifier::start(fd) {
-                        Ok(n) => notifier = Some(n),
+                    match Notifier::start(fd, Watch::from_spec(spec)) {
+                        Ok((n, calls, f)) => {
+                            notifier = Some((n, calls));
+                            files = f;
+                        }
                         Err(e) => {
                             return Err(fail(&mut launcher, SandboxError::Control(e)));
                         }
@@ -274,6 +281,7 @@ impl Sandbox {
             }),
             notifier: Mutex::new(notifier),
             refused: Mutex::new(refused),
+            files: Mutex::new(files),
             proxy: Mutex::new(proxy),
         })
     }
@@ -296,6 +304,14 @@ impl Sandbox {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
+    }
+
+    /// The observed file accesses (`audit.files` in the spec), once (`None`
+    /// afterwards, when the spec does not ask for them, or without user
+    /// notification). Their queue disconnects when [`Sandbox::wait`]
+    /// returns. Nobody has to take it: the calls go through either way.
+    pub fn take_file_accesses(&self) -> Option<FileAccesses> {
+        self.files.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     /// The egress proxy's listening socket (TCP, `127.0.0.1:<proxy_port>` inside

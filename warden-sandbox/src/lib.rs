@@ -6,7 +6,10 @@
 //!   builds namespaces and the root filesystem, then runs the server as its child.
 //! - [`fdpass`]: SCM_RIGHTS fd passing on Unix sockets (shim → daemon stdio).
 //! - [`notify`]: the seccomp user-notification listener that answers (and
-//!   reports) the refusals worth an audit record.
+//!   reports) the refusals worth an audit record, and lets the observed
+//!   file-access calls through.
+//! - [`files`]: file-access auditing: reading what an observed call names
+//!   and judging it against the sandbox's layout.
 //! - [`stdio`]: moving bytes between the client's stdio and the server's pipes.
 //! - [`protect`]: the names inside a write grant the host runs or trusts (`.git`,
 //!   shell start-up files, `.vscode`...), kept read-only by `mounts`.
@@ -18,6 +21,7 @@
 //! wrapped by nix).
 mod confine;
 pub mod fdpass;
+pub mod files;
 pub mod init;
 mod landlock;
 pub mod launch;
@@ -30,6 +34,7 @@ pub mod spec;
 pub mod stdio;
 mod sys;
 
+pub use files::{FileAccess, FileAccesses};
 pub use landlock::landlock_abi;
 pub use launch::{init_entry_if_requested, ExitOutcome, Sandbox, SandboxError, INIT_ARG};
 pub use notify::{RefusedCall, RefusedCalls};

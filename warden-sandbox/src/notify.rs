@@ -17,11 +17,22 @@
 //! the consumer is. The event is queued *before* the reply, so when the
 //! server sees the errno the event is already in the queue.
 //!
+//! With `audit.files` on, the same listener also receives the path-taking
+//! calls the file audit observes ([`crate::seccomp::WATCHED`]): for those the
+//! thread reads what the call names ([`crate::files::Capturer`]), checks the
+//! call is still pending, answers `SECCOMP_USER_NOTIF_FLAG_CONTINUE` (the
+//! only answer such a call ever gets: the kernel then runs it with all its
+//! own checks) and only then queues the capture, which the consumer
+//! classifies on its own thread ([`FileAccesses`]). The server's own
+//! `execve` is such a call, so the listener reaches this thread before the
+//! server starts (PID 1 forwards it at once).
+//!
 //! The thread ends when every task using the filter is gone (the listener
 //! polls `POLLHUP`), or when the [`Sandbox`](crate::launch::Sandbox) stops it.
 //! If the listener were ever closed with calls pending, the kernel fails them
 //! with `ENOSYS` rather than leaving them blocked.
 
+use crate::files::{Capturer, FileAccesses, Watch};
 use crate::seccomp;
 use nix::errno::Errno;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -33,6 +44,13 @@ use std::time::Duration;
 
 /// Events queued for the consumer before calls are counted as lost.
 const QUEUE: usize = 1024;
+/// Observed file accesses queued before they are counted as lost: a
+/// server's start-up opens a few hundred files in a burst; at most 4096
+/// paths of at most 4 KiB each (two for rename and link) wait in memory.
+const FILE_QUEUE: usize = 4096;
+/// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (Linux 6.6): wake the caller on the
+/// answering thread's CPU, as the answer is the only thing it waits for.
+const SYNC_WAKE_UP: u64 = 1;
 /// How often the thread checks its stop flag while the listener is quiet.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -129,21 +147,49 @@ pub(crate) struct Notifier {
 }
 
 impl Notifier {
-    /// Starts answering `listener`; returns the thread and the consumer's end.
-    pub(crate) fn start(listener: OwnedFd) -> std::io::Result<(Notifier, RefusedCalls)> {
+    /// Starts answering `listener`; returns the thread and the consumers'
+    /// ends: refused calls, and observed file accesses when `watch` asks for
+    /// them (the filter was then compiled with the watched calls).
+    pub(crate) fn start(
+        listener: OwnedFd,
+        watch: Option<Watch>,
+    ) -> std::io::Result<(Notifier, RefusedCalls, Option<FileAccesses>)> {
         let (tx, rx) = sync_channel(QUEUE);
         let lost = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (lost2, stop2) = (lost.clone(), stop.clone());
+        let (capturer, files) = match watch {
+            Some(w) => {
+                let (ftx, frx) = sync_channel(FILE_QUEUE);
+                let flost = Arc::new(AtomicU64::new(0));
+                // Best effort: kernels before 6.6 answer EINVAL and wake the
+                // caller the ordinary way. The flags are the argument itself,
+                // not a pointer.
+                // SAFETY: SET_FLAGS takes its flags by value.
+                let sync = unsafe {
+                    libc::ioctl(
+                        listener.as_raw_fd(),
+                        libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
+                        SYNC_WAKE_UP as libc::c_ulong,
+                    )
+                } == 0;
+                (
+                    Some(Capturer::new(ftx, flost.clone())),
+                    Some(FileAccesses::new(frx, flost, w, sync)),
+                )
+            }
+            None => (None, None),
+        };
         let thread = std::thread::Builder::new()
             .name("warden-seccomp-notify".into())
-            .spawn(move || serve(&listener, &tx, &lost2, &stop2))?;
+            .spawn(move || serve(&listener, &tx, &lost2, &stop2, capturer))?;
         Ok((
             Notifier {
                 stop,
                 thread: Some(thread),
             },
             RefusedCalls { rx, lost },
+            files,
         ))
     }
 
@@ -164,7 +210,13 @@ impl Drop for Notifier {
     }
 }
 
-fn serve(listener: &OwnedFd, tx: &SyncSender<RefusedCall>, lost: &AtomicU64, stop: &AtomicBool) {
+fn serve(
+    listener: &OwnedFd,
+    tx: &SyncSender<RefusedCall>,
+    lost: &AtomicU64,
+    stop: &AtomicBool,
+    mut capturer: Option<Capturer>,
+) {
     let fd = listener.as_raw_fd();
     loop {
         let mut pfd = libc::pollfd {
@@ -182,6 +234,17 @@ fn serve(listener: &OwnedFd, tx: &SyncSender<RefusedCall>, lost: &AtomicU64, sto
         }
         if pfd.revents & libc::POLLIN != 0 {
             if let Some(n) = receive(fd) {
+                if let Some(w) = seccomp::watched(n.data.nr as libc::c_long) {
+                    // Observed, never refused: read, check, continue, then
+                    // queue. Continued even if nobody captures (cannot
+                    // happen: the filter watches only when asked to).
+                    let captured = capturer.as_mut().and_then(|c| c.capture(fd, &n, w));
+                    respond_continue(fd, n.id);
+                    if let (Some(c), Some(captured)) = (&capturer, captured) {
+                        c.queue(captured);
+                    }
+                    continue;
+                }
                 let call = RefusedCall::from_notif(&n);
                 let errno = call.errno;
                 // Queued before the reply; never waits for the consumer.
@@ -214,7 +277,7 @@ fn receive(fd: libc::c_int) -> Option<libc::seccomp_notif> {
     (r == 0).then_some(n)
 }
 
-/// `SECCOMP_IOCTL_NOTIF_SEND`: the call fails with `errno`. `ENOENT` (the
+/// `SECCOMP_IOCTL_NOTIF_SEND`: the call fails with `errno` (refused calls). `ENOENT` (the
 /// caller died, or a signal interrupted the call) needs nothing more.
 fn respond(fd: libc::c_int, id: u64, errno: i32) {
     let resp = libc::seccomp_notif_resp {
@@ -223,6 +286,26 @@ fn respond(fd: libc::c_int, id: u64, errno: i32) {
         error: -errno,
         // Never SECCOMP_USER_NOTIF_FLAG_CONTINUE: the call is refused.
         flags: 0,
+    };
+    loop {
+        // SAFETY: SEND reads the seccomp_notif_resp we own.
+        let r = unsafe { libc::ioctl(fd, libc::SECCOMP_IOCTL_NOTIF_SEND, &resp) };
+        if r == 0 || Errno::last() != Errno::EINTR {
+            return;
+        }
+    }
+}
+
+/// `SECCOMP_IOCTL_NOTIF_SEND` with `SECCOMP_USER_NOTIF_FLAG_CONTINUE`: the
+/// kernel runs the call as if the filter had allowed it. `ENOENT` (the
+/// caller died or was interrupted; a restarted call notifies again) needs
+/// nothing more.
+fn respond_continue(fd: libc::c_int, id: u64) {
+    let resp = libc::seccomp_notif_resp {
+        id,
+        val: 0,
+        error: 0,
+        flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
     };
     loop {
         // SAFETY: SEND reads the seccomp_notif_resp we own.

@@ -218,6 +218,161 @@ pub(crate) static RULES: &[Rule] = &[
         "families other than AF_UNIX/AF_INET/AF_INET6"),
 ];
 
+/// What a watched call does to the paths it names: the operation the file
+/// audit records (refined by the call's flags, see [`crate::files`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FileOp {
+    /// open/openat/openat2/creat: read, write, create or `O_PATH`, by its flags.
+    Open,
+    Exec,
+    /// unlink, or rmdir for `unlinkat(AT_REMOVEDIR)`.
+    Unlink,
+    Rmdir,
+    Mkdir,
+    Mknod,
+    Rename,
+    Link,
+    Symlink,
+    Truncate,
+    Chmod,
+    Chown,
+}
+
+/// Where a call's flags are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flags {
+    None,
+    /// In this argument.
+    Arg(u8),
+    /// Implied by the call (`creat`: `O_CREAT|O_WRONLY|O_TRUNC`; `lchown`:
+    /// `AT_SYMLINK_NOFOLLOW`).
+    Fixed(u64),
+    /// The first member of the `struct open_how` this argument points to
+    /// (`openat2`).
+    OpenHow(u8),
+}
+
+/// A path argument: the pointer's index and, for the `*at` calls, the index
+/// of the directory fd it is relative to (otherwise the cwd).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PathArg {
+    pub dirfd: Option<u8>,
+    pub path: u8,
+}
+
+/// A path-taking call the file audit observes (`audit.files`): compiled to
+/// `SECCOMP_RET_USER_NOTIF` and always answered with
+/// `SECCOMP_USER_NOTIF_FLAG_CONTINUE` (the kernel then runs it exactly as it
+/// would have: observing never decides anything).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Watched {
+    /// `SYS_<name>`, as spelled in libc.
+    pub name: &'static str,
+    pub nr: libc::c_long,
+    pub op: FileOp,
+    /// The path it acts on, and the second one of rename and link (the new
+    /// name).
+    pub paths: [Option<PathArg>; 2],
+    pub flags: Flags,
+    /// `symlink`'s target: a string stored in the link, not a path accessed.
+    pub text: Option<u8>,
+}
+
+const fn at(dirfd: u8, path: u8) -> Option<PathArg> {
+    Some(PathArg {
+        dirfd: Some(dirfd),
+        path,
+    })
+}
+
+const fn cwd(path: u8) -> Option<PathArg> {
+    Some(PathArg { dirfd: None, path })
+}
+
+macro_rules! watch {
+    ($sys:ident, $op:ident, [$p0:expr, $p1:expr], $flags:expr) => {
+        watch!($sys, $op, [$p0, $p1], $flags, None)
+    };
+    ($sys:ident, $op:ident, [$p0:expr, $p1:expr], $flags:expr, $text:expr) => {
+        Watched {
+            name: stringify!($sys),
+            nr: nr::$sys,
+            op: FileOp::$op,
+            paths: [$p0, $p1],
+            flags: $flags,
+            text: $text,
+        }
+    };
+}
+
+/// The calls that open, create, remove, rename, link or execute a path, or
+/// change its mode, owner or size: what `audit.files` records. Not here (see
+/// docs/security-model.md): calls that only look (`stat`, `access`,
+/// `readlink`, `getxattr`, `chdir`, `inotify_add_watch`), `bind`/`connect`
+/// to a Unix socket path, and calls on fds already open.
+pub(crate) static WATCHED: &[Watched] = &[
+    #[cfg(target_arch = "x86_64")]
+    watch!(SYS_open, Open, [cwd(0), None], Flags::Arg(1)),
+    watch!(SYS_openat, Open, [at(0, 1), None], Flags::Arg(2)),
+    watch!(SYS_openat2, Open, [at(0, 1), None], Flags::OpenHow(2)),
+    #[cfg(target_arch = "x86_64")]
+    watch!(
+        SYS_creat,
+        Open,
+        [cwd(0), None],
+        Flags::Fixed((libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC) as u64)
+    ),
+    watch!(SYS_execve, Exec, [cwd(0), None], Flags::None),
+    watch!(SYS_execveat, Exec, [at(0, 1), None], Flags::Arg(4)),
+    #[cfg(target_arch = "x86_64")]
+    watch!(SYS_unlink, Unlink, [cwd(0), None], Flags::None),
+    watch!(SYS_unlinkat, Unlink, [at(0, 1), None], Flags::Arg(2)),
+    #[cfg(target_arch = "x86_64")]
+    watch!(SYS_rmdir, Rmdir, [cwd(0), None], Flags::None),
+    #[cfg(target_arch = "x86_64")]
+    watch!(SYS_mkdir, Mkdir, [cwd(0), None], Flags::None),
+    watch!(SYS_mkdirat, Mkdir, [at(0, 1), None], Flags::None),
+    #[cfg(target_arch = "x86_64")]
+    watch!(SYS_mknod, Mknod, [cwd(0), None], Flags::None),
+    watch!(SYS_mknodat, Mknod, [at(0, 1), None], Flags::None),
+    #[cfg(target_arch = "x86_64")]
+    watch!(SYS_rename, Rename, [cwd(0), cwd(1)], Flags::None),
+    watch!(SYS_renameat, Rename, [at(0, 1), at(2, 3)], Flags::None),
+    watch!(SYS_renameat2, Rename, [at(0, 1), at(2, 3)], Flags::Arg(4)),
+    #[cfg(target_arch = "x86_64")]
+    watch!(SYS_link, Link, [cwd(0), cwd(1)], Flags::None),
+    watch!(SYS_linkat, Link, [at(0, 1), at(2, 3)], Flags::Arg(4)),
+    #[cfg(target_arch = "x86_64")]
+    watch!(SYS_symlink, Symlink, [cwd(1), None], Flags::None, Some(0)),
+    watch!(
+        SYS_symlinkat,
+        Symlink,
+        [at(1, 2), None],
+        Flags::None,
+        Some(0)
+    ),
+    watch!(SYS_truncate, Truncate, [cwd(0), None], Flags::None),
+    #[cfg(target_arch = "x86_64")]
+    watch!(SYS_chmod, Chmod, [cwd(0), None], Flags::None),
+    watch!(SYS_fchmodat, Chmod, [at(0, 1), None], Flags::None),
+    watch!(SYS_fchmodat2, Chmod, [at(0, 1), None], Flags::Arg(3)),
+    #[cfg(target_arch = "x86_64")]
+    watch!(SYS_chown, Chown, [cwd(0), None], Flags::None),
+    #[cfg(target_arch = "x86_64")]
+    watch!(
+        SYS_lchown,
+        Chown,
+        [cwd(0), None],
+        Flags::Fixed(libc::AT_SYMLINK_NOFOLLOW as u64)
+    ),
+    watch!(SYS_fchownat, Chown, [at(0, 1), None], Flags::Arg(4)),
+];
+
+/// The watched call `nr`, if it is one.
+pub(crate) fn watched(nr: libc::c_long) -> Option<&'static Watched> {
+    WATCHED.iter().find(|w| w.nr == nr)
+}
+
 // <linux/audit.h>: not in libc.
 const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 const AUDIT_ARCH_AARCH64: u32 = 0xC000_00B7;
@@ -353,8 +508,9 @@ fn rule_body(rule: &Rule, notify: bool) -> Result<Vec<libc::sock_filter>, Failur
 /// Compiles [`RULES`] for the architecture this binary was built for.
 /// `notify`: the filter will be installed with `SECCOMP_FILTER_FLAG_NEW_LISTENER`
 /// and someone answers the listener; otherwise [`Action::Notify`] rules return
-/// their errno directly.
-pub(crate) fn program(notify: bool) -> Result<Vec<libc::sock_filter>, Failure> {
+/// their errno directly. `watch_files` (only with `notify`): the [`WATCHED`]
+/// calls notify too; otherwise they are allowed without a round trip.
+pub(crate) fn program(notify: bool, watch_files: bool) -> Result<Vec<libc::sock_filter>, Failure> {
     let arch = native_arch().ok_or_else(|| {
         Failure::msg(
             "seccomp",
@@ -396,7 +552,20 @@ pub(crate) fn program(notify: bool) -> Result<Vec<libc::sock_filter>, Failure> {
         prog.push(jump(JEQ, nr, 0, body.len())?);
         prog.extend(body);
     }
-    prog.push(stmt(RET, RET_ALLOW));
+    // The accumulator still holds the number (every block above that matched
+    // has returned). Each watched call jumps to the one USER_NOTIF return at
+    // the end; anything else falls through to ALLOW.
+    if notify && watch_files {
+        for (i, w) in WATCHED.iter().enumerate() {
+            let nr = u32::try_from(w.nr)
+                .map_err(|_| Failure::msg("seccomp", format!("bad number for {}", w.name)))?;
+            prog.push(jump(JEQ, nr, WATCHED.len() - i, 0)?);
+        }
+        prog.push(stmt(RET, RET_ALLOW));
+        prog.push(stmt(RET, libc::SECCOMP_RET_USER_NOTIF));
+    } else {
+        prog.push(stmt(RET, RET_ALLOW));
+    }
     if prog.len() > libc::BPF_MAXINSNS as usize {
         return Err(Failure::msg(
             "seccomp",
@@ -449,7 +618,7 @@ mod tests {
     /// The filter as installed with a listener.
     fn native(nr: libc::c_long, args: [u64; 6]) -> u32 {
         run(
-            &program(true).unwrap(),
+            &program(true, false).unwrap(),
             native_arch().unwrap(),
             nr as u32,
             args,
@@ -459,7 +628,7 @@ mod tests {
     /// The filter as installed without one (no user notification).
     fn plain(nr: libc::c_long, args: [u64; 6]) -> u32 {
         run(
-            &program(false).unwrap(),
+            &program(false, false).unwrap(),
             native_arch().unwrap(),
             nr as u32,
             args,
@@ -778,7 +947,7 @@ mod tests {
         assert!(rule_for(libc::SYS_clone, &arg0(newuser)).is_some());
         assert!(rule_for(libc::SYS_clone, &arg0(high)).is_none());
         // Every condition loads a low word, never a high one.
-        let prog = program(true).unwrap();
+        let prog = program(true, false).unwrap();
         for ins in prog.iter().filter(|i| i.code == LD_ABS && i.k >= OFF_ARGS) {
             assert_eq!((ins.k - OFF_ARGS) % 8, arg_low(0) - OFF_ARGS, "{}", ins.k);
         }
@@ -818,7 +987,7 @@ mod tests {
 
     #[test]
     fn foreign_abi_kills_and_x32_is_enosys() {
-        let prog = program(true).unwrap();
+        let prog = program(true, false).unwrap();
         // i386, x32-less x86_64 build of another arch, AArch32: killed whatever the call.
         for arch in [0x4000_0003u32, 0x4000_0028, 0xC000_003E, 0xC000_00B7] {
             if Some(arch) == native_arch() {
@@ -882,8 +1051,8 @@ mod tests {
     /// same errno as before. The two programs differ in nothing else.
     #[test]
     fn without_a_listener_recorded_rules_return_their_errno() {
-        let with = program(true).unwrap();
-        let without = program(false).unwrap();
+        let with = program(true, false).unwrap();
+        let without = program(false, false).unwrap();
         assert_eq!(with.len(), without.len());
         for (a, b) in with.iter().zip(&without) {
             assert_eq!((a.code, a.jt, a.jf), (b.code, b.jt, b.jf));
@@ -930,9 +1099,139 @@ mod tests {
         assert!(rule_for(libc::SYS_socket, &unix).is_none());
     }
 
+    /// With `audit.files`, exactly the watched calls notify (whatever their
+    /// arguments); refused calls keep their answers; everything else is
+    /// allowed. Without it, or without a listener, watched calls are plain
+    /// allowed calls.
+    #[test]
+    fn watched_calls_notify_only_when_files_are_audited() {
+        let watching = program(true, true).unwrap();
+        let at = |prog: &[libc::sock_filter], nr: libc::c_long, args| {
+            run(prog, native_arch().unwrap(), nr as u32, args)
+        };
+        for w in WATCHED {
+            assert!(
+                RULES.iter().all(|r| r.nr != w.nr),
+                "{} is also refused",
+                w.name
+            );
+            for args in [[0; 6], [u64::MAX; 6], [7, 0x41, 2, 3, 4, 5]] {
+                assert_eq!(at(&watching, w.nr, args), NOTIF, "{}", w.name);
+                assert_eq!(native(w.nr, args), RET_ALLOW, "{}", w.name);
+                assert_eq!(plain(w.nr, args), RET_ALLOW, "{}", w.name);
+            }
+        }
+        assert_eq!(
+            program(false, true).unwrap().len(),
+            program(false, false).unwrap().len()
+        );
+        for nr in [
+            libc::SYS_read,
+            libc::SYS_write,
+            libc::SYS_close,
+            libc::SYS_getpid,
+            libc::SYS_newfstatat,
+            libc::SYS_statx,
+            libc::SYS_faccessat,
+            libc::SYS_readlinkat,
+            libc::SYS_getdents64,
+        ] {
+            assert_eq!(at(&watching, nr, [0; 6]), RET_ALLOW, "syscall {nr}");
+        }
+        // Every refusal answers as before.
+        for r in RULES {
+            let args = match r.cond {
+                None => [7; 6],
+                Some(ArgCond::AnyBit { arg, mask }) => {
+                    let mut a = [0; 6];
+                    a[arg as usize] = u64::from(mask);
+                    a
+                }
+                Some(ArgCond::Eq { arg, value }) => {
+                    let mut a = [0; 6];
+                    a[arg as usize] = u64::from(value);
+                    a
+                }
+                Some(ArgCond::NotIn { arg, .. }) => {
+                    let mut a = [0; 6];
+                    a[arg as usize] = 17;
+                    a
+                }
+            };
+            assert_eq!(at(&watching, r.nr, args), native(r.nr, args), "{}", r.name);
+        }
+        assert!(watching.len() < libc::BPF_MAXINSNS as usize);
+    }
+
+    /// The table's argument layouts, checked against the calls' signatures.
+    #[test]
+    fn watched_table_is_consistent() {
+        let mut names = HashSet::new();
+        for w in WATCHED {
+            assert!(names.insert(w.nr), "{} twice", w.name);
+            assert!(watched(w.nr).is_some_and(|x| x.name == w.name));
+            for p in w.paths.iter().flatten() {
+                assert!(p.path < 6 && p.dirfd.is_none_or(|d| d < 6), "{}", w.name);
+                assert_ne!(Some(p.path), p.dirfd, "{}", w.name);
+            }
+            assert!(w.paths[0].is_some(), "{}", w.name);
+            let two = matches!(w.op, FileOp::Rename | FileOp::Link);
+            assert_eq!(w.paths[1].is_some(), two, "{}", w.name);
+            assert_eq!(w.text.is_some(), w.op == FileOp::Symlink, "{}", w.name);
+        }
+        let get = |n: &str| WATCHED.iter().find(|w| w.name == n).unwrap();
+        let openat = get("SYS_openat");
+        assert_eq!(
+            openat.paths[0],
+            Some(PathArg {
+                dirfd: Some(0),
+                path: 1
+            })
+        );
+        assert_eq!(openat.flags, Flags::Arg(2));
+        assert_eq!(get("SYS_openat2").flags, Flags::OpenHow(2));
+        assert_eq!(get("SYS_execveat").flags, Flags::Arg(4));
+        assert_eq!(
+            get("SYS_linkat").paths[1],
+            Some(PathArg {
+                dirfd: Some(2),
+                path: 3
+            })
+        );
+        assert_eq!(
+            get("SYS_symlinkat").paths[0],
+            Some(PathArg {
+                dirfd: Some(1),
+                path: 2
+            })
+        );
+        assert_eq!(get("SYS_unlinkat").flags, Flags::Arg(2));
+        assert_eq!(get("SYS_fchownat").flags, Flags::Arg(4));
+        // At least open, create, unlink, rename and exec, on every architecture.
+        for op in [
+            FileOp::Open,
+            FileOp::Exec,
+            FileOp::Unlink,
+            FileOp::Rename,
+            FileOp::Mkdir,
+        ] {
+            assert!(WATCHED.iter().any(|w| w.op == op), "{op:?}");
+        }
+        #[cfg(target_arch = "x86_64")]
+        for n in [
+            "SYS_open",
+            "SYS_creat",
+            "SYS_unlink",
+            "SYS_rename",
+            "SYS_rmdir",
+        ] {
+            get(n);
+        }
+    }
+
     #[test]
     fn program_is_small_and_ends_in_allow() {
-        let prog = program(true).unwrap();
+        let prog = program(true, false).unwrap();
         assert!(prog.len() < 512, "{}", prog.len());
         assert_eq!(prog.last().map(|i| (i.code, i.k)), Some((RET, RET_ALLOW)));
         assert_eq!(native(libc::SYS_getpid, [0; 6]), RET_ALLOW);

@@ -56,9 +56,43 @@ pub struct SandboxSpec {
     /// fails the start. None: no cgroup.
     #[serde(default)]
     pub cgroup: Option<PathBuf>,
+    /// Which of the server's file accesses the daemon is told about
+    /// ([`crate::files`]; the policy's `audit.files`). Needs seccomp user
+    /// notification; without it nothing is observed. Default: off.
+    #[serde(default, skip_serializing_if = "FileAudit::is_off")]
+    pub audit_files: FileAudit,
     /// For measuring what Landlock and seccomp cost (`warden-bench` through the
     /// `warden-sandbox-run` debug driver) and nothing else: skips both layers.
     /// The daemon never sets it; no policy key reaches it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dangerously_skip_confinement: bool,
+}
+
+/// How much of the server's file access is observed (`audit.files`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileAudit {
+    /// Not observed: the path-taking calls never leave the kernel.
+    #[default]
+    Off,
+    /// Every path-taking call is observed; only the accesses the sandbox
+    /// denies (outside the grants, writes to read-only ones) are reported.
+    Denied,
+    /// Every observed access is reported, allowed ones too.
+    All,
+}
+
+impl FileAudit {
+    pub fn is_off(&self) -> bool {
+        *self == FileAudit::Off
+    }
+
+    /// `off`, `denied`, `all`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileAudit::Off => "off",
+            FileAudit::Denied => "denied",
+            FileAudit::All => "all",
+        }
+    }
 }

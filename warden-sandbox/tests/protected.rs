@@ -101,6 +101,7 @@ impl Fixture {
             landlock_min_abi: 0,
             proxy_port: None,
             cgroup: None,
+            audit_files: Default::default(),
             dangerously_skip_confinement: false,
         }
     }

@@ -15,7 +15,7 @@ use warden_core::audit::{Decision, Record, RecordType};
 use warden_core::policy::{self, CompileContext, CompiledPolicy, Overrides, PolicyInput};
 use warden_proto::v1 as pb;
 use warden_sandbox::launch::{ExitOutcome, Sandbox};
-use warden_sandbox::spec::SandboxSpec;
+use warden_sandbox::spec::{FileAudit, SandboxSpec};
 use warden_sandbox::stdio::{pipe, Relay};
 
 use crate::error::DaemonError;
@@ -315,6 +315,11 @@ impl Daemon {
             landlock_min_abi: policy.sandbox.landlock_min_abi,
             proxy_port: Some(crate::egress::PROXY_PORT),
             cgroup: None,
+            audit_files: match policy.audit.files {
+                policy::FileAudit::Denied => FileAudit::Denied,
+                policy::FileAudit::All => FileAudit::All,
+                policy::FileAudit::Off => FileAudit::Off,
+            },
             // Never skipped by the daemon: the field exists for benchmarks only.
             dangerously_skip_confinement: false,
         };
