@@ -24,6 +24,7 @@ pub mod conn;
 pub mod egress;
 pub mod error;
 pub mod features;
+pub mod files;
 pub mod limits;
 pub mod logs;
 pub mod service;

@@ -387,6 +387,7 @@ impl Daemon {
                 } else {
                     "unavailable"
                 },
+                "file_audit": crate::files::level_in_use(spec.audit_files),
             },
         }));
         // Audit-before-execute: the start record is on disk before the server runs.
@@ -444,13 +445,9 @@ impl Daemon {
                 return Err(DaemonError::Sandbox(why));
             }
         };
-        // Refused escape and kernel-attack calls, recorded on a blocking thread
-        // of their own until the sandbox is gone.
-        let recorder = sandbox.take_refused_calls().map(|calls| {
-            let daemon = self.clone();
-            let id = id.clone();
-            tokio::task::spawn_blocking(move || daemon.record_refused_calls(&id, calls))
-        });
+        // Refused escape and kernel-attack calls and observed file accesses,
+        // recorded on blocking threads of their own until the sandbox is gone.
+        let recorder = crate::files::start_recorders(self, &id, &sandbox);
         let session = Arc::new(Session {
             id: id.clone(),
             name: policy.name.clone().unwrap_or_default(),

@@ -1,0 +1,452 @@
+//! Observed file accesses → `file` audit records (`audit.files`, DESIGN.md §7,
+//! `docs/audit-format.md`).
+//!
+//! The sandbox lets every observed call through before it is queued for us
+//! ([`warden_sandbox::files`]); this module drains one session's queue on a
+//! blocking thread (classification happens there, inside
+//! [`FileAccesses::recv_timeout`]) and writes the records. Nothing here can
+//! delay or change a call.
+//!
+//! A server looping on a missing file, or walking a tree with `audit.files:
+//! all`, must not flood the store: at most [`PER_PATH`] records per second for
+//! one (action, decision, path), and at most [`PER_SECOND`] file records per
+//! second for the whole session; what is left out is counted and written as
+//! summary records (`details.suppressed`) once its second is over (or the
+//! session ends).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use std::sync::mpsc::RecvTimeoutError;
+use warden_core::audit::{Decision, Record, RecordType};
+use warden_sandbox::files::{Action, Decision as Verdict, FileAccess, FileAccesses};
+use warden_sandbox::spec::FileAudit;
+use warden_sandbox::Sandbox;
+
+use crate::Daemon;
+
+/// Records per second for one (action, decision, path) per session.
+pub const PER_PATH: u32 = 10;
+/// File records per second per session, summaries excluded.
+pub const PER_SECOND: u32 = 1000;
+const WINDOW: Duration = Duration::from_secs(1);
+
+/// One path's budget: (action, decision, path as named).
+type Key = (Action, Verdict, Vec<u8>);
+
+/// Accesses left out of the records: per path, or (resource `*`) per action
+/// and decision once the session's budget for the second is spent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Suppressed {
+    pub action: Action,
+    pub decision: Decision,
+    /// The path, or `None` for the session-wide summary.
+    pub path: Option<Vec<u8>>,
+    pub reason: String,
+    pub count: u64,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    window_start: Instant,
+    recorded: u32,
+    suppressed: Option<Suppressed>,
+}
+
+/// Fixed one-second windows, per path and for the session.
+#[derive(Debug)]
+pub struct RateLimit {
+    paths: HashMap<Key, Bucket>,
+    window_start: Instant,
+    recorded: u32,
+    over: HashMap<(Action, Verdict), Suppressed>,
+}
+
+impl RateLimit {
+    pub fn new(now: Instant) -> RateLimit {
+        RateLimit {
+            paths: HashMap::new(),
+            window_start: now,
+            recorded: 0,
+            over: HashMap::new(),
+        }
+    }
+
+    /// Whether `a` gets its own record; otherwise it is counted.
+    pub fn admit(&mut self, a: &FileAccess, now: Instant) -> bool {
+        let decision = decision(a.decision);
+        let verdict = a.decision;
+        if now.duration_since(self.window_start) >= WINDOW {
+            self.window_start = now;
+            self.recorded = 0;
+        }
+        if self.recorded >= PER_SECOND {
+            self.over
+                .entry((a.action, verdict))
+                .or_insert_with(|| Suppressed {
+                    action: a.action,
+                    decision,
+                    path: None,
+                    reason: "more file records than the session's budget per second".into(),
+                    count: 0,
+                })
+                .count += 1;
+            return false;
+        }
+        let b = self
+            .paths
+            .entry((a.action, verdict, a.path.clone()))
+            .or_insert(Bucket {
+                window_start: now,
+                recorded: 0,
+                suppressed: None,
+            });
+        if now.duration_since(b.window_start) >= WINDOW {
+            b.window_start = now;
+            b.recorded = 0;
+        }
+        if b.recorded < PER_PATH {
+            b.recorded += 1;
+            self.recorded += 1;
+            return true;
+        }
+        b.suppressed
+            .get_or_insert_with(|| Suppressed {
+                action: a.action,
+                decision,
+                path: Some(a.path.clone()),
+                reason: a.reason.clone(),
+                count: 0,
+            })
+            .count += 1;
+        false
+    }
+
+    /// The counts of windows that are over (all of them with `all`), in a
+    /// stable order; each is reported once. Forgets paths whose window is
+    /// over, so the table stays as small as one second's records.
+    pub fn take_summaries(&mut self, now: Instant, all: bool) -> Vec<Suppressed> {
+        let over = |start: Instant| all || now.duration_since(start) >= WINDOW;
+        let mut out: Vec<Suppressed> = Vec::new();
+        self.paths.retain(|_, b| {
+            if over(b.window_start) {
+                out.extend(b.suppressed.take());
+                false
+            } else {
+                true
+            }
+        });
+        if over(self.window_start) {
+            out.extend(self.over.drain().map(|(_, s)| s));
+        }
+        out.sort_by(|a, b| {
+            (a.path.is_none(), a.action.as_str(), &a.path).cmp(&(
+                b.path.is_none(),
+                b.action.as_str(),
+                &b.path,
+            ))
+        });
+        out
+    }
+}
+
+fn decision(d: Verdict) -> Decision {
+    match d {
+        Verdict::Allow => Decision::Allow,
+        Verdict::Deny => Decision::Deny,
+        Verdict::Unknown => Decision::Info,
+    }
+}
+
+fn errno_name(errno: i32) -> String {
+    format!("{:?}", nix::errno::Errno::from_raw(errno))
+}
+
+/// A path for a record: the text when it is UTF-8; otherwise the lossy text,
+/// with the exact bytes in hex under `hex_key` of `details`.
+fn put_path(details: &mut serde_json::Map<String, Value>, key: &str, p: &[u8]) -> String {
+    match std::str::from_utf8(p) {
+        Ok(s) => s.to_owned(),
+        Err(_) => {
+            details.insert(format!("{key}_bytes_hex"), json!(hex::encode(p)));
+            String::from_utf8_lossy(p).into_owned()
+        }
+    }
+}
+
+/// The record of one access.
+pub fn access_record(session: &str, a: &FileAccess) -> Record {
+    let mut d = serde_json::Map::new();
+    let resource = put_path(&mut d, "path", &a.path);
+    d.insert("syscall".into(), json!(a.syscall));
+    let resolved = put_path(&mut d, "resolved", &a.resolved);
+    d.insert("resolved".into(), json!(resolved));
+    if let Some((to, to_resolved)) = &a.to {
+        let to = put_path(&mut d, "to", to);
+        d.insert("to".into(), json!(to));
+        let r = put_path(&mut d, "to_resolved", to_resolved);
+        d.insert("to_resolved".into(), json!(r));
+    }
+    if let Some(t) = &a.target {
+        let t = put_path(&mut d, "target", t);
+        d.insert("target".into(), json!(t));
+    }
+    d.insert("errno".into(), json!(a.errno));
+    d.insert("error".into(), json!(a.errno.map(errno_name)));
+    d.insert("flags".into(), json!(a.flags));
+    d.insert("pid".into(), json!(a.pid));
+    Record::new(
+        RecordType::File,
+        a.action.as_str(),
+        Some(session),
+        resource,
+        decision(a.decision),
+        a.reason.clone(),
+    )
+    .with_details(Value::Object(d))
+}
+
+/// The summary of accesses left out by the rate limit.
+pub fn summary_record(session: &str, s: &Suppressed) -> Record {
+    let mut d = serde_json::Map::new();
+    let resource = match &s.path {
+        Some(p) => put_path(&mut d, "path", p),
+        None => "*".to_owned(),
+    };
+    d.insert("suppressed".into(), json!(s.count));
+    d.insert(
+        "rate_limit".into(),
+        json!(format!(
+            "{PER_PATH} records per second per path, {PER_SECOND} per session"
+        )),
+    );
+    Record::new(
+        RecordType::File,
+        s.action.as_str(),
+        Some(session),
+        resource,
+        s.decision,
+        s.reason.clone(),
+    )
+    .with_details(Value::Object(d))
+}
+
+impl Daemon {
+    /// Blocking: records `files` for `session` until the sandbox is gone and
+    /// the queue is empty, then writes the remaining summaries and the count
+    /// of accesses the full queue made us miss.
+    pub fn record_file_accesses(&self, session: &str, files: FileAccesses) {
+        let mut limit = RateLimit::new(Instant::now());
+        loop {
+            let got = files.recv_timeout(WINDOW);
+            let now = Instant::now();
+            for s in limit.take_summaries(now, false) {
+                self.audit.record(summary_record(session, &s));
+            }
+            match got {
+                Ok(a) => {
+                    if limit.admit(&a, now) {
+                        self.audit.record(access_record(session, &a));
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        for s in limit.take_summaries(Instant::now(), true) {
+            self.audit.record(summary_record(session, &s));
+        }
+        let lost = files.lost();
+        if lost > 0 {
+            self.audit.record(
+                Record::new(
+                    RecordType::File,
+                    "*",
+                    Some(session),
+                    "*",
+                    Decision::Info,
+                    "file accesses not observed: the queue to the audit store was full",
+                )
+                .with_details(json!({ "lost": lost })),
+            );
+        }
+    }
+}
+
+/// What `session.start` says about file auditing: the level, or
+/// `unavailable` when the policy asks for it but the kernel lacks seccomp user
+/// notification (like `syscall_audit`, an audit that cannot be had is said,
+/// not refused: it protects nothing).
+pub fn level_in_use(level: FileAudit) -> &'static str {
+    if !level.is_off() && !warden_sandbox::notify::available() {
+        "unavailable"
+    } else {
+        level.as_str()
+    }
+}
+
+/// Starts recording a new sandbox's refused calls and observed file
+/// accesses, each on a blocking thread of its own, until the sandbox is gone;
+/// the handle ends when both are written.
+pub fn start_recorders(
+    daemon: &Arc<Daemon>,
+    session: &str,
+    sandbox: &Sandbox,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let calls = sandbox.take_refused_calls();
+    let files = sandbox.take_file_accesses();
+    if calls.is_none() && files.is_none() {
+        return None;
+    }
+    let daemon = daemon.clone();
+    let session = session.to_owned();
+    Some(tokio::task::spawn_blocking(move || {
+        let files = files.and_then(|files| {
+            let (daemon, session) = (daemon.clone(), session.clone());
+            std::thread::Builder::new()
+                .name("warden-file-audit".into())
+                .spawn(move || daemon.record_file_accesses(&session, files))
+                .ok()
+        });
+        if let Some(calls) = calls {
+            daemon.record_refused_calls(&session, calls);
+        }
+        if let Some(t) = files {
+            let _ = t.join();
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn access(action: Action, path: &[u8], decision: Verdict) -> FileAccess {
+        FileAccess {
+            pid: 77,
+            syscall: "openat",
+            action,
+            path: path.to_vec(),
+            resolved: path.to_vec(),
+            to: None,
+            target: None,
+            flags: 0,
+            decision,
+            errno: (decision == Verdict::Deny).then_some(libc::ENOENT),
+            reason: "outside the sandbox's grants".into(),
+        }
+    }
+
+    #[test]
+    fn at_most_per_path_records_per_second_then_one_summary() {
+        let t0 = Instant::now();
+        let mut l = RateLimit::new(t0);
+        let a = access(Action::OpenRead, b"/home/u/.ssh/id_rsa", Verdict::Deny);
+        let admitted = (0..1000).filter(|_| l.admit(&a, t0)).count();
+        assert_eq!(admitted, PER_PATH as usize);
+        // Another path, or the same path with another action, has its own budget.
+        assert!(l.admit(&access(Action::OpenRead, b"/etc/shadow", Verdict::Deny), t0));
+        assert!(l.admit(
+            &access(Action::Exec, b"/home/u/.ssh/id_rsa", Verdict::Deny),
+            t0
+        ));
+        assert_eq!(l.take_summaries(t0, false), vec![]);
+        let later = t0 + WINDOW;
+        let s = l.take_summaries(later, false);
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!(s[0].count, 1000 - u64::from(PER_PATH));
+        assert_eq!(s[0].path.as_deref(), Some(&b"/home/u/.ssh/id_rsa"[..]));
+        assert_eq!(s[0].decision, Decision::Deny);
+        // Reported once, and the table was emptied.
+        assert_eq!(l.take_summaries(later, true), vec![]);
+        assert!(l.paths.is_empty());
+        assert!(l.admit(&a, later));
+    }
+
+    #[test]
+    fn the_session_budget_caps_many_distinct_paths() {
+        let t0 = Instant::now();
+        let mut l = RateLimit::new(t0);
+        let n = PER_SECOND as usize + 500;
+        let admitted = (0..n)
+            .filter(|i| {
+                let p = format!("/data/f{i}");
+                l.admit(&access(Action::OpenRead, p.as_bytes(), Verdict::Allow), t0)
+            })
+            .count();
+        assert_eq!(admitted, PER_SECOND as usize);
+        // Paths beyond the budget are not remembered one by one.
+        assert_eq!(l.paths.len(), PER_SECOND as usize);
+        let s = l.take_summaries(t0, true);
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!((s[0].path.clone(), s[0].count), (None, 500));
+        assert_eq!(s[0].action, Action::OpenRead);
+    }
+
+    #[test]
+    fn records_carry_the_path_as_named_and_the_details() {
+        let mut a = access(Action::OpenRead, b"../x/id_rsa", Verdict::Deny);
+        a.resolved = b"/home/u/x/id_rsa".to_vec();
+        let v = serde_json::to_value(access_record("0123456789ab", &a)).unwrap();
+        assert_eq!(v["type"], "file");
+        assert_eq!(v["action"], "open-read");
+        assert_eq!(v["resource"], "../x/id_rsa");
+        assert_eq!(v["decision"], "deny");
+        assert_eq!(v["reason"], "outside the sandbox's grants");
+        assert_eq!(v["session"], "0123456789ab");
+        assert_eq!(
+            v["details"],
+            json!({
+                "syscall": "openat", "resolved": "/home/u/x/id_rsa",
+                "errno": libc::ENOENT, "error": "ENOENT", "flags": 0, "pid": 77,
+            })
+        );
+        let allowed = access(Action::OpenRead, b"/usr/lib/x", Verdict::Allow);
+        let v = serde_json::to_value(access_record("s", &allowed)).unwrap();
+        assert_eq!(v["decision"], "allow");
+        assert!(v["details"]["errno"].is_null());
+    }
+
+    #[test]
+    fn paths_that_are_not_utf8_keep_their_bytes() {
+        let mut a = access(Action::Create, b"/tmp/\xff\xfeok", Verdict::Allow);
+        a.to = Some((b"new\x80".to_vec(), b"/tmp/new\x80".to_vec()));
+        let v = serde_json::to_value(access_record("s", &a)).unwrap();
+        assert_eq!(v["resource"], "/tmp/\u{fffd}\u{fffd}ok");
+        let d = &v["details"];
+        assert_eq!(d["path_bytes_hex"], "2f746d702ffffe6f6b");
+        assert_eq!(d["resolved_bytes_hex"], "2f746d702ffffe6f6b");
+        assert_eq!(d["to_bytes_hex"], "6e657780");
+        assert_eq!(d["to_resolved_bytes_hex"], "2f746d702f6e657780");
+        // UTF-8 paths carry no hex.
+        let v = serde_json::to_value(access_record(
+            "s",
+            &access(Action::OpenRead, "/tmp/é".as_bytes(), Verdict::Allow),
+        ))
+        .unwrap();
+        assert_eq!(v["resource"], "/tmp/é");
+        assert!(v["details"].get("path_bytes_hex").is_none());
+    }
+
+    #[test]
+    fn summaries_name_the_path_or_the_session() {
+        let s = Suppressed {
+            action: Action::OpenRead,
+            decision: Decision::Deny,
+            path: Some(b"/x".to_vec()),
+            reason: "outside the sandbox's grants".into(),
+            count: 5,
+        };
+        let v = serde_json::to_value(summary_record("s", &s)).unwrap();
+        assert_eq!(
+            (v["type"].as_str(), v["resource"].as_str()),
+            (Some("file"), Some("/x"))
+        );
+        assert_eq!(v["details"]["suppressed"], 5);
+        let all = Suppressed { path: None, ..s };
+        let v = serde_json::to_value(summary_record("s", &all)).unwrap();
+        assert_eq!(v["resource"], "*");
+    }
+}
