@@ -233,6 +233,12 @@ fn tools() -> Vec<Value> {
         ),
         tool("sleep", "Sleeps, then replies", json!({"ms": i}), &["ms"]),
         tool(
+            "exec",
+            "Runs a program (execve of `path` with `args`, no shell) and waits; returns {spawned, code, error}",
+            json!({"path": s, "args": {"type": "array", "items": s}}),
+            &["path"],
+        ),
+        tool(
             "alloc",
             "Allocates and touches `mb` MiB, `step_mb` at a time with `pause_ms` between, and keeps it",
             json!({"mb": i, "step_mb": i, "pause_ms": i}),
@@ -366,6 +372,22 @@ fn call_tool(params: &Value) -> CallResult {
                 .map_err(|_| (-32602, "ms must not be negative".to_string()))?;
             std::thread::sleep(Duration::from_millis(ms));
             Ok(text(format!("slept {ms} ms")))
+        }
+        "exec" => {
+            let argv: Vec<&str> = args
+                .get("args")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let status = std::process::Command::new(arg_str(args, "path")?)
+                .args(argv)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .status();
+            Ok(structured(match status {
+                Ok(st) => json!({"spawned": true, "code": st.code(), "error": null}),
+                Err(e) => json!({"spawned": false, "code": null, "error": e.to_string()}),
+            }))
         }
         "alloc" => {
             let mb = usize::try_from(arg_i64(args, "mb")?)
