@@ -4,7 +4,8 @@
 //! Run: `cargo build --release --workspace && target/release/warden-bench`
 //! (`warden-bench egress`: the egress proxy against a direct connection, see
 //! `egress.rs`; `warden-bench audit`: audit store appends, group commit against
-//! an fsync per record, see `audit.rs`)
+//! an fsync per record, see `audit.rs`; `warden-bench files`: what file-access
+//! auditing costs, see `files.rs`)
 //! (options: `--launches N` (default 100), `--requests N` (default 1000)).
 //!
 //! - launch: time from spawning the process to the first byte of the reply to
@@ -16,6 +17,7 @@
 
 mod audit;
 mod egress;
+mod files;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -285,6 +287,10 @@ fn main() {
     }
     if std::env::args().nth(1).as_deref() == Some("audit") {
         audit::main();
+        return;
+    }
+    if std::env::args().nth(1).as_deref() == Some("files") {
+        files::main();
         return;
     }
     let launches = arg("--launches", 100);
