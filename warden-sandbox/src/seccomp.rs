@@ -1169,6 +1169,14 @@ mod tests {
         let mut names = HashSet::new();
         for w in WATCHED {
             assert!(names.insert(w.nr), "{} twice", w.name);
+            // The notifier continues every watched call by number alone: a
+            // call that is also refused (any rule, conditional or not) must
+            // never be watched, or observing it would let it through.
+            assert!(
+                RULES.iter().all(|r| r.nr != w.nr),
+                "{} is both watched and refused",
+                w.name
+            );
             assert!(watched(w.nr).is_some_and(|x| x.name == w.name));
             for p in w.paths.iter().flatten() {
                 assert!(p.path < 6 && p.dirfd.is_none_or(|d| d < 6), "{}", w.name);
