@@ -1390,6 +1390,14 @@ fn ps_counts_allowed_and_denied_connections() {
     assert_eq!(sessions.len(), 1, "{sessions:?}");
     assert_eq!(sessions[0]["network_allowed"], 2, "{}", sessions[0]);
     assert_eq!(sessions[0]["network_denied"], 3, "{}", sessions[0]);
+    // The last denial names the last refused target (an IP literal: no rule
+    // lists 127.0.0.1) and why.
+    let last = sessions[0]["last_denial"].as_str().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!("127.0.0.1:{h}: ")) && last.contains("not in network.allow"),
+        "{}",
+        sessions[0]
+    );
     // Direct connections other than the proxy fail (Landlock and the namespace).
     let r = c.tool_json(
         "tcp_exchange",

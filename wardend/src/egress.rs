@@ -82,7 +82,8 @@ impl warden_proxy::EventSink for Sink {
                 .counters
                 .last_denial
                 .lock()
-                .unwrap_or_else(|p| p.into_inner()) = Some(format!("{resource}: {}", d.reason));
+                .unwrap_or_else(|p| p.into_inner()) =
+                Some(format!("{resource}: {}", reason_text(d)));
         }
         self.daemon.audit.record(
             Record::new(
