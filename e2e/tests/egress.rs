@@ -1468,3 +1468,50 @@ fn mcp_server_fetch_through_the_proxy() {
     w.assert_forbidden_untouched();
     w.assert_only_looked_up(&["allowed.test", "api.github.test"]);
 }
+
+#[test]
+fn secrets_in_requests_stay_out_of_the_audit_store() {
+    // A query string, proxy credentials and a bearer token pass through (or
+    // are refused) but never reach a record: network records name host:port.
+    let Some(w) = World::new() else { return };
+    let h = w.http();
+    let mut c = w.env.fixture_session(&w.standard_policy(), &[], &[]);
+    c.initialize();
+    let secret = "S3CRET-QUERY-VALUE";
+    let req = format!(
+        "GET http://allowed.test:{h}/hello?token={secret} HTTP/1.1\r\nHost: allowed.test:{h}\r\n\
+         Proxy-Authorization: Basic UFJPWFktQ1JFRC1TRUNSRVQ=\r\nAuthorization: Bearer BEARER-SECRET\r\n\
+         Connection: close\r\n\r\n"
+    );
+    let r = c.tool_json(
+        "tcp_exchange",
+        json!({"addr": PROXY, "data": req, "timeout_ms": 20000}),
+    );
+    assert!(
+        r["reply"].as_str().unwrap().starts_with("HTTP/1.1 200"),
+        "{r}"
+    );
+    let denied = format!(
+        "GET http://notlisted.test:{h}/x?token={secret} HTTP/1.1\r\nHost: notlisted.test:{h}\r\nConnection: close\r\n\r\n"
+    );
+    let r = c.tool_json(
+        "tcp_exchange",
+        json!({"addr": PROXY, "data": denied, "timeout_ms": 20000}),
+    );
+    assert!(
+        r["reply"].as_str().unwrap().starts_with("HTTP/1.1 403"),
+        "{r}"
+    );
+    c.close_stdin();
+    assert_eq!(c.wait_code(Duration::from_secs(20)), 0, "{}", c.stderr());
+    let store: String = std::fs::read_dir(w.env.state.join("audit"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".jsonl"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    assert!(store.contains("\"network\""), "no network records: {store}");
+    for s in [secret, "UFJPWFktQ1JFRC1TRUNSRVQ", "BEARER-SECRET", "token="] {
+        assert!(!store.contains(s), "{s} in the audit store");
+    }
+}
