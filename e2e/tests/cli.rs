@@ -95,6 +95,23 @@ fn status_reports_the_daemon() {
         text.contains(&daemon.pid().to_string()),
         "status does not mention the daemon pid: {text}"
     );
+    // Every kernel feature Warden relies on is reported, with what it means.
+    let names: Vec<&str> = status["features"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no features: {status}"))
+        .iter()
+        .filter_map(|f| f["name"].as_str())
+        .collect();
+    for want in [
+        "user_namespaces",
+        "landlock",
+        "seccomp",
+        "seccomp_user_notif",
+        "file_audit",
+        "cgroup_v2_delegation",
+    ] {
+        assert!(names.contains(&want), "{want} missing from {names:?}");
+    }
 }
 
 fn autostart_session(env: &TestEnv, cmd: std::process::Command) {

@@ -75,6 +75,19 @@ pub fn probe(cgroup_state: &Result<crate::cgroup::Delegation, String>) -> Vec<Ke
             "not available: refused calls are still refused, but not recorded".into()
         },
     ));
+    out.push(feature(
+        "file_audit",
+        user_notif,
+        if user_notif {
+            "file accesses observed by seccomp user notification: audit.files \
+             denied (default) | all | off"
+                .into()
+        } else {
+            "not available: sessions run without file-access records \
+             (session.start says file_audit: unavailable)"
+                .into()
+        },
+    ));
     out.push(cgroup(cgroup_state));
     out
 }
