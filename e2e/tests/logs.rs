@@ -1046,3 +1046,55 @@ fn filters_select_by_session_type_decision_and_time() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+/// On a terminal the decision column is coloured (deny red, allow green...);
+/// `NO_COLOR` turns that off, and so does a pipe (the other tests read
+/// through pipes and see no escape at all). The terminal is a real pty from
+/// util-linux `script`.
+#[test]
+fn logs_colour_only_on_a_terminal_and_not_with_no_color() {
+    let script = find_on_path("script").or_else(|| {
+        let p = PathBuf::from("/usr/bin/script");
+        p.is_file().then_some(p)
+    });
+    let Some(script) = script else {
+        eprintln!("skipping: no `script` (util-linux) to give wardenctl a terminal");
+        return;
+    };
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    assert_eq!(short_session(&env, &policy(&env)), 0);
+    let on_tty = |no_color: bool| -> String {
+        let cmdline = format!(
+            "'{}' --socket '{}' logs",
+            bin("wardenctl").display(),
+            env.socket.display()
+        );
+        let mut cmd = std::process::Command::new(&script);
+        cmd.args(["-qec", &cmdline, "/dev/null"])
+            .envs(env.env_vars())
+            .env_remove("NO_COLOR")
+            .env("TERM", "xterm");
+        if no_color {
+            cmd.env("NO_COLOR", "1");
+        }
+        let out = run(&mut cmd, MINUTE);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let coloured = on_tty(false);
+    assert!(coloured.contains("session.start"), "{coloured:?}");
+    assert!(
+        coloured.contains("\u{1b}["),
+        "no colour on a terminal: {coloured:?}"
+    );
+    let plain = on_tty(true);
+    assert!(plain.contains("session.start"), "{plain:?}");
+    assert!(
+        !plain.contains('\u{1b}'),
+        "colour despite NO_COLOR: {plain:?}"
+    );
+    let (code, piped, _) = ctl_out(&env, &os(&["logs"]));
+    assert_eq!(code, 0);
+    assert!(!piped.contains(&0x1b), "colour into a pipe");
+}
