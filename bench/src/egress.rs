@@ -5,6 +5,9 @@
 //!   host directly, on the host through a plain relay (the floor of any proxy:
 //!   a second loopback hop and nothing else), and inside the sandbox through the
 //!   proxy (HTTP forward proxy);
+//! - throughput behind a link (root only): the same download from an upstream
+//!   in a network namespace behind a veth pair shaped to `--link-gbit` (default
+//!   1) Gbit/s, direct and through the proxy;
 //! - latency: a Python client makes R (default 1000) sequential small requests,
 //!   each on a new connection, on the host directly and inside the sandbox through
 //!   the proxy (which resolves `localhost` and vets it per request); median, p90.
@@ -15,6 +18,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use crate::{arg, bin, median, Daemon};
+
+fn nix_is_root() -> bool {
+    std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+}
 
 /// A minimal HTTP/1.1 upstream: `GET /bytes/N` streams N bytes, anything else
 /// answers `ok`; one request per connection.
@@ -103,6 +110,106 @@ fn plain_relay(upstream: u16) -> u16 {
         }
     });
     port
+}
+
+/// An upstream behind a real link: a network namespace joined to the host by a
+/// veth pair whose upstream end is shaped to `gbit` Gbit/s (tbf), serving one
+/// `GET` of `bytes` per connection from a Python server inside. Root only
+/// (`ip netns`, `tc`); removed on drop.
+struct Link {
+    ns: String,
+    host_if: String,
+    server: std::process::Child,
+    addr: String,
+}
+
+const LINK_SERVER: &str = r#"
+import socket, sys, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 8080)); s.listen(8)
+def serve(c):
+    c.recv(65536)
+    n = int(sys.argv[2])
+    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % n)
+    buf = b"x" * (1 << 20)
+    while n > 0:
+        k = min(n, len(buf)); c.sendall(buf[:k]); n -= k
+    c.close()
+while True:
+    c, _ = s.accept(); threading.Thread(target=serve, args=(c,)).start()
+"#;
+
+impl Link {
+    fn start(gbit: usize, bytes: u64) -> Option<Link> {
+        let sh = |cmd: &str| {
+            Command::new("sh")
+                .arg("-c")
+                .arg(cmd)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let id = std::process::id() % 100_000;
+        let (ns, host_if, up_if) = (
+            format!("wbench{id}"),
+            format!("wbh{id}"),
+            format!("wbu{id}"),
+        );
+        let setup = format!(
+            "ip netns add {ns} && ip link add {host_if} type veth peer name {up_if} && \
+             ip link set {up_if} netns {ns} && ip addr add 10.203.0.1/24 dev {host_if} && \
+             ip link set {host_if} up && ip netns exec {ns} ip addr add 10.203.0.2/24 dev {up_if} && \
+             ip netns exec {ns} ip link set {up_if} up && ip netns exec {ns} ip link set lo up && \
+             ip netns exec {ns} tc qdisc add dev {up_if} root tbf rate {gbit}gbit burst 256kb latency 50ms"
+        );
+        if !sh(&setup) {
+            sh(&format!("ip netns del {ns}; ip link del {host_if}"));
+            return None;
+        }
+        let server = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns,
+                "/usr/bin/python3",
+                "-c",
+                LINK_SERVER,
+                "10.203.0.2",
+            ])
+            .arg(bytes.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let link = Link {
+            ns,
+            host_if,
+            server,
+            addr: "10.203.0.2:8080".into(),
+        };
+        for _ in 0..100 {
+            if TcpStream::connect(&link.addr).is_ok() {
+                return Some(link);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ip netns del {}; ip link del {} 2>/dev/null",
+                self.ns, self.host_if
+            ))
+            .status();
+    }
 }
 
 /// Runs `argv` directly (`policy` None) or through the shim with `policy`;
@@ -226,6 +333,54 @@ pub fn main() {
         100.0 * p / d,
         100.0 * p / r
     );
+
+    // The same download from an upstream behind a 1 Gbit/s link (what a real
+    // upstream looks like: the network, not this machine's CPU, sets the pace).
+    let gbit = arg("--link-gbit", 1);
+    match (nix_is_root(), Link::start(gbit, (mib as u64) << 20)) {
+        (true, Some(link)) => {
+            let url = format!("http://{}/x", link.addr);
+            let curl = [
+                "curl",
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{speed_download}",
+                url.as_str(),
+            ];
+            let text = format!(
+                "command: [{}]\nnetwork:\n  allow: [\"{}\"]\n",
+                curl.iter()
+                    .map(|a| serde_json::to_string(a).unwrap())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                link.addr
+            );
+            let p = dir.path().join("link.yaml");
+            std::fs::write(&p, text).unwrap();
+            let (mut direct, mut proxied) = (Vec::new(), Vec::new());
+            for _ in 0..runs {
+                let speed =
+                    |out: String| out.trim().parse::<f64>().expect("curl speed") / (1 << 20) as f64;
+                direct.push(speed(run(&curl, &s, None)));
+                proxied.push(speed(run(&curl, &s, Some(&p))));
+            }
+            let (d, p) = (median(direct), median(proxied));
+            println!("## egress throughput behind a {gbit} Gbit/s link: {mib} MiB with curl ({runs} runs each, median)\n");
+            println!("| path | MiB/s |");
+            println!("| --- | --- |");
+            println!("| host, direct to the upstream | {d:.0} |");
+            println!(
+                "| sandbox, through the proxy (HTTP forward; the upstream's IP listed) | {p:.0} |"
+            );
+            println!(
+                "\nthroughput through the proxy: {:.0}% of direct\n",
+                100.0 * p / d
+            );
+        }
+        _ => println!("(the {gbit} Gbit/s link scenario needs root, ip and tc: skipped)\n"),
+    }
 
     let small = format!("http://localhost:{port}/small");
     let n = requests.to_string();
