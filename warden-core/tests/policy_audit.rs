@@ -108,3 +108,14 @@ fn errors_name_the_line_column_and_key() {
         ["P:2:1: audti: unknown key `audti`, did you mean `audit`?"]
     );
 }
+
+#[test]
+fn an_explicit_level_is_marked_as_such() {
+    let f = Fixture::new();
+    let explicit = |text: &str| f.compile(text).unwrap().audit.files_explicit;
+    assert!(!explicit(""));
+    assert!(!explicit("audit: {}\n"));
+    assert!(explicit("audit:\n  files: denied\n"));
+    assert!(explicit("audit:\n  files: all\n"));
+    assert!(explicit("audit:\n  files: off\n"));
+}

@@ -279,6 +279,23 @@ impl Daemon {
 /// `unavailable` when the policy asks for it but the kernel lacks seccomp user
 /// notification (like `syscall_audit`, an audit that cannot be had is said,
 /// not refused: it protects nothing).
+/// Why a session must not start for its `audit.files`, if it must not: a level
+/// the policy asked for explicitly (other than `off`) needs seccomp user
+/// notification; the default level runs without it and says `unavailable`.
+pub fn refusal(
+    level: warden_core::policy::FileAudit,
+    explicit: bool,
+    notify_available: bool,
+) -> Option<String> {
+    (explicit && level != warden_core::policy::FileAudit::Off && !notify_available).then(|| {
+        format!(
+            "audit.files: {} needs seccomp user notification, which this kernel does not \
+             offer; set audit.files: off, or remove the key to run without file records",
+            level.as_str()
+        )
+    })
+}
+
 pub fn level_in_use(level: FileAudit) -> &'static str {
     if !level.is_off() && !warden_sandbox::notify::available() {
         "unavailable"
@@ -322,6 +339,18 @@ pub fn start_recorders(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_explicit_level_without_user_notification_is_refused() {
+        use warden_core::policy::FileAudit as P;
+        assert!(refusal(P::All, true, false).is_some_and(|m| m.contains("audit.files: all")));
+        assert!(refusal(P::Denied, true, false).is_some());
+        // The default level runs (recorded as unavailable); off never needs it;
+        // with user notification nothing is refused.
+        assert_eq!(refusal(P::Denied, false, false), None);
+        assert_eq!(refusal(P::Off, true, false), None);
+        assert_eq!(refusal(P::All, true, true), None);
+    }
 
     fn access(action: Action, path: &[u8], decision: Verdict) -> FileAccess {
         FileAccess {

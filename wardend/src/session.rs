@@ -287,6 +287,13 @@ impl Daemon {
                 )));
             }
         }
+        if let Some(why) = crate::files::refusal(
+            policy.audit.files,
+            policy.audit.files_explicit,
+            warden_sandbox::notify::available(),
+        ) {
+            return Err(DaemonError::Policy(why));
+        }
         let (env, env_names) = build_env(&req.env, &policy.env_allow, &home);
         let user = env_get(&req.env, "USER")
             .or_else(|| env_get(&req.env, "LOGNAME"))

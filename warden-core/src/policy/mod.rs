@@ -199,6 +199,11 @@ pub struct AuditPolicy {
     /// `audit.files`: which file accesses become `file` records.
     #[serde(default)]
     pub files: FileAudit,
+    /// Whether the policy wrote `audit.files` itself: a level asked for
+    /// explicitly is refused where it cannot be had; the default runs with
+    /// `file_audit: unavailable` recorded instead.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub files_explicit: bool,
 }
 
 /// `audit.files`.
@@ -568,10 +573,9 @@ pub fn compile(
         })
         .unwrap_or(0);
 
-    let files = raw
-        .audit
-        .as_ref()
-        .and_then(|a| a.files.as_deref())
+    let files_raw = raw.audit.as_ref().and_then(|a| a.files.as_deref());
+    let files_explicit = files_raw.is_some();
+    let files = files_raw
         .and_then(|v| sink.check(&Origin::Key("audit.files".into()), rules::audit_files(v)))
         .unwrap_or_default();
 
@@ -606,6 +610,9 @@ pub fn compile(
             best_effort,
         },
         sandbox: SandboxReq { landlock_min_abi },
-        audit: AuditPolicy { files },
+        audit: AuditPolicy {
+            files,
+            files_explicit,
+        },
     })
 }
