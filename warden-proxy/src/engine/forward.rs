@@ -664,49 +664,20 @@ async fn connect(mut client: TcpStream, buf: Vec<u8>, head: RequestHead, cfg: &P
             return refuse(&mut client, cfg, d).await;
         }
     }
-    let mut opened = match decide::open(cfg, &host, port).await {
+    let opened = match decide::open(cfg, &host, port).await {
         Ok(o) => o,
         Err(r) => return refuse(&mut client, cfg, Deny::refusal(p, shown, port, r)).await,
     };
-    decide_event(
+    tunnel::serve_allowed(
         cfg,
         p,
+        &mut client,
+        opened,
+        &host,
         &shown,
         port,
-        Some(opened.addr),
-        true,
-        &allowed_reason(&opened.rule),
-        Some(&opened.rule),
-    );
-    let link = Link::new(cfg, p, &shown, port, opened.addr);
-    if client
-        .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-        .await
-        .is_err()
-    {
-        return;
-    }
-    let end = tunnel::run(
-        &mut client,
-        &mut opened.stream,
         buf,
-        Vec::new(),
-        Some(&host),
-        &link,
-        cfg.limits.idle_timeout,
+        b"HTTP/1.1 200 Connection Established\r\n\r\n",
     )
     .await;
-    if let tunnel::End::Refused(why) = end {
-        decide_event(
-            cfg,
-            p,
-            &shown,
-            port,
-            Some(opened.addr),
-            false,
-            "sni-mismatch",
-            Some(&opened.rule),
-        );
-        tracing::debug!(session = %cfg.session, host = %shown, port, why = %why, "proxy: tunnel refused");
-    }
 }

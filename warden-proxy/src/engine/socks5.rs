@@ -5,7 +5,7 @@ use tokio::net::TcpStream;
 use warden_core::policy::net::{parse_host, Denial, Host};
 
 use super::decide::{self, Refusal};
-use super::{allowed_reason, decide_event, read_more, reply_and_close, tunnel, Link};
+use super::{decide_event, read_more, reply_and_close, tunnel};
 use crate::events::{printable, Protocol};
 use crate::socks::{self, SocksAddr, SocksError, SocksRequest};
 use crate::ProxyConfig;
@@ -123,7 +123,7 @@ pub(crate) async fn serve(mut client: TcpStream, mut buf: Vec<u8>, cfg: &ProxyCo
             return reply_and_close(&mut client, &reply).await;
         }
     };
-    let mut opened = match decide::open(cfg, &host, port).await {
+    let opened = match decide::open(cfg, &host, port).await {
         Ok(o) => o,
         Err(Refusal {
             code,
@@ -150,47 +150,18 @@ pub(crate) async fn serve(mut client: TcpStream, mut buf: Vec<u8>, cfg: &ProxyCo
             return reply_and_close(&mut client, &socks::reply(reply, None)).await;
         }
     };
-    decide_event(
-        cfg,
-        P,
-        &shown,
-        port,
-        Some(opened.addr),
-        true,
-        &allowed_reason(&opened.rule),
-        Some(&opened.rule),
-    );
-    let link = Link::new(cfg, P, &shown, port, opened.addr);
     // BND.ADDR stays 0.0.0.0:0: the host's own source address is none of the
     // sandbox's business, and clients of CONNECT do not use it.
-    if client
-        .write_all(&socks::reply(socks::REP_SUCCEEDED, None))
-        .await
-        .is_err()
-    {
-        return;
-    }
-    let end = tunnel::run(
+    tunnel::serve_allowed(
+        cfg,
+        P,
         &mut client,
-        &mut opened.stream,
+        opened,
+        &host,
+        &shown,
+        port,
         buf,
-        Vec::new(),
-        Some(&host),
-        &link,
-        cfg.limits.idle_timeout,
+        &socks::reply(socks::REP_SUCCEEDED, None),
     )
     .await;
-    if let tunnel::End::Refused(why) = end {
-        decide_event(
-            cfg,
-            P,
-            &shown,
-            port,
-            Some(opened.addr),
-            false,
-            "sni-mismatch",
-            Some(&opened.rule),
-        );
-        tracing::debug!(session = %cfg.session, host = %shown, port, why = %why, "proxy: tunnel refused");
-    }
 }

@@ -10,9 +10,12 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use warden_core::policy::net::{parse_host, Host};
 
-use super::{read_more, splice, Link};
+use super::decide::Opened;
+use super::{allowed_reason, decide_event, read_more, splice, Link};
 use crate::events::printable;
+use crate::events::Protocol;
 use crate::tls::{self, Sniff, MAX_CLIENT_HELLO};
+use crate::ProxyConfig;
 
 /// How a tunnel ended.
 #[derive(Debug)]
@@ -69,6 +72,56 @@ async fn pump(
 enum Up {
     Done,
     Refused(String),
+}
+
+/// An allowed tunnel (CONNECT or SOCKS5) from its allow decision to its end:
+/// records the decision, sends the protocol's success `reply`, then runs the
+/// tunnel with the ClientHello check against `host` (`client_prefix`: bytes the
+/// client sent after its request); a refused ClientHello is a second,
+/// `sni-mismatch` decision.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn serve_allowed(
+    cfg: &ProxyConfig,
+    protocol: Protocol,
+    client: &mut TcpStream,
+    mut opened: Opened,
+    host: &Host,
+    shown: &str,
+    port: u16,
+    client_prefix: Vec<u8>,
+    reply: &[u8],
+) {
+    let allowed = |ok: bool, reason: &str| {
+        decide_event(
+            cfg,
+            protocol,
+            shown,
+            port,
+            Some(opened.addr),
+            ok,
+            reason,
+            Some(&opened.rule),
+        )
+    };
+    allowed(true, &allowed_reason(&opened.rule));
+    let link = Link::new(cfg, protocol, shown, port, opened.addr);
+    if client.write_all(reply).await.is_err() {
+        return;
+    }
+    let end = run(
+        client,
+        &mut opened.stream,
+        client_prefix,
+        Vec::new(),
+        Some(host),
+        &link,
+        cfg.limits.idle_timeout,
+    )
+    .await;
+    if let End::Refused(why) = end {
+        allowed(false, "sni-mismatch");
+        tracing::debug!(session = %cfg.session, host = %shown, port, why = %why, "proxy: tunnel refused");
+    }
 }
 
 /// Splices `client` and `upstream` until both directions end, one fails, or
