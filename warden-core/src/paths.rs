@@ -56,19 +56,44 @@ pub fn home_dir() -> Result<PathBuf, PathError> {
         .ok_or(PathError::NoHome)
 }
 
-/// The default socket: `$WARDEN_SOCKET`, else `$XDG_RUNTIME_DIR/warden/wardend.sock`,
-/// else `<tmp>/warden-<uid>/wardend.sock`. The directory is created 0700 when
-/// missing and its owner and mode are verified.
+/// Where the login manager keeps runtime directories (`XDG_RUNTIME_DIR` is
+/// `/run/user/<uid>` under systemd-logind and elogind).
+const LOGIN_RUNTIME_BASE: &str = "/run/user";
+
+/// The default socket: `$WARDEN_SOCKET`, else `$XDG_RUNTIME_DIR/warden/wardend.sock`;
+/// without `XDG_RUNTIME_DIR`, `/run/user/<uid>/warden/wardend.sock` when the
+/// login manager made `/run/user/<uid>` for this user (owned by them, mode
+/// 0700), else `<tmp>/warden-<uid>/wardend.sock`. The directory is created
+/// 0700 when missing and its owner and mode are verified.
+///
+/// The `/run/user` step matters because MCP clients start servers (here: the
+/// shim) with a few variables only: the official SDKs pass HOME, LOGNAME,
+/// PATH, SHELL, TERM and USER, never `XDG_RUNTIME_DIR`. Without it, a shim
+/// started by a client would miss the daemon the user's service manager runs
+/// on `$XDG_RUNTIME_DIR` and start a second one that `wardenctl` in the user's
+/// shell never sees.
 pub fn default_socket() -> Result<PathBuf, PathError> {
     if let Some(s) = non_empty("WARDEN_SOCKET") {
         return Ok(PathBuf::from(s));
     }
+    let uid = current_uid();
     let dir = match non_empty("XDG_RUNTIME_DIR") {
         Some(rt) => PathBuf::from(rt).join("warden"),
-        None => env::temp_dir().join(format!("warden-{}", current_uid())),
+        None => match login_runtime_dir(Path::new(LOGIN_RUNTIME_BASE), uid) {
+            Some(rt) => rt.join("warden"),
+            None => env::temp_dir().join(format!("warden-{uid}")),
+        },
     };
     ensure_private_dir(&dir)?;
     Ok(dir.join("wardend.sock"))
+}
+
+/// `<base>/<uid>` if it is a directory owned by `uid` that grants nothing to
+/// group or others (what a login manager creates), else `None`.
+fn login_runtime_dir(base: &Path, uid: u32) -> Option<PathBuf> {
+    let dir = base.join(uid.to_string());
+    let md = fs::symlink_metadata(&dir).ok()?;
+    (md.is_dir() && md.uid() == uid && md.permissions().mode() & 0o077 == 0).then_some(dir)
 }
 
 /// `--socket` if given, else [`default_socket`].
@@ -188,6 +213,23 @@ mod tests {
                 d.display()
             )
         );
+    }
+
+    #[test]
+    fn login_runtime_dir_only_when_private_and_ours() {
+        let t = tempfile::tempdir().unwrap();
+        let uid = current_uid();
+        assert_eq!(login_runtime_dir(t.path(), uid), None, "missing");
+        let d = t.path().join(uid.to_string());
+        fs::create_dir(&d).unwrap();
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(login_runtime_dir(t.path(), uid), None, "loose");
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(login_runtime_dir(t.path(), uid), Some(d.clone()));
+        // A symlink is not followed.
+        let t2 = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(&d, t2.path().join(uid.to_string())).unwrap();
+        assert_eq!(login_runtime_dir(t2.path(), uid), None, "symlink");
     }
 
     #[test]
