@@ -21,7 +21,16 @@ pub(crate) struct Confinement {
     /// Install the filter with `SECCOMP_FILTER_FLAG_NEW_LISTENER` (its
     /// `Notify` rules compiled to `SECCOMP_RET_USER_NOTIF`).
     pub notify: bool,
+    /// Also `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV` (Linux 5.19): once the
+    /// daemon has received a notification, only a fatal signal interrupts the
+    /// caller. The creation guard performs calls itself: an ordinary signal
+    /// arriving meanwhile would otherwise restart a call already done
+    /// (`mkdir` answering EEXIST the second time).
+    pub wait_killable: bool,
 }
+
+/// `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV` (not in the libc crate).
+const WAIT_KILLABLE_RECV: libc::c_ulong = 1 << 5;
 
 /// Stage numbers reported by [`Confinement::apply`] (see init.rs `STAGES`).
 pub(crate) const STAGE_LANDLOCK: u32 = 8;
@@ -37,15 +46,19 @@ impl Confinement {
                 landlock: None,
                 seccomp: None,
                 notify: false,
+                wait_killable: false,
             });
         }
+        let guard = crate::guard::active(spec, notify);
         Ok(Confinement {
-            landlock: crate::landlock::ruleset(spec)?,
+            landlock: crate::landlock::ruleset(spec, guard)?,
             seccomp: Some(crate::seccomp::program(
                 notify,
                 notify && !spec.audit_files.is_off(),
+                guard,
             )?),
             notify,
+            wait_killable: guard && crate::guard::kernel_at_least(5, 19),
         })
     }
 
@@ -71,14 +84,17 @@ impl Confinement {
             };
             // NEW_LISTENER: the kernel returns a new fd (always O_CLOEXEC) on
             // which the Notify rules' calls wait for an answer.
-            let flags = if self.notify {
+            let mut flags = if self.notify {
                 libc::SECCOMP_FILTER_FLAG_NEW_LISTENER
             } else {
                 0
             };
+            if self.notify && self.wait_killable {
+                flags |= WAIT_KILLABLE_RECV;
+            }
             // SAFETY: seccomp(SECCOMP_SET_MODE_FILTER) with a valid program that
             // outlives the call (the kernel copies it).
-            let r = unsafe {
+            let mut r = unsafe {
                 libc::syscall(
                     libc::SYS_seccomp,
                     libc::SECCOMP_SET_MODE_FILTER,
@@ -86,6 +102,23 @@ impl Confinement {
                     &fprog as *const libc::sock_fprog,
                 )
             };
+            // SAFETY: reading errno.
+            if r < 0
+                && flags & WAIT_KILLABLE_RECV != 0
+                && unsafe { *libc::__errno_location() } == libc::EINVAL
+            {
+                // A kernel that reports 5.19+ but lacks the flag (a backport
+                // mismatch): the narrow restart window stays, nothing else changes.
+                // SAFETY: as above.
+                r = unsafe {
+                    libc::syscall(
+                        libc::SYS_seccomp,
+                        libc::SECCOMP_SET_MODE_FILTER,
+                        flags & !WAIT_KILLABLE_RECV,
+                        &fprog as *const libc::sock_fprog,
+                    )
+                };
+            }
             if r < 0 {
                 // SAFETY: reading errno.
                 return Err((STAGE_SECCOMP, unsafe { *libc::__errno_location() }));

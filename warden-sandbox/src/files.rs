@@ -381,6 +381,16 @@ impl SandboxRoot {
         })
     }
 
+    /// The sandbox's root directory (`O_PATH`).
+    pub(crate) fn root_fd(&self) -> BorrowedFd<'_> {
+        self.root.as_fd()
+    }
+
+    /// The sandbox's mount with this id.
+    pub(crate) fn mount_by_id(&self, id: u64) -> Option<&Mount> {
+        self.mount(id)
+    }
+
     fn mount(&self, id: u64) -> Option<&Mount> {
         self.mounts.iter().find(|m| m.id == id)
     }
@@ -843,6 +853,16 @@ impl Layout {
         }
     }
 
+    /// The protected paths (host paths, inside write grants) and why.
+    pub(crate) fn protected(&self) -> impl Iterator<Item = (&[u8], &'static str)> {
+        self.protected.iter().map(|(p, w)| (p.as_slice(), *w))
+    }
+
+    /// Whether `point` is a write grant or lies in one.
+    pub(crate) fn in_write_grant(&self, point: &[u8]) -> bool {
+        self.write.iter().any(|w| under(point, w))
+    }
+
     /// The area a mount is.
     pub fn area(&self, m: &Mount) -> Area {
         let p = m.point.as_slice();
@@ -1049,6 +1069,9 @@ pub(crate) struct Captured {
     /// too, with EFAULT or ENAMETOOLONG).
     pub unreadable: Option<Errno>,
     pub root: Option<Arc<SandboxRoot>>,
+    /// The creation guard refused it ([`crate::guard`]): the errno and the
+    /// protected name's reason.
+    pub guard: Option<(i32, &'static str)>,
 }
 
 /// The notifier's state for observed calls.
@@ -1218,6 +1241,7 @@ impl Capturer {
             text,
             unreadable,
             root: self.root.clone(),
+            guard: None,
         })
     }
 
@@ -1333,6 +1357,21 @@ fn follows_last(op: FileOp, flags: u64) -> bool {
 /// The absolute path a named path starts from, in the sandbox's view; `None`
 /// when its base is not a directory path (`pipe:[..]`, `anon_inode:..`,
 /// a deleted directory).
+/// [`absolute`], for the creation guard.
+pub(crate) fn absolute_of(n: &Named) -> Option<Vec<u8>> {
+    absolute(n)
+}
+
+/// The mount id of what `fd` is.
+pub(crate) fn mount_id_of(fd: BorrowedFd<'_>) -> Option<u64> {
+    stat_fd(fd).ok().map(|(_, m)| m).filter(|&m| m != 0)
+}
+
+/// The file type (`S_IFMT` bits) of what `fd` is, not followed.
+pub(crate) fn kind_of(fd: BorrowedFd<'_>) -> Option<u32> {
+    stat_fd(fd).ok().map(|(k, _)| k)
+}
+
 fn absolute(n: &Named) -> Option<Vec<u8>> {
     let Some(base) = &n.base else {
         return Some(n.name.clone());
@@ -1457,6 +1496,13 @@ pub(crate) fn classify(
     out.decision = verdict.decision;
     out.errno = verdict.errno;
     out.reason = verdict.reason;
+    if let Some((errno, why)) = c.guard {
+        out.decision = Decision::Deny;
+        out.errno = Some(errno);
+        out.reason = format!(
+            "protected in a write grant: {why} (the name did not exist; it cannot be created)"
+        );
+    }
     out
 }
 
@@ -1468,9 +1514,11 @@ pub(crate) struct Watch {
 }
 
 impl Watch {
-    /// `None` when the spec does not ask for file auditing.
-    pub(crate) fn from_spec(spec: &SandboxSpec) -> Option<Watch> {
-        (!spec.audit_files.is_off()).then(|| Watch {
+    /// `None` when the spec does not ask for file auditing and the creation
+    /// guard is off (`guard`); with the guard alone (level `off`), only its
+    /// refusals are reported.
+    pub(crate) fn from_spec(spec: &SandboxSpec, guard: bool) -> Option<Watch> {
+        (!spec.audit_files.is_off() || guard).then(|| Watch {
             level: spec.audit_files,
             layout: Layout::new(spec),
         })
@@ -1561,6 +1609,9 @@ impl FileAccesses {
                 }
             };
             self.last.set(Some(Instant::now()));
+            if self.level == FileAudit::Off && c.guard.is_none() {
+                continue;
+            }
             let a = classify(&c, &self.layout, &mut |p| host_has(p));
             if self.level == FileAudit::All || a.decision != Decision::Allow {
                 return Ok(a);
@@ -2078,6 +2129,7 @@ mod tests {
             text: None,
             unreadable: None,
             root: Some(root.clone()),
+            guard: None,
         };
         let mut host = |_: &[u8]| true;
         let a = classify(

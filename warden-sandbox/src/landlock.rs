@@ -126,6 +126,12 @@ pub(crate) const READ_WRITE: u64 = READ_EXEC
     | FS_MAKE_SYM
     | FS_REFER
     | FS_TRUNCATE;
+/// What the creation guard ([`crate::guard`]) takes away from every rule: with
+/// the guard on, the daemon makes new files, directories, symlinks and FIFOs
+/// on the server's behalf after checking their names, so a call that reaches
+/// the kernel itself (one that raced its own path buffer past the check)
+/// cannot make any. Sockets stay: a socket cannot be read as a start-up file.
+pub(crate) const GUARDED_MAKE: u64 = FS_MAKE_REG | FS_MAKE_DIR | FS_MAKE_SYM | FS_MAKE_FIFO;
 /// `/dev/shm` is mounted `noexec`.
 pub(crate) const SHM: u64 = READ_WRITE & !FS_EXECUTE;
 /// `/proc`: servers read it and occasionally write `/proc/self/...`; `noexec`.
@@ -230,8 +236,9 @@ fn rule(path: impl Into<PathBuf>, access: u64) -> Rule {
 }
 
 /// The filesystem rule table for `spec`, mirroring `mounts::build_root`, before
-/// any ABI masking. Paths are the sandbox's own (after pivot_root).
-pub(crate) fn rules(spec: &SandboxSpec) -> Vec<Rule> {
+/// any ABI masking. Paths are the sandbox's own (after pivot_root). `guard`:
+/// the creation guard is on, no rule may create ([`GUARDED_MAKE`]).
+pub(crate) fn rules(spec: &SandboxSpec, guard: bool) -> Vec<Rule> {
     let mut t: Vec<Rule> = RUNTIME
         .iter()
         .map(|p| Rule {
@@ -274,6 +281,11 @@ pub(crate) fn rules(spec: &SandboxSpec) -> Vec<Rule> {
     }
     t.push(rule("/dev/shm", SHM));
     t.push(rule("/proc", PROC));
+    if guard {
+        for r in &mut t {
+            r.access &= !GUARDED_MAKE;
+        }
+    }
     t
 }
 
@@ -380,7 +392,7 @@ fn add_rule<T>(ruleset: &OwnedFd, kind: u32, attr: &T) -> Result<(), Errno> {
 /// available. `Ok(None)` when the kernel has no Landlock and the policy sets no
 /// minimum (the mount namespace remains the primary layer). Runs in PID 1 after
 /// pivot_root; the fd is `O_CLOEXEC` and closed by the server's execve.
-pub(crate) fn ruleset(spec: &SandboxSpec) -> Result<Option<OwnedFd>, Failure> {
+pub(crate) fn ruleset(spec: &SandboxSpec, guard: bool) -> Result<Option<OwnedFd>, Failure> {
     let kernel = probe();
     check_min(spec.landlock_min_abi, kernel)?;
     let Ok(kernel_abi) = kernel else {
@@ -407,7 +419,7 @@ pub(crate) fn ruleset(spec: &SandboxSpec) -> Result<Option<OwnedFd>, Failure> {
     // SAFETY: the kernel just returned this fd (O_CLOEXEC) to us.
     let fd = unsafe { OwnedFd::from_raw_fd(r as i32) };
 
-    for r in rules(spec) {
+    for r in rules(spec, guard) {
         let stage = || format!("landlock rule {}", r.path.display());
         // O_PATH|O_CLOEXEC: the same object the mount layer put there.
         let opened = match r.open {
@@ -493,7 +505,7 @@ mod tests {
 
     #[test]
     fn table_mirrors_the_mounts() {
-        let t = rules(&spec());
+        let t = rules(&spec(), false);
         for p in RUNTIME {
             let r = t.iter().find(|r| r.path == Path::new(p)).unwrap();
             assert_eq!((r.access, r.open), (READ_EXEC, Open::Optional), "{p}");
@@ -575,7 +587,7 @@ mod tests {
             assert_eq!(a & writes, 0);
         }
         // Read-only places carry no write right at all.
-        let t = rules(&spec());
+        let t = rules(&spec(), false);
         for r in &t {
             let ro = RUNTIME.iter().any(|p| r.path == Path::new(p))
                 || ["/etc", "/data/ref", "/opt/tool/bin/server", "/dev"]
@@ -593,8 +605,25 @@ mod tests {
     }
 
     #[test]
+    fn with_the_guard_no_rule_creates_but_sockets() {
+        let mut s = spec();
+        s.write.push("/work".into());
+        let plain = rules(&s, false);
+        let guarded = rules(&s, true);
+        assert_eq!(plain.len(), guarded.len());
+        for (p, g) in plain.iter().zip(&guarded) {
+            assert_eq!(p.path, g.path);
+            assert_eq!(g.access & GUARDED_MAKE, 0, "{:?}", g.path);
+            assert_eq!(g.access, p.access & !GUARDED_MAKE, "{:?}", g.path);
+        }
+        assert_ne!(access_of(&guarded, "/work")[0] & FS_MAKE_SOCK, 0);
+        assert_ne!(access_of(&guarded, "/work")[0] & FS_REMOVE_FILE, 0);
+        assert_eq!(access_of(&guarded, "/tmp")[0] & FS_MAKE_REG, 0);
+    }
+
+    #[test]
     fn device_nodes_and_device_ioctls_are_never_granted() {
-        for r in rules(&spec()) {
+        for r in rules(&spec(), false) {
             assert_eq!(
                 r.access & (FS_MAKE_CHAR | FS_MAKE_BLOCK | FS_IOCTL_DEV),
                 0,
@@ -609,13 +638,13 @@ mod tests {
         // Covered by a read grant: no private tmpfs, stays read-only.
         let mut s = spec();
         s.read.push("/home".into());
-        let t = rules(&s);
+        let t = rules(&s, false);
         assert!(access_of(&t, "/home/ana").is_empty());
         assert_eq!(access_of(&t, "/home"), [READ_EXEC]);
         // Covered by a write grant: the grant's own rule.
         let mut s = spec();
         s.write.push("/home/ana".into());
-        assert_eq!(access_of(&rules(&s), "/home/ana"), [READ_WRITE]);
+        assert_eq!(access_of(&rules(&s, false), "/home/ana"), [READ_WRITE]);
     }
 
     #[test]
@@ -673,7 +702,7 @@ mod tests {
         assert_eq!(effective(READ_EXEC, 7, false), FS_READ_FILE | FS_EXECUTE);
         // Every granted right is one the table's ABI handles.
         for abi in 1..=KNOWN_ABI {
-            for r in rules(&spec()) {
+            for r in rules(&spec(), false) {
                 assert_eq!(effective(r.access, abi, true) & !fs_rights(abi), 0);
             }
         }
@@ -963,9 +992,10 @@ mod host_tests {
         // Restricted: only what the table grants.
         let f = Fixture::new();
         let confinement = Confinement {
-            landlock: ruleset(&f.spec).unwrap(),
+            landlock: ruleset(&f.spec, false).unwrap(),
             seccomp: None,
             notify: false,
+            wait_killable: false,
         };
         assert!(confinement.landlock.is_some());
         let cs = cases(&f);

@@ -239,7 +239,9 @@ impl Sandbox {
                 }
                 Ok(Recv::Msg(FromInit::Listener, Some(fd))) => {
                     // Answered from now on, before the server can make a call.
-                    match Notifier::start(fd, Watch::from_spec(spec)) {
+                    let guard = crate::guard::active(spec, crate::notify::available());
+                    let g = guard.then(|| crate::guard::Guard::new(spec));
+                    match Notifier::start(fd, Watch::from_spec(spec, guard), g) {
                         Ok((n, calls, f)) => {
                             notifier = Some((n, calls));
                             files = f;

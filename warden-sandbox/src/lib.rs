@@ -22,6 +22,7 @@
 mod confine;
 pub mod fdpass;
 pub mod files;
+pub mod guard;
 pub mod init;
 mod landlock;
 pub mod launch;

@@ -21,9 +21,12 @@
 //! calls the file audit observes ([`crate::seccomp::WATCHED`]): for those the
 //! thread reads what the call names ([`crate::files::Capturer`]), checks the
 //! call is still pending, answers `SECCOMP_USER_NOTIF_FLAG_CONTINUE` (the
-//! only answer such a call ever gets: the kernel then runs it with all its
-//! own checks) and only then queues the capture, which the consumer
-//! classifies on its own thread ([`FileAccesses`]). The server's own
+//! kernel then runs it with all its own checks) and only then queues the
+//! capture, which the consumer classifies on its own thread
+//! ([`FileAccesses`]). The one exception is the creation guard
+//! ([`crate::guard`], with a write grant): the calls that create are
+//! performed by [`Guard::handle`] on its own copy of the path and answered
+//! with their result (or refused, for a protected name); the rest continue. The server's own
 //! `execve` is such a call, so the listener reaches this thread before the
 //! server starts (PID 1 forwards it at once).
 //!
@@ -33,6 +36,7 @@
 //! with `ENOSYS` rather than leaving them blocked.
 
 use crate::files::{Capturer, FileAccesses, Watch};
+use crate::guard::{Answer, Guard};
 use crate::seccomp;
 use nix::errno::Errno;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -153,6 +157,7 @@ impl Notifier {
     pub(crate) fn start(
         listener: OwnedFd,
         watch: Option<Watch>,
+        guard: Option<Guard>,
     ) -> std::io::Result<(Notifier, RefusedCalls, Option<FileAccesses>)> {
         let (tx, rx) = sync_channel(QUEUE);
         let lost = Arc::new(AtomicU64::new(0));
@@ -182,7 +187,14 @@ impl Notifier {
         };
         let thread = std::thread::Builder::new()
             .name("warden-seccomp-notify".into())
-            .spawn(move || serve(&listener, &tx, &lost2, &stop2, capturer))?;
+            .spawn(move || {
+                let mut guard = guard;
+                // The guard creates with each caller's umask, applied by hand.
+                if guard.is_some() && crate::guard::private_umask().is_err() {
+                    guard = None; // every creation then fails (Landlock): closed
+                }
+                serve(&listener, &tx, &lost2, &stop2, capturer, guard)
+            })?;
         Ok((
             Notifier {
                 stop,
@@ -216,6 +228,7 @@ fn serve(
     lost: &AtomicU64,
     stop: &AtomicBool,
     mut capturer: Option<Capturer>,
+    mut guard: Option<Guard>,
 ) {
     let fd = listener.as_raw_fd();
     loop {
@@ -238,8 +251,25 @@ fn serve(
                     // Observed, never refused: read, check, continue, then
                     // queue. Continued even if nobody captures (cannot
                     // happen: the filter watches only when asked to).
-                    let captured = capturer.as_mut().and_then(|c| c.capture(fd, &n, w));
-                    respond_continue(fd, n.id);
+                    let mut captured = capturer.as_mut().and_then(|c| c.capture(fd, &n, w));
+                    // The creation guard answers the calls that create; the
+                    // rest (and everything when it is off) continue.
+                    let answer = match (&mut guard, &captured) {
+                        (Some(g), Some(c)) => g.handle(fd, &n, c),
+                        _ => Answer::Continue,
+                    };
+                    match answer {
+                        Answer::Continue => respond_continue(fd, n.id),
+                        Answer::Value(v) => respond_value(fd, n.id, v),
+                        Answer::Error(e) => respond(fd, n.id, e),
+                        Answer::Refused { errno, why } => {
+                            respond(fd, n.id, errno);
+                            if let Some(c) = captured.as_mut() {
+                                c.guard = Some((errno, why));
+                            }
+                        }
+                        Answer::Answered => {}
+                    }
                     if let (Some(c), Some(captured)) = (&capturer, captured) {
                         c.queue(captured);
                     }
@@ -285,6 +315,24 @@ fn respond(fd: libc::c_int, id: u64, errno: i32) {
         val: 0,
         error: -errno,
         // Never SECCOMP_USER_NOTIF_FLAG_CONTINUE: the call is refused.
+        flags: 0,
+    };
+    loop {
+        // SAFETY: SEND reads the seccomp_notif_resp we own.
+        let r = unsafe { libc::ioctl(fd, libc::SECCOMP_IOCTL_NOTIF_SEND, &resp) };
+        if r == 0 || Errno::last() != Errno::EINTR {
+            return;
+        }
+    }
+}
+
+/// `SECCOMP_IOCTL_NOTIF_SEND`: the call returns `val` (a call the creation
+/// guard performed).
+fn respond_value(fd: libc::c_int, id: u64, val: i64) {
+    let resp = libc::seccomp_notif_resp {
+        id,
+        val,
+        error: 0,
         flags: 0,
     };
     loop {

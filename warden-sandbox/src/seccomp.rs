@@ -368,6 +368,22 @@ pub(crate) static WATCHED: &[Watched] = &[
     watch!(SYS_fchownat, Chown, [at(0, 1), None], Flags::Arg(4)),
 ];
 
+/// Whether `w` can make a new name (the calls the creation guard,
+/// [`crate::guard`], performs itself): the opens (with `O_CREAT`, checked by
+/// the filter where the flags are an argument), `mkdir`, `mknod`, `symlink`,
+/// `link` and `rename`.
+pub(crate) fn creates(w: &Watched) -> bool {
+    matches!(
+        w.op,
+        FileOp::Open
+            | FileOp::Mkdir
+            | FileOp::Mknod
+            | FileOp::Rename
+            | FileOp::Link
+            | FileOp::Symlink
+    )
+}
+
 /// The watched call `nr`, if it is one.
 pub(crate) fn watched(nr: libc::c_long) -> Option<&'static Watched> {
     WATCHED.iter().find(|w| w.nr == nr)
@@ -510,7 +526,13 @@ fn rule_body(rule: &Rule, notify: bool) -> Result<Vec<libc::sock_filter>, Failur
 /// and someone answers the listener; otherwise [`Action::Notify`] rules return
 /// their errno directly. `watch_files` (only with `notify`): the [`WATCHED`]
 /// calls notify too; otherwise they are allowed without a round trip.
-pub(crate) fn program(notify: bool, watch_files: bool) -> Result<Vec<libc::sock_filter>, Failure> {
+/// `guard` (only with `notify`): the calls that can create a name notify
+/// ([`creates`]; `open`/`openat` only with `O_CREAT`), for the creation guard.
+pub(crate) fn program(
+    notify: bool,
+    watch_files: bool,
+    guard: bool,
+) -> Result<Vec<libc::sock_filter>, Failure> {
     let arch = native_arch().ok_or_else(|| {
         Failure::msg(
             "seccomp",
@@ -560,6 +582,30 @@ pub(crate) fn program(notify: bool, watch_files: bool) -> Result<Vec<libc::sock_
             let nr = u32::try_from(w.nr)
                 .map_err(|_| Failure::msg("seccomp", format!("bad number for {}", w.name)))?;
             prog.push(jump(JEQ, nr, WATCHED.len() - i, 0)?);
+        }
+        prog.push(stmt(RET, RET_ALLOW));
+        prog.push(stmt(RET, libc::SECCOMP_RET_USER_NOTIF));
+    } else if notify && guard {
+        // Only what can create. An open whose flags are an argument notifies
+        // only with O_CREAT (a block: load the flags, test, return); the
+        // others (creat, openat2 with its flags in memory, mkdir...) always.
+        let mut always = Vec::new();
+        for w in WATCHED.iter().filter(|w| creates(w)) {
+            let nr = u32::try_from(w.nr)
+                .map_err(|_| Failure::msg("seccomp", format!("bad number for {}", w.name)))?;
+            match (w.op, w.flags) {
+                (FileOp::Open, Flags::Arg(i)) => {
+                    prog.push(jump(JEQ, nr, 0, 4)?);
+                    prog.push(stmt(LD_ABS, arg_low(i)));
+                    prog.push(jump(JSET, libc::O_CREAT as u32, 0, 1)?);
+                    prog.push(stmt(RET, libc::SECCOMP_RET_USER_NOTIF));
+                    prog.push(stmt(RET, RET_ALLOW));
+                }
+                _ => always.push(nr),
+            }
+        }
+        for (i, nr) in always.iter().enumerate() {
+            prog.push(jump(JEQ, *nr, always.len() - i, 0)?);
         }
         prog.push(stmt(RET, RET_ALLOW));
         prog.push(stmt(RET, libc::SECCOMP_RET_USER_NOTIF));
@@ -618,7 +664,7 @@ mod tests {
     /// The filter as installed with a listener.
     fn native(nr: libc::c_long, args: [u64; 6]) -> u32 {
         run(
-            &program(true, false).unwrap(),
+            &program(true, false, false).unwrap(),
             native_arch().unwrap(),
             nr as u32,
             args,
@@ -628,7 +674,7 @@ mod tests {
     /// The filter as installed without one (no user notification).
     fn plain(nr: libc::c_long, args: [u64; 6]) -> u32 {
         run(
-            &program(false, false).unwrap(),
+            &program(false, false, false).unwrap(),
             native_arch().unwrap(),
             nr as u32,
             args,
@@ -947,7 +993,7 @@ mod tests {
         assert!(rule_for(libc::SYS_clone, &arg0(newuser)).is_some());
         assert!(rule_for(libc::SYS_clone, &arg0(high)).is_none());
         // Every condition loads a low word, never a high one.
-        let prog = program(true, false).unwrap();
+        let prog = program(true, false, false).unwrap();
         for ins in prog.iter().filter(|i| i.code == LD_ABS && i.k >= OFF_ARGS) {
             assert_eq!((ins.k - OFF_ARGS) % 8, arg_low(0) - OFF_ARGS, "{}", ins.k);
         }
@@ -987,7 +1033,7 @@ mod tests {
 
     #[test]
     fn foreign_abi_kills_and_x32_is_enosys() {
-        let prog = program(true, false).unwrap();
+        let prog = program(true, false, false).unwrap();
         // i386, x32-less x86_64 build of another arch, AArch32: killed whatever the call.
         for arch in [0x4000_0003u32, 0x4000_0028, 0xC000_003E, 0xC000_00B7] {
             if Some(arch) == native_arch() {
@@ -1051,8 +1097,8 @@ mod tests {
     /// same errno as before. The two programs differ in nothing else.
     #[test]
     fn without_a_listener_recorded_rules_return_their_errno() {
-        let with = program(true, false).unwrap();
-        let without = program(false, false).unwrap();
+        let with = program(true, false, false).unwrap();
+        let without = program(false, false, false).unwrap();
         assert_eq!(with.len(), without.len());
         for (a, b) in with.iter().zip(&without) {
             assert_eq!((a.code, a.jt, a.jf), (b.code, b.jt, b.jf));
@@ -1099,13 +1145,66 @@ mod tests {
         assert!(rule_for(libc::SYS_socket, &unix).is_none());
     }
 
+    /// The creation guard alone: the calls that can make a name notify (an
+    /// open only with O_CREAT in its flags), nothing else does, and the
+    /// refusals answer as before.
+    #[test]
+    fn guard_notifies_exactly_the_creating_calls() {
+        let prog = program(true, false, true).unwrap();
+        let at = |nr: libc::c_long, args| run(&prog, native_arch().unwrap(), nr as u32, args);
+        let creat = libc::O_CREAT as u64;
+        for w in WATCHED {
+            for args in [[0; 6], [u64::MAX; 6], [7, 0x41, 2, 3, 4, 5]] {
+                let want = match (creates(w), w.op, w.flags) {
+                    (false, ..) => RET_ALLOW,
+                    (true, FileOp::Open, Flags::Arg(i)) if args[usize::from(i)] & creat == 0 => {
+                        RET_ALLOW
+                    }
+                    (true, ..) => NOTIF,
+                };
+                assert_eq!(at(w.nr, args), want, "{} {args:?}", w.name);
+            }
+        }
+        let mut a = [0u64; 6];
+        a[2] = (libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC) as u64;
+        assert_eq!(at(libc::SYS_openat, a), NOTIF);
+        a[2] = (libc::O_RDWR | libc::O_TRUNC) as u64;
+        assert_eq!(at(libc::SYS_openat, a), RET_ALLOW);
+        for nr in [
+            libc::SYS_mkdirat,
+            libc::SYS_renameat2,
+            libc::SYS_symlinkat,
+            libc::SYS_linkat,
+            libc::SYS_mknodat,
+            libc::SYS_openat2,
+        ] {
+            assert_eq!(at(nr, [0; 6]), NOTIF, "syscall {nr}");
+        }
+        for nr in [
+            libc::SYS_unlinkat,
+            libc::SYS_execve,
+            libc::SYS_read,
+            libc::SYS_fchmodat,
+        ] {
+            assert_eq!(at(nr, [0; 6]), RET_ALLOW, "syscall {nr}");
+        }
+        for r in RULES.iter().filter(|r| r.cond.is_none()) {
+            assert_eq!(at(r.nr, [7; 6]), r.action.ret(true), "{}", r.name);
+        }
+        // Without a listener there is nothing to notify.
+        assert_eq!(
+            program(false, false, true).unwrap().len(),
+            program(false, false, false).unwrap().len()
+        );
+    }
+
     /// With `audit.files`, exactly the watched calls notify (whatever their
     /// arguments); refused calls keep their answers; everything else is
     /// allowed. Without it, or without a listener, watched calls are plain
     /// allowed calls.
     #[test]
     fn watched_calls_notify_only_when_files_are_audited() {
-        let watching = program(true, true).unwrap();
+        let watching = program(true, true, false).unwrap();
         let at = |prog: &[libc::sock_filter], nr: libc::c_long, args| {
             run(prog, native_arch().unwrap(), nr as u32, args)
         };
@@ -1122,8 +1221,8 @@ mod tests {
             }
         }
         assert_eq!(
-            program(false, true).unwrap().len(),
-            program(false, false).unwrap().len()
+            program(false, true, false).unwrap().len(),
+            program(false, false, false).unwrap().len()
         );
         for nr in [
             libc::SYS_read,
@@ -1239,7 +1338,7 @@ mod tests {
 
     #[test]
     fn program_is_small_and_ends_in_allow() {
-        let prog = program(true, false).unwrap();
+        let prog = program(true, false, false).unwrap();
         assert!(prog.len() < 512, "{}", prog.len());
         assert_eq!(prog.last().map(|i| (i.code, i.k)), Some((RET, RET_ALLOW)));
         assert_eq!(native(libc::SYS_getpid, [0; 6]), RET_ALLOW);

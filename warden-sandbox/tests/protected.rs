@@ -377,21 +377,39 @@ fn a_protected_symlink_does_not_expose_or_write_its_target() {
     assert!(!f.path("tmp/evil").exists());
 }
 
-/// The documented limit: a protected name that does not exist when the session
-/// starts is not covered (no mount point to bind, and Landlock cannot refuse one
-/// name in a writable directory). If this starts failing, the gap was closed:
-/// update docs/security-model.md.
+/// A protected name that does not exist when the session starts cannot be
+/// created either (the creation guard, `guard.rs`: the launcher's notifier
+/// performs creations and refuses protected names), while an ordinary new
+/// file next to it can. Control: the same command outside the sandbox plants
+/// the file.
 #[test]
-fn known_limit_a_missing_name_can_be_created() {
+fn a_missing_protected_name_cannot_be_created() {
     if !userns_available() {
         return;
     }
     let f = Fixture::new();
     std::fs::remove_file(f.proj(".mcp.json")).unwrap();
     let out = f.sh(&f.spec(
-        "t 'create .mcp.json' sh -c 'echo planted > .mcp.json'\n",
+        "t 'create .mcp.json' sh -c 'echo planted > .mcp.json'\n\
+         t 'create notes' sh -c 'echo fine > notes-new.txt'\n",
         vec![f.path("proj")],
     ));
-    assert_eq!(results(&out), [("create .mcp.json".into(), Ok(()))]);
+    let r = results(&out);
+    assert_eq!(r.len(), 2, "{out}");
+    assert!(
+        matches!(&r[0], (n, Err(e)) if n == "create .mcp.json" && e.contains("Read-only file system")),
+        "{r:?}"
+    );
+    assert_eq!(r[1], ("create notes".into(), Ok(())));
+    assert!(!f.proj(".mcp.json").exists(), "planted on the host");
+    assert_eq!(f.read("notes-new.txt"), "fine\n");
+    // Control: outside Warden the same command plants it.
+    let st = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("echo planted > .mcp.json")
+        .current_dir(f.proj(""))
+        .status()
+        .unwrap();
+    assert!(st.success());
     assert_eq!(f.read(".mcp.json"), "planted\n");
 }

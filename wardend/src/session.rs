@@ -395,6 +395,7 @@ impl Daemon {
                     "unavailable"
                 },
                 "file_audit": crate::files::level_in_use(spec.audit_files),
+                "create_guard": warden_sandbox::guard::active(&spec, warden_sandbox::notify::available()),
             },
         }));
         // Audit-before-execute: the start record is on disk before the server runs.

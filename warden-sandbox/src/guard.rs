@@ -1,0 +1,917 @@
+//! The creation guard: names a write grant must not gain during a session.
+//!
+//! [`crate::protect`] binds the host's trusted names (`.git`, `.bashrc`,
+//! `.vscode`, `.mcp.json`...) read-only inside every write grant, but only
+//! those that exist: a mount needs something to mount on. A name that does not
+//! exist yet could be created by the server (a new `.git` with
+//! `core.fsmonitor`, a `.bashrc` in a granted home, a FIFO named `.bashrc`
+//! that feeds the user's next shell). Landlock cannot refuse one name in a
+//! directory where it allows creating files, and the seccomp filter cannot
+//! read a path. So, when the guard is on ([`active`]):
+//!
+//! 1. Landlock takes the rights to create regular files, directories,
+//!    symlinks and FIFOs away from every rule
+//!    ([`crate::landlock::GUARDED_MAKE`]): nothing the server runs can create
+//!    one of those by itself, anywhere.
+//! 2. The calls that create ([`crate::seccomp::creates`]: the opens with
+//!    `O_CREAT`, `mkdir`, `mknod`, `symlink`, `link`, `rename`) notify the
+//!    sandbox's listener, and the daemon's notifier thread performs them on
+//!    the server's behalf ([`Guard::handle`]): it reads the path once,
+//!    resolves the parent directory in the sandbox's own view (its root,
+//!    `RESOLVE_IN_ROOT`), looks the (directory, name) pair up in the registry
+//!    of protected names that were missing at the start, refuses those
+//!    (`EROFS`, audited as a `file` denial), and otherwise makes the name
+//!    itself with the `*at` call on the parent's fd and that one component.
+//!    An opened file reaches the caller with `SECCOMP_IOCTL_NOTIF_ADDFD`
+//!    (`SECCOMP_ADDFD_FLAG_SEND`: the fd becomes the call's return value).
+//!
+//! A server that rewrites its path buffer after the daemon read it gains
+//! nothing: the daemon acts on its own copy, and a call let through to the
+//! kernel (`CONTINUE`: anything the guard does not perform itself, e.g. an
+//! open of a file that exists) cannot create under step 1's rules.
+//!
+//! The daemon only creates where the sandbox's layout lets the server write
+//! (a read-write mount of a write grant, a directory pinned in one, or a
+//! private tmpfs: `/tmp`, `$HOME`, `/dev/shm`), through the sandbox's mounts,
+//! so a read-only grant still answers `EROFS`; everything else is continued
+//! and refused by the kernel as before.
+//!
+//! Nested names: for `.config/fish` in a grant without `.config`, the pair
+//! (grant, `.config`) is an *intermediate* entry. Making the directory is
+//! allowed and registers (new directory, `fish`); a symlink by that name, or
+//! renaming a directory or symlink onto it (which could bring a ready-made
+//! `fish` along), is refused (`EROFS` for the symlink, `EXDEV` for the rename,
+//! so `mv` falls back to copying name by name).
+//!
+//! Known differences from the kernel's own behaviour with the guard on: an
+//! `O_CREAT` open through a dangling symlink in a writable area fails with
+//! `EACCES` (the guard continues opens through symlinks; the kernel then may
+//! not create the target); a hard link of a file another thread has just
+//! replaced may link the replacement; `renameat2(RENAME_WHITEOUT)` and device
+//! nodes are continued (and refused, as before).
+
+use crate::files::{self, Area, Captured, Layout, Named, SandboxRoot};
+use crate::seccomp::{self, FileOp};
+use crate::spec::SandboxSpec;
+use nix::errno::Errno;
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Whether the guard runs for `spec` on this kernel. `notify`: seccomp user
+/// notification is available. Needs write grants (no write grant, no
+/// protected names), Landlock (the kernel-side half) and Linux 5.14+
+/// (`SECCOMP_ADDFD_FLAG_SEND`). Computed the same way by the sandbox (its
+/// filter and rules) and the daemon (its notifier), from the spec and the
+/// kernel.
+pub fn active(spec: &SandboxSpec, notify: bool) -> bool {
+    notify
+        && !spec.dangerously_skip_confinement
+        && !spec.write.is_empty()
+        && crate::landlock::landlock_abi().is_some()
+        && addfd_send_supported()
+}
+
+/// `SECCOMP_ADDFD_FLAG_SEND` arrived in Linux 5.14.
+fn addfd_send_supported() -> bool {
+    kernel_at_least(5, 14)
+}
+
+/// The running kernel's release is at least `major.minor`.
+pub(crate) fn kernel_at_least(major: u32, minor: u32) -> bool {
+    nix::sys::utsname::uname().is_ok_and(|u| {
+        let r = u.release().to_string_lossy().into_owned();
+        let mut it = r.split(|c: char| !c.is_ascii_digit());
+        let a: u32 = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let b: u32 = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+        (a, b) >= (major, minor)
+    })
+}
+
+/// How the notifier answers a call the guard looked at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Let the kernel run it (it cannot create what the guard refuses).
+    Continue,
+    /// Performed: the call returns this value.
+    Value(i64),
+    /// Performed (or refused for its own reasons): the call fails with this errno.
+    Error(i32),
+    /// A protected name: the call fails with `errno`; audited.
+    Refused { errno: i32, why: &'static str },
+    /// Already answered (`ADDFD` with `SEND`), or the caller is gone.
+    Answered,
+}
+
+/// A name the registry watches in one directory.
+#[derive(Debug, Clone)]
+struct Entry {
+    name: Vec<u8>,
+    /// Empty: the protected name itself. Otherwise the components still
+    /// missing below it (`.config` → `["fish"]`).
+    rest: Vec<Vec<u8>>,
+    why: &'static str,
+}
+
+/// (st_dev, st_ino) of a directory.
+type Key = (u64, u64);
+
+/// The notifier's guard state for one sandbox.
+pub(crate) struct Guard {
+    layout: Layout,
+    /// Protected paths of the plan with their write grant and reason.
+    plan: Vec<(Vec<u8>, Vec<u8>, &'static str)>,
+    registry: Option<HashMap<Key, Vec<Entry>>>,
+}
+
+impl Guard {
+    pub(crate) fn new(spec: &SandboxSpec) -> Guard {
+        let layout = Layout::new(spec);
+        let grants: Vec<(&Path, bool)> = spec
+            .write
+            .iter()
+            .map(|p| (p.as_path(), true))
+            .chain(spec.read.iter().map(|p| (p.as_path(), false)))
+            .collect();
+        let mut plan = Vec::new();
+        for (p, why) in layout.protected() {
+            let path = Path::new(std::ffi::OsStr::from_bytes(p));
+            // The write grant it lies in (the deepest grant containing it).
+            let owner = grants
+                .iter()
+                .filter(|(g, _)| path.starts_with(g) && path != *g)
+                .max_by_key(|(g, w)| (g.components().count(), *w));
+            if let Some((g, true)) = owner {
+                plan.push((p.to_vec(), bytes(g), why));
+            }
+        }
+        Guard {
+            layout,
+            plan,
+            registry: None,
+        }
+    }
+
+    /// The registry, built on first use from the sandbox's view: for every
+    /// protected path that does not exist, the deepest directory of it that
+    /// does, and the next name.
+    fn registry(&mut self, root: &SandboxRoot) -> &mut HashMap<Key, Vec<Entry>> {
+        if self.registry.is_none() {
+            let mut reg: HashMap<Key, Vec<Entry>> = HashMap::new();
+            for (path, owner, why) in &self.plan {
+                let rel = &path[owner.len()..];
+                let comps: Vec<Vec<u8>> = rel
+                    .split(|&b| b == b'/')
+                    .filter(|c| !c.is_empty())
+                    .map(<[u8]>::to_vec)
+                    .collect();
+                let Ok(mut dir) = open_in_root(root.root_fd(), owner, true) else {
+                    continue;
+                };
+                let mut prefix = owner.clone();
+                for (k, c) in comps.iter().enumerate() {
+                    prefix.push(b'/');
+                    prefix.extend_from_slice(c);
+                    match lstat_at(dir.as_fd(), c) {
+                        Err(Errno::ENOENT) => {
+                            if let Ok(key) = key_of(dir.as_fd()) {
+                                reg.entry(key).or_default().push(Entry {
+                                    name: c.clone(),
+                                    rest: comps[k + 1..].to_vec(),
+                                    why,
+                                });
+                            }
+                            break;
+                        }
+                        Err(_) => break,
+                        Ok(_) if k + 1 == comps.len() => break, // exists: bound read-only
+                        Ok(_) => match open_in_root(root.root_fd(), &prefix, true) {
+                            Ok(d) if is_dir(d.as_fd()) => dir = d,
+                            _ => break,
+                        },
+                    }
+                }
+            }
+            self.registry = Some(reg);
+        }
+        self.registry.as_mut().expect("just built")
+    }
+
+    /// Decides (and performs) a watched call `c` of notification `n`. Only
+    /// calls that create are the guard's; everything else continues.
+    pub(crate) fn handle(
+        &mut self,
+        listener: RawFd,
+        n: &libc::seccomp_notif,
+        c: &Captured,
+    ) -> Answer {
+        let w = c.watched;
+        if !seccomp::creates(w) || c.unreadable.is_some() {
+            return Answer::Continue;
+        }
+        if w.op == FileOp::Open {
+            // Not a creation, or one the guard leaves to the kernel: an
+            // unnamed O_TMPFILE (only a later link names it, and that is
+            // guarded), an openat2 with its own RESOLVE_* constraints (not
+            // reproduced here: refused by Landlock where creating needs the
+            // guard).
+            let tmpfile = (libc::O_TMPFILE & !libc::O_DIRECTORY) as u64;
+            if c.flags & libc::O_CREAT as u64 == 0 || c.flags & tmpfile != 0 {
+                return Answer::Continue;
+            }
+            // openat2's RESOLVE_* constraints hold trivially for a single
+            // component under its dirfd (the guard opens that one name with
+            // O_NOFOLLOW on the same directory); for anything longer they
+            // are not reproduced here.
+            if w.name == "SYS_openat2"
+                && openat2_resolve(n, c) != Some(0)
+                && c.paths[0]
+                    .as_ref()
+                    .is_none_or(|p| p.base.is_none() || p.name.contains(&b'/'))
+            {
+                return Answer::Continue;
+            }
+            // `open("dir/", O_CREAT)`: EISDIR, whether or not it exists.
+            if c.paths[0].as_ref().is_some_and(|p| p.name.ends_with(b"/")) {
+                return Answer::Error(libc::EISDIR);
+            }
+        }
+        let Some(root) = c.root.clone() else {
+            return Answer::Continue;
+        };
+        let target = match w.op {
+            FileOp::Link | FileOp::Rename => c.paths[1].as_ref(),
+            _ => c.paths[0].as_ref(),
+        };
+        let Some(new) = target.and_then(|t| Place::open(&root, &self.layout, t)) else {
+            return Answer::Continue;
+        };
+        if !new.writable {
+            return Answer::Continue;
+        }
+        // Every registered path through this name (`.config` leads to `fish`,
+        // `git`, `systemd`...); one that ends here makes it protected itself.
+        let entries: Vec<Entry> = self
+            .registry(&root)
+            .get(&new.key)
+            .map(|v| v.iter().filter(|e| e.name == new.name).cloned().collect())
+            .unwrap_or_default();
+        if let Some(e) = entries.iter().find(|e| e.rest.is_empty()) {
+            return Answer::Refused {
+                errno: libc::EROFS,
+                why: e.why,
+            };
+        }
+        let entry = entries.first().cloned();
+        match w.op {
+            FileOp::Open => self.open(listener, n, c, &new),
+            FileOp::Mkdir => {
+                let Some(mode) = mode_of(n, c) else {
+                    return Answer::Continue;
+                };
+                let Some(umask) = umask_of(c.pid) else {
+                    return Answer::Continue;
+                };
+                if !files::id_valid(listener, n.id) {
+                    return Answer::Answered;
+                }
+                let name = match cstr(&new.name) {
+                    Ok(s) => s,
+                    Err(e) => return Answer::Error(e as i32),
+                };
+                let perm = (mode & 0o7777) & !umask;
+                // SAFETY: a NUL-terminated single component under a directory fd we own.
+                let r = unsafe { libc::mkdirat(new.dir.as_raw_fd(), name.as_ptr(), perm) };
+                if r < 0 {
+                    return Answer::Error(Errno::last() as i32);
+                }
+                if !entries.is_empty() {
+                    // A directory on the way to protected names: watch it for
+                    // the next name of each.
+                    if let Ok(d) = open_child_dir(new.dir.as_fd(), &new.name) {
+                        if let Ok(key) = key_of(d.as_fd()) {
+                            let reg = self.registry(&root).entry(key).or_default();
+                            for e in entries {
+                                reg.push(Entry {
+                                    name: e.rest[0].clone(),
+                                    rest: e.rest[1..].to_vec(),
+                                    why: e.why,
+                                });
+                            }
+                        }
+                    }
+                }
+                Answer::Value(0)
+            }
+            FileOp::Mknod => {
+                let (Some(mode), Some(umask)) = (mode_of(n, c), umask_of(c.pid)) else {
+                    return Answer::Continue;
+                };
+                let kind = mode & libc::S_IFMT;
+                if !matches!(kind, 0 | libc::S_IFREG | libc::S_IFIFO | libc::S_IFSOCK) {
+                    return Answer::Continue; // device nodes: refused as before
+                }
+                if !files::id_valid(listener, n.id) {
+                    return Answer::Answered;
+                }
+                let name = match cstr(&new.name) {
+                    Ok(s) => s,
+                    Err(e) => return Answer::Error(e as i32),
+                };
+                let dev = match w.name {
+                    "SYS_mknod" => n.data.args[2],
+                    _ => n.data.args[3],
+                };
+                let m = kind | ((mode & 0o7777) & !umask);
+                // SAFETY: as for mkdirat.
+                let r = unsafe {
+                    libc::mknodat(new.dir.as_raw_fd(), name.as_ptr(), m, dev as libc::dev_t)
+                };
+                if r < 0 {
+                    Answer::Error(Errno::last() as i32)
+                } else {
+                    Answer::Value(0)
+                }
+            }
+            FileOp::Symlink => {
+                if let Some(e) = entry {
+                    return Answer::Refused {
+                        errno: libc::EROFS,
+                        why: e.why,
+                    };
+                }
+                let Some(text) = &c.text else {
+                    return Answer::Continue;
+                };
+                let (Ok(text), Ok(name)) = (cstr(text), cstr(&new.name)) else {
+                    return Answer::Error(libc::EINVAL);
+                };
+                if !files::id_valid(listener, n.id) {
+                    return Answer::Answered;
+                }
+                // SAFETY: NUL-terminated strings; a directory fd we own.
+                let r =
+                    unsafe { libc::symlinkat(text.as_ptr(), new.dir.as_raw_fd(), name.as_ptr()) };
+                if r < 0 {
+                    Answer::Error(Errno::last() as i32)
+                } else {
+                    Answer::Value(0)
+                }
+            }
+            FileOp::Link => self.link(listener, n, c, &root, &new, entry.as_ref()),
+            FileOp::Rename => self.rename(listener, n, c, &root, &new, entry.as_ref()),
+            _ => Answer::Continue,
+        }
+    }
+
+    fn open(
+        &mut self,
+        listener: RawFd,
+        n: &libc::seccomp_notif,
+        c: &Captured,
+        new: &Place,
+    ) -> Answer {
+        // Something by that name already: nothing is created (a symlink is
+        // followed by the kernel, which cannot create its target).
+        match lstat_at(new.dir.as_fd(), &new.name) {
+            Err(Errno::ENOENT) => {}
+            _ => return Answer::Continue,
+        }
+        let (Some(mode), Some(umask)) = (mode_of(n, c), umask_of(c.pid)) else {
+            return Answer::Continue;
+        };
+        if !files::id_valid(listener, n.id) {
+            return Answer::Answered;
+        }
+        let name = match cstr(&new.name) {
+            Ok(s) => s,
+            Err(e) => return Answer::Error(e as i32),
+        };
+        let flags = c.flags as libc::c_int;
+        let ours = (flags | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC) & !libc::O_NOCTTY;
+        let perm = (mode & 0o7777) & !umask;
+        // SAFETY: a NUL-terminated single component under a directory fd we
+        // own; O_NOFOLLOW: never through a symlink that appeared meanwhile.
+        let fd = unsafe { libc::openat(new.dir.as_raw_fd(), name.as_ptr(), ours, perm) };
+        if fd < 0 {
+            let e = Errno::last();
+            // It appeared meanwhile and the caller did not ask for O_EXCL:
+            // an open of an existing file, the kernel's.
+            if e == Errno::EEXIST && flags & libc::O_EXCL == 0 {
+                return Answer::Continue;
+            }
+            return Answer::Error(e as i32);
+        }
+        // SAFETY: just returned to us.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let addfd = libc::seccomp_notif_addfd {
+            id: n.id,
+            flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
+            srcfd: fd.as_raw_fd() as u32,
+            newfd: 0,
+            newfd_flags: if flags & libc::O_CLOEXEC != 0 {
+                libc::O_CLOEXEC as u32
+            } else {
+                0
+            },
+        };
+        // SAFETY: ADDFD reads the struct we own; with SEND it also answers
+        // the notification with the new fd's number.
+        let r = unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ADDFD, &addfd) };
+        if r >= 0 {
+            return Answer::Answered;
+        }
+        let e = Errno::last();
+        // The caller did not get it: take the new file back (a restarted
+        // call must find nothing, as if this one had not run).
+        // SAFETY: as above.
+        unsafe { libc::unlinkat(new.dir.as_raw_fd(), name.as_ptr(), 0) };
+        if e == Errno::ENOENT {
+            Answer::Answered
+        } else {
+            Answer::Error(e as i32)
+        }
+    }
+
+    fn link(
+        &mut self,
+        listener: RawFd,
+        n: &libc::seccomp_notif,
+        c: &Captured,
+        root: &Arc<SandboxRoot>,
+        new: &Place,
+        entry: Option<&Entry>,
+    ) -> Answer {
+        let Some(old) = c.paths[0].as_ref() else {
+            return Answer::Continue;
+        };
+        let follow = c.flags & libc::AT_SYMLINK_FOLLOW as u64 != 0;
+        let empty = c.flags & libc::AT_EMPTY_PATH as u64 != 0 && old.name.is_empty();
+        let name = match cstr(&new.name) {
+            Ok(s) => s,
+            Err(e) => return Answer::Error(e as i32),
+        };
+        // The source, as an fd to link from through /proc/self/fd (which
+        // links what the fd is, as AT_SYMLINK_FOLLOW), or (dir, name).
+        let src: Result<OwnedFd, (OwnedFd, Vec<u8>)>;
+        if empty {
+            let dirfd = n.data.args[0] as i32;
+            let p = format!("/proc/{}/fd/{dirfd}", c.pid);
+            match open_path(&p) {
+                Ok(fd) => src = Ok(fd),
+                Err(_) => return Answer::Continue,
+            }
+        } else {
+            let Some(abs) = files::absolute_of(old) else {
+                return Answer::Continue;
+            };
+            if let Some(fdnum) = own_fd_link(&abs) {
+                // `/proc/self/fd/N` (the O_TMPFILE idiom): the caller's fd N.
+                if !follow {
+                    return Answer::Continue;
+                }
+                match open_path(&format!("/proc/{}/fd/{fdnum}", c.pid)) {
+                    Ok(fd) => src = Ok(fd),
+                    Err(_) => return Answer::Continue,
+                }
+            } else if follow {
+                match open_in_root(root.root_fd(), &abs, true) {
+                    Ok(fd) => src = Ok(fd),
+                    Err(_) => return Answer::Continue,
+                }
+            } else {
+                let Some((dir, last)) = split(&abs) else {
+                    return Answer::Continue;
+                };
+                match open_in_root(root.root_fd(), dir, true) {
+                    Ok(d) => src = Err((d, last.to_vec())),
+                    Err(_) => return Answer::Continue,
+                }
+            }
+        }
+        if let Some(e) = entry {
+            let kind = match &src {
+                Ok(fd) => files::kind_of(fd.as_fd()),
+                Err((d, last)) => lstat_at(d.as_fd(), last).ok(),
+            };
+            if kind == Some(libc::S_IFLNK) || kind == Some(libc::S_IFDIR) {
+                return Answer::Refused {
+                    errno: libc::EROFS,
+                    why: e.why,
+                };
+            }
+        }
+        if !files::id_valid(listener, n.id) {
+            return Answer::Answered;
+        }
+        let r = match &src {
+            Ok(fd) => {
+                let Ok(p) = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())) else {
+                    return Answer::Error(libc::EINVAL);
+                };
+                // SAFETY: NUL-terminated strings; fds we own.
+                unsafe {
+                    libc::linkat(
+                        libc::AT_FDCWD,
+                        p.as_ptr(),
+                        new.dir.as_raw_fd(),
+                        name.as_ptr(),
+                        libc::AT_SYMLINK_FOLLOW,
+                    )
+                }
+            }
+            Err((d, last)) => {
+                let Ok(l) = cstr(last) else {
+                    return Answer::Error(libc::EINVAL);
+                };
+                // SAFETY: as above.
+                unsafe {
+                    libc::linkat(
+                        d.as_raw_fd(),
+                        l.as_ptr(),
+                        new.dir.as_raw_fd(),
+                        name.as_ptr(),
+                        0,
+                    )
+                }
+            }
+        };
+        if r < 0 {
+            Answer::Error(Errno::last() as i32)
+        } else {
+            Answer::Value(0)
+        }
+    }
+
+    fn rename(
+        &mut self,
+        listener: RawFd,
+        n: &libc::seccomp_notif,
+        c: &Captured,
+        root: &Arc<SandboxRoot>,
+        new: &Place,
+        entry: Option<&Entry>,
+    ) -> Answer {
+        let flags = c.flags as libc::c_uint;
+        if flags & libc::RENAME_WHITEOUT != 0 {
+            return Answer::Continue;
+        }
+        let Some(old) = c.paths[0].as_ref() else {
+            return Answer::Continue;
+        };
+        let Some(abs) = files::absolute_of(old) else {
+            return Answer::Continue;
+        };
+        let Some((dir, last)) = split(&abs) else {
+            return Answer::Continue;
+        };
+        let Ok(odir) = open_in_root(root.root_fd(), dir, true) else {
+            return Answer::Continue;
+        };
+        let kind = lstat_at(odir.as_fd(), last).ok();
+        if let Some(e) = entry {
+            if kind == Some(libc::S_IFDIR) || kind == Some(libc::S_IFLNK) {
+                // Could bring the rest of the protected path along: copy instead.
+                let _ = e;
+                return Answer::Error(libc::EXDEV);
+            }
+        }
+        if flags & libc::RENAME_EXCHANGE != 0 {
+            // The old name receives what the new one is: it is created too.
+            let back = key_of(odir.as_fd()).ok().and_then(|k| {
+                self.registry(root)
+                    .get(&k)
+                    .and_then(|v| v.iter().find(|e| e.name == last))
+                    .cloned()
+            });
+            if let Some(e) = back {
+                return Answer::Refused {
+                    errno: libc::EROFS,
+                    why: e.why,
+                };
+            }
+        }
+        // The kernel refuses to rename a mount point, or over one, with
+        // EBUSY, but only for mounts of the caller's own mount namespace:
+        // the daemon's rename would move the host's file from under the
+        // sandbox's read-only bind (a protected `.bashrc`, a pinned
+        // directory, a grant's root). Ask the sandbox's mount tree instead:
+        // a name is a mount point there when looking it up from its parent
+        // lands on another mount. (Mounts inside the sandbox never change.)
+        if is_mount_point(odir.as_fd(), last) || is_mount_point(new.dir.as_fd(), &new.name) {
+            return Answer::Error(libc::EBUSY);
+        }
+        let (Ok(o), Ok(nn)) = (cstr(last), cstr(&new.name)) else {
+            return Answer::Error(libc::EINVAL);
+        };
+        if !files::id_valid(listener, n.id) {
+            return Answer::Answered;
+        }
+        // SAFETY: NUL-terminated single components under directory fds we own.
+        let r = unsafe {
+            libc::renameat2(
+                odir.as_raw_fd(),
+                o.as_ptr(),
+                new.dir.as_raw_fd(),
+                nn.as_ptr(),
+                flags,
+            )
+        };
+        if r < 0 {
+            Answer::Error(Errno::last() as i32)
+        } else {
+            Answer::Value(0)
+        }
+    }
+}
+
+/// Where a new name would go: its parent directory (an `O_PATH` fd in the
+/// sandbox's view), the name, and whether the layout lets the server write
+/// there.
+struct Place {
+    dir: OwnedFd,
+    key: Key,
+    name: Vec<u8>,
+    writable: bool,
+}
+
+impl Place {
+    fn open(root: &SandboxRoot, layout: &Layout, n: &Named) -> Option<Place> {
+        let abs = files::absolute_of(n)?;
+        let (dir, last) = split(&abs)?;
+        let fd = open_in_root(root.root_fd(), dir, true).ok()?;
+        if !is_dir(fd.as_fd()) {
+            return None;
+        }
+        let mnt = files::mount_id_of(fd.as_fd())?;
+        let writable = root.mount_by_id(mnt).is_some_and(|m| {
+            !m.read_only
+                && match layout.area(m) {
+                    Area::WriteGrant | Area::Private(_) => true,
+                    // A directory pinned inside a write grant.
+                    Area::Other => layout.in_write_grant(&m.point),
+                    _ => false,
+                }
+        });
+        Some(Place {
+            key: key_of(fd.as_fd()).ok()?,
+            dir: fd,
+            name: last.to_vec(),
+            writable,
+        })
+    }
+}
+
+/// Splits an absolute path into (parent, last component), trailing slashes
+/// dropped; `None` for `/`, `.`, `..` and empty last components (the
+/// kernel's business).
+fn split(abs: &[u8]) -> Option<(&[u8], &[u8])> {
+    let mut end = abs.len();
+    while end > 1 && abs[end - 1] == b'/' {
+        end -= 1;
+    }
+    let p = &abs[..end];
+    let i = p.iter().rposition(|&b| b == b'/')?;
+    let last = &p[i + 1..];
+    if last.is_empty() || last == b"." || last == b".." {
+        return None;
+    }
+    let dir = if i == 0 { &p[..1] } else { &p[..i] };
+    Some((dir, last))
+}
+
+fn bytes(p: &Path) -> Vec<u8> {
+    p.as_os_str().as_bytes().to_vec()
+}
+
+fn cstr(b: &[u8]) -> Result<CString, Errno> {
+    CString::new(b).map_err(|_| Errno::EINVAL)
+}
+
+/// `path` (absolute, the sandbox's view) opened `O_PATH` in `root` the way
+/// the server's own lookup would go: symlinks followed inside the root,
+/// never out of it, no magic links.
+fn open_in_root(root: BorrowedFd<'_>, path: &[u8], follow: bool) -> Result<OwnedFd, Errno> {
+    let c = cstr(path)?;
+    // SAFETY: open_how is plain integers; all-zero is its "no options" value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    if !follow {
+        how.flags |= libc::O_NOFOLLOW as u64;
+    }
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: NUL-terminated path, a valid open_how of the size passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: just returned to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// A directory `name` directly under `dir`, never through a symlink.
+fn open_child_dir(dir: BorrowedFd<'_>, name: &[u8]) -> Result<OwnedFd, Errno> {
+    let c = cstr(name)?;
+    // SAFETY: a single NUL-terminated component under a directory fd.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: just returned to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// An `O_PATH` fd for a host path (a `/proc/<pid>/fd/<n>` magic link is followed).
+fn open_path(p: &str) -> Result<OwnedFd, Errno> {
+    let c = cstr(p.as_bytes())?;
+    // SAFETY: NUL-terminated path.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: just returned to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether `name` under `dir` (both in the sandbox's mount tree) is a mount
+/// point of that tree: its lookup crosses into another mount. A missing name
+/// is not.
+fn is_mount_point(dir: BorrowedFd<'_>, name: &[u8]) -> bool {
+    let Ok(c) = cstr(name) else {
+        return false;
+    };
+    // SAFETY: a single NUL-terminated component under a directory fd.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: just returned to us.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    match (files::mount_id_of(dir), files::mount_id_of(fd.as_fd())) {
+        (Some(a), Some(b)) => a != b,
+        // Unknown: refuse rather than move what might be protected.
+        _ => true,
+    }
+}
+
+/// The file type (`S_IFMT` bits) of `name` under `dir`, not followed.
+fn lstat_at(dir: BorrowedFd<'_>, name: &[u8]) -> Result<u32, Errno> {
+    let c = cstr(name)?;
+    // SAFETY: plain integers; fstatat fills the struct we own.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: NUL-terminated name, a directory fd, our struct.
+    let r = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    Ok(st.st_mode & libc::S_IFMT)
+}
+
+fn fstat(fd: BorrowedFd<'_>) -> Result<libc::stat, Errno> {
+    // SAFETY: plain integers; fstat fills the struct we own.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd (O_PATH fds can be fstat'ed), our struct.
+    let r = unsafe { libc::fstat(fd.as_raw_fd(), &mut st) };
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    Ok(st)
+}
+
+fn key_of(fd: BorrowedFd<'_>) -> Result<Key, Errno> {
+    let st = fstat(fd)?;
+    Ok((st.st_dev, st.st_ino))
+}
+
+fn is_dir(fd: BorrowedFd<'_>) -> bool {
+    fstat(fd).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+}
+
+/// The mode argument of an open, `mkdir` or `mknod` call (for `openat2`, read
+/// from the caller's `open_how`).
+fn mode_of(n: &libc::seccomp_notif, c: &Captured) -> Option<u32> {
+    let a = &n.data.args;
+    let v = match c.watched.name {
+        "SYS_open" => a[2],
+        "SYS_openat" => a[3],
+        "SYS_creat" => a[1],
+        "SYS_mkdir" => a[1],
+        "SYS_mkdirat" => a[2],
+        "SYS_mknod" => a[1],
+        "SYS_mknodat" => a[2],
+        "SYS_openat2" => {
+            let mut b = [0u8; 8];
+            match files::read_memory(c.pid, a[2].checked_add(8)?, &mut b) {
+                Ok(8) => u64::from_ne_bytes(b),
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    u32::try_from(v & 0xffff_ffff).ok()
+}
+
+/// `N` when `path` is `/proc/self/fd/N` or `/proc/thread-self/fd/N`: a
+/// magic link to the caller's own fd `N`.
+fn own_fd_link(path: &[u8]) -> Option<u32> {
+    let rest = path
+        .strip_prefix(b"/proc/self/fd/")
+        .or_else(|| path.strip_prefix(b"/proc/thread-self/fd/"))?;
+    if rest.is_empty() || !rest.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(rest).ok()?.parse().ok()
+}
+
+/// `open_how.resolve` of an `openat2` call, read from the caller.
+fn openat2_resolve(n: &libc::seccomp_notif, c: &Captured) -> Option<u64> {
+    let mut b = [0u8; 8];
+    match files::read_memory(c.pid, n.data.args[2].checked_add(16)?, &mut b) {
+        Ok(8) => Some(u64::from_ne_bytes(b)),
+        _ => None,
+    }
+}
+
+/// The caller's umask (`/proc/<pid>/status`).
+fn umask_of(pid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = s.lines().find(|l| l.starts_with("Umask:"))?;
+    u32::from_str_radix(line["Umask:".len()..].trim(), 8).ok()
+}
+
+/// Makes the calling thread's umask 0 without touching the rest of the
+/// process (its own fs_struct): the guard applies each caller's umask
+/// itself. For the notifier thread, once.
+pub(crate) fn private_umask() -> Result<(), Errno> {
+    // SAFETY: unshare(CLONE_FS) only detaches this thread's cwd/root/umask.
+    if unsafe { libc::unshare(libc::CLONE_FS) } < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: umask has no preconditions.
+    unsafe { libc::umask(0) };
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_takes_the_last_component() {
+        assert_eq!(split(b"/a/b"), Some((&b"/a"[..], &b"b"[..])));
+        assert_eq!(split(b"/a/b/"), Some((&b"/a"[..], &b"b"[..])));
+        assert_eq!(split(b"/b"), Some((&b"/"[..], &b"b"[..])));
+        assert_eq!(split(b"/a/.."), None);
+        assert_eq!(split(b"/a/."), None);
+        assert_eq!(split(b"/"), None);
+        assert_eq!(
+            split(b"/x/../.bashrc"),
+            Some((&b"/x/.."[..], &b".bashrc"[..]))
+        );
+    }
+
+    #[test]
+    fn own_fd_links() {
+        assert_eq!(own_fd_link(b"/proc/self/fd/7"), Some(7));
+        assert_eq!(own_fd_link(b"/proc/thread-self/fd/12"), Some(12));
+        assert_eq!(own_fd_link(b"/proc/self/fd/"), None);
+        assert_eq!(own_fd_link(b"/proc/self/fd/7/x"), None);
+        assert_eq!(own_fd_link(b"/proc/1/fd/7"), None);
+    }
+
+    #[test]
+    fn umask_of_self() {
+        let me = std::process::id();
+        assert!(umask_of(me).is_some());
+    }
+}
