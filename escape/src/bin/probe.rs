@@ -13,6 +13,11 @@
 //! filter before it can print anything, so its caller treats death by SIGSYS as
 //! blocked.
 //!
+//! `warden-escape-probe A ARGS :: B ARGS ...` runs several attacks in one process
+//! (so in one sandbox, where a later step depends on an earlier one: `cd DIR ::
+//! plant open .bashrc`, `plant mkdir W/.config :: plant mkdir W/.config/fish`),
+//! in order, one line each.
+//!
 //! The tests in `escape/tests/escape.rs` run it inside a sandbox through the real
 //! shim and daemon, and on the host as the same user as a control (see there).
 //! `warden-escape-probe --list` prints the attacks.
@@ -220,6 +225,33 @@ const ATTACKS: &[(&str, &str, &str)] = &[
         "MB",
         "allocate and touch MB MiB in 16 MiB steps; prints only if it finishes",
     ),
+    (
+        "plant",
+        "CALL ARGS...",
+        "create one name with one raw syscall; escaped if it was created. CALL ARGS: \
+         open|creat|mkdir|mknod PATH (mknod: a FIFO), openat|openat2|mkdirat|mknodat DIR NAME, \
+         symlink TARGET PATH, symlinkat TARGET DIR NAME, link|linkat|rename|renameat OLD NEW, \
+         renameat2 OLD NEW [noreplace|exchange|none]",
+    ),
+    ("cd", "DIR", "chdir(DIR), for the steps after it (see `::`)"),
+    (
+        "race",
+        "CALL SAFE TARGET [ITERS [SECS]]",
+        "CALL (open|mkdir) on a buffer another thread flips between SAFE and TARGET (same \
+         length); ITERS (200000) calls or SECS (5) s; escaped if TARGET appears",
+    ),
+    (
+        "race-swap",
+        "CALL PATH TARGET A B [ITERS [SECS]]",
+        "CALL (open|mkdir) on PATH while another thread swaps A and B \
+         (renameat2 RENAME_EXCHANGE); escaped if TARGET appears",
+    ),
+    (
+        "ordinary",
+        "DIR",
+        "the control: every ordinary way to create in DIR (made if missing); escaped (= it \
+         all worked) unless a step failed; `steps` has each step's result",
+    ),
 ];
 
 /// The result of one attack.
@@ -227,7 +259,8 @@ struct Report {
     outcome: &'static str,
     errno: Option<i32>,
     detail: String,
-    extra: Option<(&'static str, Value)>,
+    /// More fields of the JSON line.
+    extra: Vec<(&'static str, Value)>,
 }
 
 fn escaped(detail: impl Into<String>) -> Report {
@@ -235,7 +268,7 @@ fn escaped(detail: impl Into<String>) -> Report {
         outcome: "escaped",
         errno: None,
         detail: detail.into(),
-        extra: None,
+        extra: Vec::new(),
     }
 }
 
@@ -244,7 +277,7 @@ fn blocked(errno: Option<i32>, detail: impl Into<String>) -> Report {
         outcome: "blocked",
         errno,
         detail: detail.into(),
-        extra: None,
+        extra: Vec::new(),
     }
 }
 
@@ -268,6 +301,7 @@ fn errno_name(e: i32) -> &'static str {
         libc::EEXIST => "EEXIST",
         libc::EXDEV => "EXDEV",
         libc::ENOTDIR => "ENOTDIR",
+        libc::EISDIR => "EISDIR",
         libc::EINVAL => "EINVAL",
         libc::ENOTTY => "ENOTTY",
         libc::ETXTBSY => "ETXTBSY",
@@ -981,7 +1015,7 @@ fn ls(args: &[String]) -> Report {
         None if names.is_empty() => blocked(None, format!("{path} is empty")),
         None => escaped(format!("{path} lists: {shown}")),
     };
-    rep.extra = Some(("entries", json!(names)));
+    rep.extra.push(("entries", json!(names)));
     rep
 }
 
@@ -1386,7 +1420,7 @@ fn fork_bomb(args: &[String]) -> Report {
         ),
         None => escaped(format!("forked={n}: all {max} forks succeeded")),
     };
-    rep.extra = Some(("forked", json!(n)));
+    rep.extra.push(("forked", json!(n)));
     rep
 }
 
@@ -1405,16 +1439,1403 @@ fn mem_bomb(args: &[String]) -> Report {
     escaped(format!("allocated {} MiB", total >> 20))
 }
 
+// ---------------------------------------------------------------------------
+// Names created in a write grant (docs/security-model.md, "Write grants and files
+// the host trusts"): `plant` makes one name with one raw syscall, as a hostile
+// server would; `race` and `race-swap` race whoever checks the name against the
+// kernel that resolves it; `ordinary` is the control, every ordinary way a server
+// creates files, which must keep working.
+
+/// What `plant` writes into a file it created.
+const PAYLOAD: &[u8] = b"echo warden-escape-probe was here\n";
+
+const CREATE_FLAGS: libc::c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC;
+
+/// Whether `path` exists, not following a final symlink.
+fn exists(path: &str) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
+}
+
+fn ptr(c: &CString) -> libc::c_long {
+    c.as_ptr() as libc::c_long
+}
+
+const AT_FDCWD: libc::c_long = libc::AT_FDCWD as libc::c_long;
+
+/// The number of the old path-only call (`open`, `mkdir`...) where it exists
+/// (x86_64). aarch64 and newer ports only have the `*at` calls; callers then make
+/// the `*at` call with `AT_FDCWD`, which is what libc does there too.
+#[cfg(target_arch = "x86_64")]
+fn legacy_nr(call: &str) -> Option<libc::c_long> {
+    Some(match call {
+        "open" => libc::SYS_open,
+        "creat" => libc::SYS_creat,
+        "mkdir" => libc::SYS_mkdir,
+        "mknod" => libc::SYS_mknod,
+        "symlink" => libc::SYS_symlink,
+        "link" => libc::SYS_link,
+        "rename" => libc::SYS_rename,
+        _ => return None,
+    })
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn legacy_nr(_call: &str) -> Option<libc::c_long> {
+    None
+}
+
+/// `struct open_how` of openat2(2).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+fn sys_openat2(
+    dirfd: libc::c_long,
+    path: &CString,
+    flags: libc::c_int,
+    resolve: u64,
+) -> (libc::c_long, i32) {
+    let how = OpenHow {
+        flags: flags as u64,
+        mode: 0o644,
+        resolve,
+    };
+    sys(
+        libc::SYS_openat2,
+        [
+            dirfd,
+            ptr(path),
+            &how as *const OpenHow as libc::c_long,
+            std::mem::size_of::<OpenHow>() as libc::c_long,
+            0,
+        ],
+    )
+}
+
+/// `open(path)` through the old `open` call (or `openat(AT_FDCWD)`).
+fn sys_open(path: &CString, flags: libc::c_int, mode: libc::mode_t) -> (libc::c_long, i32) {
+    let (flags, mode) = (flags as libc::c_long, mode as libc::c_long);
+    match legacy_nr("open") {
+        Some(nr) => sys(nr, [ptr(path), flags, mode, 0, 0]),
+        None => sys(libc::SYS_openat, [AT_FDCWD, ptr(path), flags, mode, 0]),
+    }
+}
+
+/// `mkdir(path)` through the old `mkdir` call (or `mkdirat(AT_FDCWD)`).
+fn sys_mkdir(path: &CString, mode: libc::mode_t) -> (libc::c_long, i32) {
+    let mode = mode as libc::c_long;
+    match legacy_nr("mkdir") {
+        Some(nr) => sys(nr, [ptr(path), mode, 0, 0, 0]),
+        None => sys(libc::SYS_mkdirat, [AT_FDCWD, ptr(path), mode, 0, 0]),
+    }
+}
+
+/// Writes `data` to a raw fd this process owns, then closes it.
+fn write_and_close(fd: libc::c_long, data: &[u8]) -> Result<(), i32> {
+    use std::io::Write;
+    use std::os::fd::FromRawFd;
+    // SAFETY: fd was just returned by the kernel to this thread and is owned by
+    // nothing else; the File closes it.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd as libc::c_int) };
+    file.write_all(data)
+        .map_err(|e| e.raw_os_error().unwrap_or(0))
+}
+
+fn close_fd(fd: libc::c_long) {
+    // SAFETY: an fd this process owns and no longer uses.
+    unsafe { libc::close(fd as libc::c_int) };
+}
+
+/// A directory fd for the `*at` calls (closed by the caller).
+fn dir_fd(dir: &str) -> Result<libc::c_long, Report> {
+    let (fd, e) = sys_open(
+        &cstr(dir),
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        0,
+    );
+    if fd < 0 {
+        Err(blocked(
+            Some(e),
+            format!("open({dir}, O_DIRECTORY): {}", describe(e)),
+        ))
+    } else {
+        Ok(fd)
+    }
+}
+
+fn renameat2_flags(name: &str) -> libc::c_long {
+    match name {
+        "noreplace" => libc::RENAME_NOREPLACE as libc::c_long,
+        "exchange" => libc::RENAME_EXCHANGE as libc::c_long,
+        "none" | "0" => 0,
+        other => {
+            eprintln!("warden-escape-probe: renameat2 flag must be noreplace, exchange or none, not {other:?}");
+            std::process::exit(2)
+        }
+    }
+}
+
+/// `plant CALL ARGS...`: one creating syscall, raw, with nothing done before it.
+/// Escaped when the call succeeded or the name it creates appeared; `created`
+/// says whether that name exists afterwards (and did not before).
+fn plant(args: &[String]) -> Report {
+    let call = arg(args, 0, "CALL");
+    let a = |i: usize, what: &str| arg(args, i + 1, what).to_string();
+    let c = |s: &str| cstr(s);
+    let mode_file: libc::c_long = 0o644;
+    let mode_dir: libc::c_long = 0o755;
+    let fifo: libc::c_long = (libc::S_IFIFO as libc::c_long) | 0o644;
+    // (what the call creates, a description, (ret, errno), whether ret is an fd).
+    let (creates, what, (r, e), fd): (String, String, (libc::c_long, i32), bool);
+    let mut dirfd = None;
+    let mut at = |dir: &str| -> Result<libc::c_long, Report> {
+        let fd = dir_fd(dir)?;
+        dirfd = Some(fd);
+        Ok(fd)
+    };
+    // The old one-path calls fall back to their `*at` twin with AT_FDCWD
+    // first where they do not exist (see legacy_nr).
+    let legacy = |name: &str, args4: [libc::c_long; 4], at_nr: libc::c_long| match legacy_nr(name) {
+        Some(nr) => sys(nr, [args4[0], args4[1], args4[2], args4[3], 0]),
+        None => sys(at_nr, [AT_FDCWD, args4[0], args4[1], args4[2], args4[3]]),
+    };
+    let existed;
+    match call {
+        "open" | "creat" | "mkdir" | "mknod" => {
+            let path = a(0, "PATH");
+            existed = exists(&path);
+            let cp = c(&path);
+            (what, (r, e), fd) = match call {
+                "open" => (
+                    format!("open({path}, O_CREAT|O_WRONLY, 0644)"),
+                    legacy(
+                        "open",
+                        [ptr(&cp), CREATE_FLAGS as _, mode_file, 0],
+                        libc::SYS_openat,
+                    ),
+                    true,
+                ),
+                "creat" => (
+                    format!("creat({path}, 0644)"),
+                    match legacy_nr("creat") {
+                        Some(nr) => sys(nr, [ptr(&cp), mode_file, 0, 0, 0]),
+                        None => sys(
+                            libc::SYS_openat,
+                            [
+                                AT_FDCWD,
+                                ptr(&cp),
+                                (libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC) as _,
+                                mode_file,
+                                0,
+                            ],
+                        ),
+                    },
+                    true,
+                ),
+                "mkdir" => (
+                    format!("mkdir({path}, 0755)"),
+                    legacy("mkdir", [ptr(&cp), mode_dir, 0, 0], libc::SYS_mkdirat),
+                    false,
+                ),
+                _ => (
+                    format!("mknod({path}, S_IFIFO|0644)"),
+                    legacy("mknod", [ptr(&cp), fifo, 0, 0], libc::SYS_mknodat),
+                    false,
+                ),
+            };
+            creates = path;
+        }
+        "openat" | "openat2" | "mkdirat" | "mknodat" => {
+            let (dir, name) = (a(0, "DIR"), a(1, "NAME"));
+            creates = format!("{dir}/{name}");
+            existed = exists(&creates);
+            let d = match at(&dir) {
+                Ok(d) => d,
+                Err(rep) => return rep,
+            };
+            let cn = c(&name);
+            (what, (r, e), fd) = match call {
+                "openat" => (
+                    format!("openat(fd of {dir}, {name}, O_CREAT|O_WRONLY, 0644)"),
+                    sys(
+                        libc::SYS_openat,
+                        [d, ptr(&cn), CREATE_FLAGS as _, mode_file, 0],
+                    ),
+                    true,
+                ),
+                "openat2" => (
+                    format!("openat2(fd of {dir}, {name}, {{O_CREAT|O_WRONLY, 0644}})"),
+                    sys_openat2(d, &cn, CREATE_FLAGS, 0),
+                    true,
+                ),
+                "mkdirat" => (
+                    format!("mkdirat(fd of {dir}, {name}, 0755)"),
+                    sys(libc::SYS_mkdirat, [d, ptr(&cn), mode_dir, 0, 0]),
+                    false,
+                ),
+                _ => (
+                    format!("mknodat(fd of {dir}, {name}, S_IFIFO|0644)"),
+                    sys(libc::SYS_mknodat, [d, ptr(&cn), fifo, 0, 0]),
+                    false,
+                ),
+            };
+        }
+        "symlink" => {
+            let (target, path) = (a(0, "TARGET"), a(1, "PATH"));
+            existed = exists(&path);
+            let (ct, cp) = (c(&target), c(&path));
+            what = format!("symlink({target}, {path})");
+            (r, e) = match legacy_nr("symlink") {
+                Some(nr) => sys(nr, [ptr(&ct), ptr(&cp), 0, 0, 0]),
+                None => sys(libc::SYS_symlinkat, [ptr(&ct), AT_FDCWD, ptr(&cp), 0, 0]),
+            };
+            fd = false;
+            creates = path;
+        }
+        "symlinkat" => {
+            let (target, dir, name) = (a(0, "TARGET"), a(1, "DIR"), a(2, "NAME"));
+            creates = format!("{dir}/{name}");
+            existed = exists(&creates);
+            let d = match at(&dir) {
+                Ok(d) => d,
+                Err(rep) => return rep,
+            };
+            let (ct, cn) = (c(&target), c(&name));
+            what = format!("symlinkat({target}, fd of {dir}, {name})");
+            (r, e) = sys(libc::SYS_symlinkat, [ptr(&ct), d, ptr(&cn), 0, 0]);
+            fd = false;
+        }
+        "link" | "linkat" | "rename" | "renameat" | "renameat2" => {
+            let (old, new) = (a(0, "OLD"), a(1, "NEW"));
+            existed = exists(&new);
+            let (co, cn) = (c(&old), c(&new));
+            (what, (r, e)) = match call {
+                "link" => (
+                    format!("link({old}, {new})"),
+                    match legacy_nr("link") {
+                        Some(nr) => sys(nr, [ptr(&co), ptr(&cn), 0, 0, 0]),
+                        None => sys(
+                            libc::SYS_linkat,
+                            [AT_FDCWD, ptr(&co), AT_FDCWD, ptr(&cn), 0],
+                        ),
+                    },
+                ),
+                "linkat" => (
+                    format!("linkat(AT_FDCWD, {old}, AT_FDCWD, {new}, 0)"),
+                    sys(
+                        libc::SYS_linkat,
+                        [AT_FDCWD, ptr(&co), AT_FDCWD, ptr(&cn), 0],
+                    ),
+                ),
+                "rename" => (
+                    format!("rename({old}, {new})"),
+                    match legacy_nr("rename") {
+                        Some(nr) => sys(nr, [ptr(&co), ptr(&cn), 0, 0, 0]),
+                        None => sys(
+                            libc::SYS_renameat2,
+                            [AT_FDCWD, ptr(&co), AT_FDCWD, ptr(&cn), 0],
+                        ),
+                    },
+                ),
+                "renameat" => (
+                    format!("renameat(AT_FDCWD, {old}, AT_FDCWD, {new})"),
+                    renameat(&co, &cn),
+                ),
+                _ => {
+                    let flag = args.get(3).map(String::as_str).unwrap_or("noreplace");
+                    (
+                        format!("renameat2({old}, {new}, {flag})"),
+                        sys(
+                            libc::SYS_renameat2,
+                            [
+                                AT_FDCWD,
+                                ptr(&co),
+                                AT_FDCWD,
+                                ptr(&cn),
+                                renameat2_flags(flag),
+                            ],
+                        ),
+                    )
+                }
+            };
+            fd = false;
+            creates = new;
+        }
+        other => {
+            eprintln!("warden-escape-probe: plant: unknown call {other:?} (--list shows them)");
+            std::process::exit(2)
+        }
+    }
+    let mut wrote = String::new();
+    if r >= 0 && fd {
+        wrote = match write_and_close(r, PAYLOAD) {
+            Ok(()) => format!(", wrote {} bytes", PAYLOAD.len()),
+            Err(we) => format!(", the write failed: {}", describe(we)),
+        };
+    }
+    if let Some(d) = dirfd {
+        close_fd(d);
+    }
+    let created = !existed && exists(&creates);
+    let mut rep = if r >= 0 {
+        escaped(format!(
+            "{what} succeeded{wrote}; {creates} exists: {created}"
+        ))
+    } else if created {
+        Report {
+            errno: Some(e),
+            ..escaped(format!("{what}: {}, yet {creates} appeared", describe(e)))
+        }
+    } else {
+        blocked(Some(e), format!("{what}: {}", describe(e)))
+    };
+    rep.extra.push(("created", json!(created)));
+    rep
+}
+
+/// renameat(AT_FDCWD, old, AT_FDCWD, new), where the call exists (not on newer
+/// ports, which only have renameat2: then that, without flags).
+fn renameat(old: &CString, new: &CString) -> (libc::c_long, i32) {
+    #[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
+    let nr = libc::SYS_renameat;
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "x86")))]
+    let nr = libc::SYS_renameat2;
+    sys(nr, [AT_FDCWD, ptr(old), AT_FDCWD, ptr(new), 0])
+}
+
+fn cd(args: &[String]) -> Report {
+    let dir = arg(args, 0, "DIR");
+    match std::env::set_current_dir(dir) {
+        Ok(()) => escaped(format!("chdir({dir})")),
+        Err(e) => io_err(&format!("chdir({dir})"), e),
+    }
+}
+
+/// The creating call of the races, on a NUL-terminated path at `p`; the fd, if
+/// any, is closed. (ret, errno).
+fn race_call(call: &str, p: *const libc::c_char) -> (libc::c_long, i32) {
+    let p = p as libc::c_long;
+    let (r, e) = match (call, legacy_nr(call)) {
+        ("open", Some(nr)) => sys(nr, [p, CREATE_FLAGS as _, 0o644, 0, 0]),
+        ("open", None) => sys(libc::SYS_openat, [AT_FDCWD, p, CREATE_FLAGS as _, 0o644, 0]),
+        (_, Some(nr)) => sys(nr, [p, 0o755, 0, 0, 0]),
+        (_, None) => sys(libc::SYS_mkdirat, [AT_FDCWD, p, 0o755, 0, 0]),
+    };
+    if r >= 0 && call == "open" {
+        close_fd(r);
+    }
+    (r, e)
+}
+
+fn race_args(args: &[String], from: usize) -> (u64, Duration) {
+    let iters = args
+        .get(from)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200_000);
+    let secs = args.get(from + 1).and_then(|s| s.parse().ok()).unwrap_or(5);
+    (iters, Duration::from_secs(secs))
+}
+
+fn race_check_call(call: &str) {
+    if call != "open" && call != "mkdir" {
+        eprintln!("warden-escape-probe: the races take open or mkdir, not {call:?}");
+        std::process::exit(2)
+    }
+}
+
+/// Removes what a race created under a harmless name, so the next call creates
+/// again.
+fn race_cleanup(call: &str, path: &str) {
+    let _ = if call == "open" {
+        std::fs::remove_file(path)
+    } else {
+        std::fs::remove_dir(path)
+    };
+}
+
+/// What one racing loop saw.
+#[derive(Default)]
+struct RaceTally {
+    calls: u64,
+    succeeded: u64,
+    errors: std::collections::BTreeMap<&'static str, u64>,
+    won: bool,
+}
+
+impl RaceTally {
+    fn report(self, what: String, target: &str, other: (&'static str, u64)) -> Report {
+        let won = self.won || exists(target);
+        let counts = format!(
+            "{} calls, {} succeeded, errors {:?}, {} {}",
+            self.calls, self.succeeded, self.errors, other.1, other.0
+        );
+        let mut rep = if won {
+            escaped(format!("{what}: {target} was created ({counts})"))
+        } else {
+            let common = self.errors.iter().max_by_key(|(_, n)| **n).map(|(e, _)| *e);
+            let errno = common.and_then(|name| {
+                [
+                    libc::EROFS,
+                    libc::EACCES,
+                    libc::EPERM,
+                    libc::EXDEV,
+                    libc::EEXIST,
+                    libc::ENOENT,
+                ]
+                .into_iter()
+                .find(|&e| errno_name(e) == name)
+            });
+            blocked(errno, format!("{what}: {target} never appeared ({counts})"))
+        };
+        rep.extra.push(("calls", json!(self.calls)));
+        rep.extra.push(("succeeded", json!(self.succeeded)));
+        rep.extra.push(("errors", json!(self.errors)));
+        rep.extra.push((other.0, json!(other.1)));
+        rep
+    }
+}
+
+/// `race CALL SAFE TARGET`: the classic TOCTOU of a seccomp supervisor. One
+/// thread flips the bytes where SAFE and TARGET differ in a shared buffer (one
+/// byte for names like `xbashrc`/`.bashrc`: every read sees one or the other);
+/// this one makes CALL on that buffer until TARGET exists, ITERS calls or SECS
+/// seconds. A supervisor that reads SAFE and lets the kernel read the buffer
+/// again loses.
+fn race(args: &[String]) -> Report {
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+    use std::sync::Arc;
+    let call = arg(args, 0, "CALL");
+    race_check_call(call);
+    let safe = arg(args, 1, "SAFE").as_bytes().to_vec();
+    let target = arg(args, 2, "TARGET");
+    let (iters, limit) = race_args(args, 3);
+    if safe.len() != target.len() || safe.len() >= 4095 {
+        eprintln!("warden-escape-probe: SAFE and TARGET must have the same length (< 4095)");
+        std::process::exit(2)
+    }
+    let diffs: Vec<(usize, u8, u8)> = safe
+        .iter()
+        .zip(target.as_bytes())
+        .enumerate()
+        .filter(|(_, (s, t))| s != t)
+        .map(|(i, (&s, &t))| (i, s, t))
+        .collect();
+    // Zero-filled: the path is NUL-terminated whichever name it holds.
+    let buf: Arc<Vec<AtomicU8>> = Arc::new((0..4096).map(|_| AtomicU8::new(0)).collect());
+    for (i, &b) in safe.iter().enumerate() {
+        buf[i].store(b, Ordering::Relaxed);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let flips = Arc::new(AtomicU64::new(0));
+    let flipper = {
+        let (buf, stop, flips) = (Arc::clone(&buf), Arc::clone(&stop), Arc::clone(&flips));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                for &(i, _, t) in &diffs {
+                    buf[i].store(t, Ordering::Relaxed);
+                }
+                std::hint::spin_loop();
+                for &(i, s, _) in &diffs {
+                    buf[i].store(s, Ordering::Relaxed);
+                }
+                flips.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let safe = String::from_utf8_lossy(&safe).into_owned();
+    // AtomicU8 has the layout of u8: the kernel reads the bytes as they are.
+    let p = buf.as_ptr() as *const libc::c_char;
+    let mut tally = RaceTally::default();
+    let start = Instant::now();
+    while tally.calls < iters && start.elapsed() < limit {
+        tally.calls += 1;
+        let (r, e) = race_call(call, p);
+        if r >= 0 {
+            tally.succeeded += 1;
+            if exists(target) {
+                tally.won = true;
+                break;
+            }
+            race_cleanup(call, &safe);
+        } else {
+            *tally.errors.entry(errno_name(e)).or_default() += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = flipper.join();
+    race_cleanup(call, &safe);
+    let what = format!("{call} on a buffer flipping between {safe} and {target}");
+    tally.report(what, target, ("flips", flips.load(Ordering::Relaxed)))
+}
+
+/// `race-swap CALL PATH TARGET A B`: the same race on the file system instead of
+/// the buffer: one thread swaps A and B (a directory and a symlink to `.`) with
+/// renameat2(RENAME_EXCHANGE), this one makes CALL on PATH (`A/.bashrc`), which
+/// is TARGET whenever A is the symlink. A supervisor that resolves PATH, checks,
+/// then lets the kernel (or itself) resolve it again loses.
+fn race_swap(args: &[String]) -> Report {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let call = arg(args, 0, "CALL");
+    race_check_call(call);
+    let path = arg(args, 1, "PATH");
+    let target = arg(args, 2, "TARGET");
+    let (a, b) = (cstr(arg(args, 3, "A")), cstr(arg(args, 4, "B")));
+    let (iters, limit) = race_args(args, 5);
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicU64::new(0));
+    let swapper = {
+        let (stop, swaps) = (Arc::clone(&stop), Arc::clone(&swaps));
+        std::thread::spawn(move || {
+            let flags = libc::RENAME_EXCHANGE as libc::c_long;
+            while !stop.load(Ordering::Relaxed) {
+                let (r, _) = sys(
+                    libc::SYS_renameat2,
+                    [AT_FDCWD, ptr(&a), AT_FDCWD, ptr(&b), flags],
+                );
+                if r == 0 {
+                    swaps.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    let cp = cstr(path);
+    let mut tally = RaceTally::default();
+    let start = Instant::now();
+    while tally.calls < iters && start.elapsed() < limit {
+        tally.calls += 1;
+        let (r, e) = race_call(call, cp.as_ptr());
+        if r >= 0 {
+            tally.succeeded += 1;
+            if exists(target) {
+                tally.won = true;
+                break;
+            }
+            race_cleanup(call, path);
+        } else {
+            *tally.errors.entry(errno_name(e)).or_default() += 1;
+            // A directory made through A while it was the directory, and not
+            // removed because A had been swapped by then: remove it now, so
+            // the next calls create again instead of failing with EEXIST.
+            if e == libc::EEXIST && !exists(target) {
+                race_cleanup(call, path);
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = swapper.join();
+    let what = format!("{call}({path}) while swapping A and B");
+    tally.report(what, target, ("swaps", swaps.load(Ordering::Relaxed)))
+}
+
+/// One step of `ordinary`: Ok(note) or Err(what went wrong).
+type Step = Result<String, String>;
+
+/// A step of `ordinary`, given the directory.
+type StepFn = fn(&str) -> Step;
+
+fn fail(what: &str, e: i32) -> String {
+    format!("{what}: {}", describe(e))
+}
+
+fn io_fail(what: &str, e: std::io::Error) -> String {
+    format!("{what}: {e}")
+}
+
+/// open(2) through libc (openat), as a program would: an owned fd.
+fn open_owned(
+    path: &str,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> Result<std::os::fd::OwnedFd, i32> {
+    use std::os::fd::FromRawFd;
+    let c = cstr(path);
+    // SAFETY: NUL-terminated path alive for the call.
+    let fd = unsafe { libc::open(c.as_ptr(), flags, mode as libc::c_uint) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: a new fd, owned by nothing else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Creates `path` with `flags | O_CREAT` and writes `data` through the fd.
+fn create_with(path: &str, flags: libc::c_int, data: &str) -> Result<std::fs::File, String> {
+    use std::io::Write;
+    let fd = open_owned(path, flags | libc::O_CREAT, 0o644)
+        .map_err(|e| fail(&format!("open({path}, O_CREAT)"), e))?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(data.as_bytes())
+        .map_err(|e| io_fail(&format!("write {path}"), e))?;
+    Ok(file)
+}
+
+fn content_is(path: &str, want: &str) -> Result<(), String> {
+    match std::fs::read_to_string(path) {
+        Ok(s) if s == want => Ok(()),
+        Ok(s) => Err(format!("{path} holds {s:?}, not {want:?}")),
+        Err(e) => Err(io_fail(&format!("read {path}"), e)),
+    }
+}
+
+/// The call must fail with `want`.
+fn fails_with(what: &str, (r, e): (libc::c_long, i32), want: i32) -> Result<(), String> {
+    if r >= 0 {
+        Err(format!("{what} succeeded, expected {}", errno_name(want)))
+    } else if e != want {
+        Err(format!(
+            "{what}: {}, expected {}",
+            describe(e),
+            errno_name(want)
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+fn ok_call(what: &str, (r, e): (libc::c_long, i32)) -> Result<libc::c_long, String> {
+    if r < 0 {
+        Err(fail(what, e))
+    } else {
+        Ok(r)
+    }
+}
+
+fn mode_of(path: &str) -> Result<u32, String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path)
+        .map(|m| m.permissions().mode() & 0o7777)
+        .map_err(|e| io_fail(&format!("lstat {path}"), e))
+}
+
+fn expect_mode(path: &str, want: u32) -> Result<(), String> {
+    match mode_of(path)? {
+        m if m == want => Ok(()),
+        m => Err(format!("{path} has mode {m:o}, not {want:o}")),
+    }
+}
+
+fn fd_flags(fd: &std::os::fd::OwnedFd, cmd: libc::c_int) -> libc::c_int {
+    use std::os::fd::AsRawFd;
+    // SAFETY: F_GETFD/F_GETFL on an fd this process owns.
+    unsafe { libc::fcntl(fd.as_raw_fd(), cmd) }
+}
+
+fn step_excl(d: &str) -> Step {
+    let p = format!("{d}/excl.txt");
+    create_with(
+        &p,
+        libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
+        "excl\n",
+    )?;
+    content_is(&p, "excl\n")?;
+    fails_with(
+        "O_CREAT|O_EXCL again",
+        sys_open(
+            &cstr(&p),
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+            0o644,
+        ),
+        libc::EEXIST,
+    )?;
+    Ok("created once, EEXIST the second time".into())
+}
+
+fn step_trunc(d: &str) -> Step {
+    let p = format!("{d}/trunc.txt");
+    create_with(&p, libc::O_TRUNC | libc::O_WRONLY, "first version\n")?;
+    create_with(&p, libc::O_TRUNC | libc::O_WRONLY, "second\n")?;
+    content_is(&p, "second\n")?;
+    Ok("created, then truncated and rewritten".into())
+}
+
+fn step_creat(d: &str) -> Step {
+    let p = format!("{d}/creat.txt");
+    let c = cstr(&p);
+    let (r, e) = match legacy_nr("creat") {
+        Some(nr) => sys(nr, [ptr(&c), 0o644, 0, 0, 0]),
+        None => sys(
+            libc::SYS_openat,
+            [
+                AT_FDCWD,
+                ptr(&c),
+                (libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC) as _,
+                0o644,
+                0,
+            ],
+        ),
+    };
+    let fd = ok_call(&format!("creat({p})"), (r, e))?;
+    write_and_close(fd, b"creat\n").map_err(|e| fail("write", e))?;
+    content_is(&p, "creat\n")?;
+    Ok("the old creat call".into())
+}
+
+/// O_CREAT on an existing file opens it: no truncation, the fd reads it.
+fn step_keep(d: &str) -> Step {
+    use std::io::Read;
+    let p = format!("{d}/keep.txt");
+    create_with(&p, libc::O_WRONLY, "kept\n")?;
+    let fd = open_owned(&p, libc::O_CREAT | libc::O_RDWR | libc::O_CLOEXEC, 0o600)
+        .map_err(|e| fail("open(existing, O_CREAT|O_RDWR)", e))?;
+    let mut s = String::new();
+    std::fs::File::from(fd)
+        .read_to_string(&mut s)
+        .map_err(|e| io_fail("read through the fd", e))?;
+    if s != "kept\n" {
+        return Err(format!("read {s:?} through the fd"));
+    }
+    expect_mode(&p, 0o644)?;
+    Ok("existing file opened as it was (content and mode)".into())
+}
+
+fn step_append(d: &str) -> Step {
+    let p = format!("{d}/append.txt");
+    let file = create_with(&p, libc::O_WRONLY | libc::O_APPEND, "a")?;
+    let fl = fd_flags(&file.into(), libc::F_GETFL);
+    if fl & libc::O_APPEND == 0 || fl & libc::O_ACCMODE != libc::O_WRONLY {
+        return Err(format!("F_GETFL is {fl:#o}: not O_WRONLY|O_APPEND"));
+    }
+    create_with(&p, libc::O_WRONLY | libc::O_APPEND, "b")?;
+    content_is(&p, "ab")?;
+    Ok("O_APPEND kept on the fd".into())
+}
+
+/// The fd returned is the file created: same inode, readable back through it.
+fn step_fd_is_the_file(d: &str) -> Step {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let p = format!("{d}/rdwr.txt");
+    let file = create_with(&p, libc::O_RDWR | libc::O_CLOEXEC, "rdwr\n")?;
+    let mut back = [0u8; 5];
+    file.read_exact_at(&mut back, 0)
+        .map_err(|e| io_fail("pread", e))?;
+    let (a, b) = (
+        file.metadata().map_err(|e| io_fail("fstat", e))?,
+        std::fs::metadata(&p).map_err(|e| io_fail("stat", e))?,
+    );
+    if &back != b"rdwr\n" || (a.dev(), a.ino()) != (b.dev(), b.ino()) {
+        return Err(format!(
+            "the fd is another file ({back:?}, ino {} vs {})",
+            a.ino(),
+            b.ino()
+        ));
+    }
+    Ok("O_RDWR fd is the new file".into())
+}
+
+fn step_mkstemp(d: &str) -> Step {
+    use std::io::Write;
+    use std::os::fd::FromRawFd;
+    let mut template = format!("{d}/tmp.XXXXXX\0").into_bytes();
+    // SAFETY: a NUL-terminated, writable template that mkstemp fills in.
+    let fd = unsafe { libc::mkstemp(template.as_mut_ptr().cast()) };
+    if fd < 0 {
+        return Err(fail("mkstemp", errno()));
+    }
+    // SAFETY: a new fd, owned by nothing else.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    file.write_all(b"mkstemp\n")
+        .map_err(|e| io_fail("write", e))?;
+    template.pop();
+    let name = String::from_utf8_lossy(&template).into_owned();
+    content_is(&name, "mkstemp\n")?;
+    expect_mode(&name, 0o600)?;
+    Ok(name)
+}
+
+fn step_mkdir_p(d: &str) -> Step {
+    let deep = format!("{d}/a/b/c");
+    std::fs::create_dir_all(&deep).map_err(|e| io_fail(&format!("mkdir -p {deep}"), e))?;
+    create_with(&format!("{deep}/deep.txt"), libc::O_WRONLY, "deep\n")?;
+    Ok("a/b/c/deep.txt".into())
+}
+
+fn step_symlink(d: &str) -> Step {
+    let link = format!("{d}/link");
+    std::os::unix::fs::symlink("excl.txt", &link)
+        .map_err(|e| io_fail(&format!("symlink excl.txt {link}"), e))?;
+    let (ct, cl) = (cstr("trunc.txt"), cstr(&format!("{d}/link2")));
+    match legacy_nr("symlink") {
+        Some(nr) => ok_call("symlink (old call)", sys(nr, [ptr(&ct), ptr(&cl), 0, 0, 0]))?,
+        None => 0,
+    };
+    match std::fs::read_link(&link) {
+        Ok(t) if t == std::path::Path::new("excl.txt") => {}
+        other => return Err(format!("readlink {link}: {other:?}")),
+    }
+    content_is(&link, "excl\n")?;
+    Ok("link -> excl.txt".into())
+}
+
+fn step_fifo(d: &str) -> Step {
+    use std::os::unix::fs::FileTypeExt;
+    let p = format!("{d}/fifo");
+    let c = cstr(&p);
+    // SAFETY: NUL-terminated path alive for the call.
+    if unsafe { libc::mkfifo(c.as_ptr(), 0o644) } != 0 {
+        return Err(fail("mkfifo", errno()));
+    }
+    let p2 = format!("{d}/fifo2");
+    let c2 = cstr(&p2);
+    let fifo = (libc::S_IFIFO | 0o644) as libc::c_long;
+    match legacy_nr("mknod") {
+        Some(nr) => ok_call("mknod (old call)", sys(nr, [ptr(&c2), fifo, 0, 0, 0]))?,
+        None => ok_call(
+            "mknodat",
+            sys(libc::SYS_mknodat, [AT_FDCWD, ptr(&c2), fifo, 0, 0]),
+        )?,
+    };
+    for p in [&p, &p2] {
+        let ft = std::fs::symlink_metadata(p)
+            .map_err(|e| io_fail(p, e))?
+            .file_type();
+        if !ft.is_fifo() {
+            return Err(format!("{p} is not a FIFO: {ft:?}"));
+        }
+    }
+    Ok("fifo, fifo2".into())
+}
+
+fn step_hardlink(d: &str) -> Step {
+    use std::os::unix::fs::MetadataExt;
+    let src = format!("{d}/excl.txt");
+    std::fs::hard_link(&src, format!("{d}/hard.txt")).map_err(|e| io_fail("link", e))?;
+    let (co, cn) = (cstr(&src), cstr(&format!("{d}/hard2.txt")));
+    match legacy_nr("link") {
+        Some(nr) => ok_call("link (old call)", sys(nr, [ptr(&co), ptr(&cn), 0, 0, 0]))?,
+        None => ok_call(
+            "linkat",
+            sys(
+                libc::SYS_linkat,
+                [AT_FDCWD, ptr(&co), AT_FDCWD, ptr(&cn), 0],
+            ),
+        )?,
+    };
+    let n = std::fs::metadata(&src)
+        .map_err(|e| io_fail("stat", e))?
+        .nlink();
+    if n != 3 {
+        return Err(format!("{src} has {n} links, not 3"));
+    }
+    content_is(&format!("{d}/hard2.txt"), "excl\n")?;
+    Ok("hard.txt, hard2.txt".into())
+}
+
+fn rename_ok(from: &str, to: &str) -> Result<(), String> {
+    std::fs::rename(from, to).map_err(|e| io_fail(&format!("rename {from} {to}"), e))
+}
+
+fn step_rename_file(d: &str) -> Step {
+    let (a, b) = (format!("{d}/r1.txt"), format!("{d}/r2.txt"));
+    create_with(&a, libc::O_WRONLY, "renamed\n")?;
+    rename_ok(&a, &b)?;
+    if exists(&a) {
+        return Err(format!("{a} is still there"));
+    }
+    content_is(&b, "renamed\n")?;
+    // And through renameat.
+    let c = format!("{d}/r3.txt");
+    ok_call("renameat", renameat(&cstr(&b), &cstr(&c)))?;
+    content_is(&c, "renamed\n")?;
+    Ok("r1.txt -> r2.txt -> r3.txt".into())
+}
+
+fn step_rename_dir(d: &str) -> Step {
+    let (a, b) = (format!("{d}/rd1"), format!("{d}/rd2"));
+    std::fs::create_dir(&a).map_err(|e| io_fail("mkdir", e))?;
+    create_with(&format!("{a}/f.txt"), libc::O_WRONLY, "in a dir\n")?;
+    rename_ok(&a, &b)?;
+    content_is(&format!("{b}/f.txt"), "in a dir\n")?;
+    Ok("rd1 -> rd2".into())
+}
+
+fn step_rename_across(d: &str) -> Step {
+    let (x1, x2) = (format!("{d}/x1"), format!("{d}/x2"));
+    std::fs::create_dir_all(format!("{x1}/sub")).map_err(|e| io_fail("mkdir", e))?;
+    std::fs::create_dir(&x2).map_err(|e| io_fail("mkdir", e))?;
+    create_with(&format!("{x1}/f.txt"), libc::O_WRONLY, "moved\n")?;
+    create_with(&format!("{x1}/sub/g.txt"), libc::O_WRONLY, "moved too\n")?;
+    rename_ok(&format!("{x1}/f.txt"), &format!("{x2}/f.txt"))?;
+    rename_ok(&format!("{x1}/sub"), &format!("{x2}/sub"))?;
+    content_is(&format!("{x2}/f.txt"), "moved\n")?;
+    content_is(&format!("{x2}/sub/g.txt"), "moved too\n")?;
+    Ok("x1/f.txt -> x2/f.txt, x1/sub -> x2/sub".into())
+}
+
+/// An editor's save: write a temporary file, rename it over the old one.
+fn step_atomic_save(d: &str) -> Step {
+    let (doc, tmp) = (format!("{d}/doc.txt"), format!("{d}/doc.txt.tmp"));
+    create_with(&doc, libc::O_WRONLY | libc::O_TRUNC, "v1\n")?;
+    create_with(&tmp, libc::O_WRONLY | libc::O_TRUNC, "v2\n")?;
+    rename_ok(&tmp, &doc)?;
+    content_is(&doc, "v2\n")?;
+    if exists(&tmp) {
+        return Err(format!("{tmp} is still there"));
+    }
+    Ok("doc.txt.tmp renamed over doc.txt".into())
+}
+
+fn step_renameat2(d: &str) -> Step {
+    let (n1, n2, n3) = (format!("{d}/n1"), format!("{d}/n2"), format!("{d}/n3"));
+    create_with(&n1, libc::O_WRONLY, "one\n")?;
+    create_with(&n3, libc::O_WRONLY, "three\n")?;
+    let r2 = |a: &str, b: &str, f: libc::c_uint| {
+        sys(
+            libc::SYS_renameat2,
+            [
+                AT_FDCWD,
+                ptr(&cstr(a)),
+                AT_FDCWD,
+                ptr(&cstr(b)),
+                f as libc::c_long,
+            ],
+        )
+    };
+    ok_call(
+        "renameat2(n1, n2, NOREPLACE)",
+        r2(&n1, &n2, libc::RENAME_NOREPLACE),
+    )?;
+    fails_with(
+        "renameat2(n2, n3, NOREPLACE)",
+        r2(&n2, &n3, libc::RENAME_NOREPLACE),
+        libc::EEXIST,
+    )?;
+    ok_call(
+        "renameat2(n2, n3, EXCHANGE)",
+        r2(&n2, &n3, libc::RENAME_EXCHANGE),
+    )?;
+    content_is(&n2, "three\n")?;
+    content_is(&n3, "one\n")?;
+    Ok("NOREPLACE, EEXIST, EXCHANGE".into())
+}
+
+/// An unnamed file (O_TMPFILE), written, then given a name through
+/// /proc/self/fd: how careful programs publish a complete file.
+fn step_tmpfile_linkat(d: &str) -> Step {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let fd = match open_owned(d, libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC, 0o644) {
+        Ok(fd) => fd,
+        Err(e) if e == libc::EOPNOTSUPP || e == libc::EISDIR => {
+            return Ok(format!(
+                "skipped: no O_TMPFILE on this file system ({})",
+                errno_name(e)
+            ))
+        }
+        Err(e) => return Err(fail("open(O_TMPFILE)", e)),
+    };
+    let proc_path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let mut file = std::fs::File::from(fd);
+    file.write_all(b"tmpfile\n")
+        .map_err(|e| io_fail("write", e))?;
+    let name = format!("{d}/tmpfile.txt");
+    ok_call(
+        "linkat(/proc/self/fd/N, AT_SYMLINK_FOLLOW)",
+        sys(
+            libc::SYS_linkat,
+            [
+                AT_FDCWD,
+                ptr(&cstr(&proc_path)),
+                AT_FDCWD,
+                ptr(&cstr(&name)),
+                libc::AT_SYMLINK_FOLLOW as libc::c_long,
+            ],
+        ),
+    )?;
+    content_is(&name, "tmpfile\n")?;
+    Ok("tmpfile.txt".into())
+}
+
+fn step_unix_bind(d: &str) -> Step {
+    use std::io::{Read, Write};
+    let p = format!("{d}/sock");
+    if p.len() >= 108 {
+        return Ok(format!("skipped: {p} is too long for sun_path"));
+    }
+    let listener =
+        std::os::unix::net::UnixListener::bind(&p).map_err(|e| io_fail(&format!("bind {p}"), e))?;
+    let mut client =
+        std::os::unix::net::UnixStream::connect(&p).map_err(|e| io_fail("connect", e))?;
+    let (mut server, _) = listener.accept().map_err(|e| io_fail("accept", e))?;
+    client.write_all(b"hi").map_err(|e| io_fail("send", e))?;
+    let mut got = [0u8; 2];
+    server
+        .read_exact(&mut got)
+        .map_err(|e| io_fail("recv", e))?;
+    Ok("bound, connected, exchanged".into())
+}
+
+fn step_relative(d: &str) -> Step {
+    let before = std::env::current_dir().map_err(|e| io_fail("getcwd", e))?;
+    std::env::set_current_dir(d).map_err(|e| io_fail("chdir", e))?;
+    let res = (|| {
+        create_with("rel.txt", libc::O_WRONLY, "relative\n")?;
+        ok_call("mkdir(reldir)", sys_mkdir(&cstr("reldir"), 0o755))?;
+        create_with("reldir/../reldir/inner.txt", libc::O_WRONLY, "inner\n")?;
+        std::os::unix::fs::symlink("rel.txt", "rellink").map_err(|e| io_fail("symlink", e))?;
+        rename_ok("rellink", "reldir/rellink")?;
+        Ok::<(), String>(())
+    })();
+    std::env::set_current_dir(before).map_err(|e| io_fail("chdir back", e))?;
+    res?;
+    content_is(&format!("{d}/reldir/inner.txt"), "inner\n")?;
+    Ok("rel.txt, reldir/, reldir/inner.txt, reldir/rellink".into())
+}
+
+fn step_at_calls(d: &str) -> Step {
+    let dirfd = match dir_fd(d) {
+        Ok(fd) => fd,
+        Err(rep) => return Err(rep.detail),
+    };
+    let res = (|| {
+        let n = |s: &str| cstr(s);
+        let fd = ok_call(
+            "openat(at.txt)",
+            sys(
+                libc::SYS_openat,
+                [dirfd, ptr(&n("at.txt")), CREATE_FLAGS as _, 0o644, 0],
+            ),
+        )?;
+        write_and_close(fd, b"at\n").map_err(|e| fail("write", e))?;
+        let fd = ok_call(
+            "openat2(at2.txt)",
+            sys_openat2(dirfd, &n("at2.txt"), CREATE_FLAGS, 0),
+        )?;
+        write_and_close(fd, b"at2\n").map_err(|e| fail("write", e))?;
+        ok_call(
+            "mkdirat(atdir)",
+            sys(libc::SYS_mkdirat, [dirfd, ptr(&n("atdir")), 0o755, 0, 0]),
+        )?;
+        ok_call(
+            "mknodat(atfifo)",
+            sys(
+                libc::SYS_mknodat,
+                [dirfd, ptr(&n("atfifo")), (libc::S_IFIFO | 0o644) as _, 0, 0],
+            ),
+        )?;
+        ok_call(
+            "symlinkat(at.txt, atlink)",
+            sys(
+                libc::SYS_symlinkat,
+                [ptr(&n("at.txt")), dirfd, ptr(&n("atlink")), 0, 0],
+            ),
+        )?;
+        ok_call(
+            "linkat(at.txt, athard)",
+            sys(
+                libc::SYS_linkat,
+                [dirfd, ptr(&n("at.txt")), dirfd, ptr(&n("athard")), 0],
+            ),
+        )?;
+        ok_call(
+            "renameat2(athard, athard2)",
+            sys(
+                libc::SYS_renameat2,
+                [dirfd, ptr(&n("athard")), dirfd, ptr(&n("athard2")), 0],
+            ),
+        )?;
+        Ok::<(), String>(())
+    })();
+    close_fd(dirfd);
+    res?;
+    content_is(&format!("{d}/atlink"), "at\n")?;
+    content_is(&format!("{d}/athard2"), "at\n")?;
+    content_is(&format!("{d}/at2.txt"), "at2\n")?;
+    Ok("openat, openat2, mkdirat, mknodat, symlinkat, linkat, renameat2 on a dirfd".into())
+}
+
+/// openat2 with resolve flags, as sandbox-aware programs use it to stay
+/// beneath a directory.
+fn step_openat2_resolve(d: &str) -> Step {
+    let dirfd = match dir_fd(d) {
+        Ok(fd) => fd,
+        Err(rep) => return Err(rep.detail),
+    };
+    let res = ok_call(
+        "openat2(beneath.txt, RESOLVE_BENEATH)",
+        sys_openat2(
+            dirfd,
+            &cstr("beneath.txt"),
+            CREATE_FLAGS,
+            libc::RESOLVE_BENEATH,
+        ),
+    )
+    .and_then(|fd| write_and_close(fd, b"beneath\n").map_err(|e| fail("write", e)));
+    close_fd(dirfd);
+    res?;
+    content_is(&format!("{d}/beneath.txt"), "beneath\n")?;
+    Ok("beneath.txt".into())
+}
+
+fn set_umask(mask: libc::mode_t) -> libc::mode_t {
+    // SAFETY: umask cannot fail.
+    unsafe { libc::umask(mask) }
+}
+
+/// The caller's umask shapes the mode, whoever creates the file.
+fn step_umask(d: &str) -> Step {
+    let old = set_umask(0o022);
+    let res = (|| {
+        let open = |p: &str, mode: libc::mode_t| {
+            open_owned(p, libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, mode)
+                .map(drop)
+                .map_err(|e| fail(&format!("open({p})"), e))
+        };
+        let mkdir = |p: &str| ok_call(&format!("mkdir({p})"), sys_mkdir(&cstr(p), 0o777));
+        open(&format!("{d}/mode644"), 0o666)?;
+        mkdir(&format!("{d}/mode755"))?;
+        open(&format!("{d}/mode400"), 0o400)?;
+        set_umask(0o077);
+        open(&format!("{d}/mode600"), 0o666)?;
+        mkdir(&format!("{d}/mode700"))?;
+        let fifo = cstr(&format!("{d}/fifo600"));
+        // SAFETY: NUL-terminated path alive for the call.
+        if unsafe { libc::mkfifo(fifo.as_ptr(), 0o666) } != 0 {
+            return Err(fail("mkfifo(fifo600)", errno()));
+        }
+        for (name, want) in [
+            ("mode644", 0o644),
+            ("mode755", 0o755),
+            ("mode400", 0o400),
+            ("mode600", 0o600),
+            ("mode700", 0o700),
+            ("fifo600", 0o600),
+        ] {
+            expect_mode(&format!("{d}/{name}"), want)?;
+        }
+        Ok(())
+    })();
+    set_umask(old);
+    res?;
+    Ok("umask 022: 0644 and 0755; umask 077: 0600 and 0700".into())
+}
+
+fn step_cloexec(d: &str) -> Step {
+    let with = open_owned(
+        &format!("{d}/cx1"),
+        libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+        0o644,
+    )
+    .map_err(|e| fail("open(cx1, O_CLOEXEC)", e))?;
+    let without = open_owned(&format!("{d}/cx2"), libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .map_err(|e| fail("open(cx2)", e))?;
+    let (a, b) = (
+        fd_flags(&with, libc::F_GETFD),
+        fd_flags(&without, libc::F_GETFD),
+    );
+    if a & libc::FD_CLOEXEC == 0 || b & libc::FD_CLOEXEC != 0 {
+        return Err(format!("F_GETFD: {a:#x} with O_CLOEXEC, {b:#x} without"));
+    }
+    Ok("FD_CLOEXEC exactly when asked".into())
+}
+
+/// New files belong to the caller (as the sandbox maps it).
+fn step_owner(d: &str) -> Step {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    for name in ["excl.txt", "a", "fifo", "link", "mode600"] {
+        let p = format!("{d}/{name}");
+        let m = std::fs::symlink_metadata(&p).map_err(|e| io_fail(&p, e))?;
+        if (m.uid(), m.gid()) != (uid, gid) {
+            return Err(format!(
+                "{p} belongs to {}:{}, not {uid}:{gid}",
+                m.uid(),
+                m.gid()
+            ));
+        }
+    }
+    Ok(format!("{uid}:{gid}"))
+}
+
+/// The errors a program relies on are the kernel's as before.
+fn step_errors(d: &str) -> Step {
+    let c = |s: String| cstr(&s);
+    fails_with(
+        "open(missing/x, O_CREAT)",
+        sys_open(
+            &c(format!("{d}/missing/x")),
+            libc::O_CREAT | libc::O_WRONLY,
+            0o644,
+        ),
+        libc::ENOENT,
+    )?;
+    fails_with(
+        "open(excl.txt/x, O_CREAT)",
+        sys_open(
+            &c(format!("{d}/excl.txt/x")),
+            libc::O_CREAT | libc::O_WRONLY,
+            0o644,
+        ),
+        libc::ENOTDIR,
+    )?;
+    fails_with(
+        "mkdir(a)",
+        sys_mkdir(&c(format!("{d}/a")), 0o755),
+        libc::EEXIST,
+    )?;
+    fails_with(
+        "mkdir(excl.txt)",
+        sys_mkdir(&c(format!("{d}/excl.txt")), 0o755),
+        libc::EEXIST,
+    )?;
+    fails_with(
+        "symlinkat(x, excl.txt)",
+        sys(
+            libc::SYS_symlinkat,
+            [
+                ptr(&cstr("x")),
+                AT_FDCWD,
+                ptr(&c(format!("{d}/excl.txt"))),
+                0,
+                0,
+            ],
+        ),
+        libc::EEXIST,
+    )?;
+    fails_with(
+        "linkat(excl.txt, trunc.txt)",
+        sys(
+            libc::SYS_linkat,
+            [
+                AT_FDCWD,
+                ptr(&c(format!("{d}/excl.txt"))),
+                AT_FDCWD,
+                ptr(&c(format!("{d}/trunc.txt"))),
+                0,
+            ],
+        ),
+        libc::EEXIST,
+    )?;
+    fails_with(
+        "renameat(nothing, zz)",
+        renameat(&c(format!("{d}/nothing")), &c(format!("{d}/zz"))),
+        libc::ENOENT,
+    )?;
+    // A trailing slash: never a file of that name.
+    let slash = format!("{d}/slash");
+    let r = fails_with(
+        "open(slash/, O_CREAT)",
+        sys_open(
+            &c(format!("{slash}/")),
+            libc::O_CREAT | libc::O_WRONLY,
+            0o644,
+        ),
+        libc::EISDIR,
+    );
+    if let Ok(m) = std::fs::symlink_metadata(&slash) {
+        return Err(format!(
+            "open(slash/, O_CREAT) made {slash} ({:?}); {r:?}",
+            m.file_type()
+        ));
+    }
+    r?;
+    Ok("ENOENT, ENOTDIR, EEXIST, EISDIR as the kernel says".into())
+}
+
+/// Names close to the protected ones, which are not in the table: the match is
+/// by exact name.
+fn step_neighbours(d: &str) -> Step {
+    create_with(&format!("{d}/.gitignore"), libc::O_WRONLY, "target/\n")?;
+    std::fs::create_dir_all(format!("{d}/.github/workflows"))
+        .map_err(|e| io_fail("mkdir -p .github/workflows", e))?;
+    create_with(
+        &format!("{d}/.github/workflows/ci.yml"),
+        libc::O_WRONLY,
+        "on: push\n",
+    )?;
+    create_with(&format!("{d}/.bashrc.orig"), libc::O_WRONLY, "# a backup\n")?;
+    create_with(&format!("{d}/git"), libc::O_WRONLY, "not .git\n")?;
+    ok_call(
+        "mkdir(.gitx)",
+        sys_mkdir(&cstr(&format!("{d}/.gitx")), 0o755),
+    )?;
+    Ok(".gitignore, .github/workflows/ci.yml, .bashrc.orig, git, .gitx/".into())
+}
+
+/// `ordinary DIR`: the control of the `plant` attacks. Every ordinary way a
+/// server creates files, in DIR (made if missing); each step checks the result
+/// from inside. Escaped (it all worked) unless a step failed; `steps` has every
+/// step's note or error. Names are fixed, so the test checks them on the host.
+fn ordinary(args: &[String]) -> Report {
+    let d = arg(args, 0, "DIR");
+    if let Err(e) = std::fs::create_dir_all(d) {
+        return io_err(&format!("mkdir -p {d}"), e);
+    }
+    let steps: &[(&str, StepFn)] = &[
+        ("excl", step_excl),
+        ("trunc", step_trunc),
+        ("creat", step_creat),
+        ("keep", step_keep),
+        ("append", step_append),
+        ("fd-is-the-file", step_fd_is_the_file),
+        ("mkstemp", step_mkstemp),
+        ("mkdir-p", step_mkdir_p),
+        ("symlink", step_symlink),
+        ("fifo", step_fifo),
+        ("hardlink", step_hardlink),
+        ("rename-file", step_rename_file),
+        ("rename-dir", step_rename_dir),
+        ("rename-across", step_rename_across),
+        ("atomic-save", step_atomic_save),
+        ("renameat2", step_renameat2),
+        ("tmpfile-linkat", step_tmpfile_linkat),
+        ("unix-bind", step_unix_bind),
+        ("relative", step_relative),
+        ("at-calls", step_at_calls),
+        ("openat2-resolve", step_openat2_resolve),
+        ("umask", step_umask),
+        ("cloexec", step_cloexec),
+        ("owner", step_owner),
+        ("errors", step_errors),
+        ("neighbours", step_neighbours),
+    ];
+    let mut results = serde_json::Map::new();
+    let mut failed = Vec::new();
+    for (name, step) in steps {
+        let r = step(d);
+        let text = match &r {
+            Ok(note) => format!("ok: {note}"),
+            Err(e) => {
+                failed.push(format!("{name}: {e}"));
+                format!("FAILED: {e}")
+            }
+        };
+        results.insert((*name).to_string(), json!(text));
+    }
+    let mut rep = if failed.is_empty() {
+        escaped(format!("all {} steps worked in {d}", steps.len()))
+    } else {
+        blocked(None, format!("in {d}: {}", failed.join("; ")))
+    };
+    rep.extra.push(("steps", Value::Object(results)));
+    rep
+}
+
 fn main() {
-    let mut argv: Vec<String> = std::env::args().skip(1).collect();
+    let argv: Vec<String> = std::env::args().skip(1).collect();
     if argv.is_empty() || argv[0] == "--list" || argv[0] == "--help" {
         for (name, args, what) in ATTACKS {
             println!("{name:22} {args:14} {what}");
         }
         return;
     }
-    let attack = argv.remove(0);
-    let args = &argv[..];
+    // `A ARGS :: B ARGS`: several steps in one process (one sandbox), in order,
+    // one line each.
+    for step in argv.split(|a| a == "::") {
+        run(step);
+    }
+}
+
+/// Runs one attack and prints its line.
+fn run(step: &[String]) {
+    let Some((attack, args)) = step.split_first() else {
+        eprintln!("warden-escape-probe: an empty step (`::` twice?)");
+        std::process::exit(2)
+    };
     let rep = match attack.as_str() {
         "caps" => caps(),
         "setuid-root" => setuid_root(),
@@ -1465,6 +2886,11 @@ fn main() {
         "env" => env(args),
         "fork-bomb" => fork_bomb(args),
         "mem-bomb" => mem_bomb(args),
+        "plant" => plant(args),
+        "cd" => cd(args),
+        "race" => race(args),
+        "race-swap" => race_swap(args),
+        "ordinary" => ordinary(args),
         other => {
             eprintln!("warden-escape-probe: unknown attack {other:?} (--list shows them)");
             std::process::exit(2)
@@ -1477,7 +2903,7 @@ fn main() {
         "errno_name": rep.errno.map(errno_name),
         "detail": rep.detail,
     });
-    if let Some((key, value)) = rep.extra {
+    for (key, value) in rep.extra {
         line[key] = value;
     }
     println!("{line}");
