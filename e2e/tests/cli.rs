@@ -108,10 +108,41 @@ fn status_reports_the_daemon() {
         "seccomp",
         "seccomp_user_notif",
         "file_audit",
+        "create_guard",
         "cgroup_v2_delegation",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
+    // The creation guard is reported available exactly when the kernel has
+    // user notification, Landlock (the status's own finding) and 5.14+.
+    let feature = |n: &str| {
+        status["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == n)
+            .unwrap()
+            .clone()
+    };
+    let guard = feature("create_guard");
+    let landlock = feature("landlock")["available"].as_bool() == Some(true);
+    assert_eq!(
+        guard["available"].as_bool(),
+        Some(guard_expected(landlock)),
+        "{guard}"
+    );
+}
+
+/// What the creation guard needs: user notification and Linux 5.14 read
+/// here from `/proc`, Landlock as given.
+fn guard_expected(landlock: bool) -> bool {
+    let notify = std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail")
+        .is_ok_and(|s| s.split_whitespace().any(|a| a == "user_notif"));
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut it = release.trim().split(|c: char| !c.is_ascii_digit());
+    let major: u32 = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let minor: u32 = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    notify && landlock && (major, minor) >= (5, 14)
 }
 
 fn autostart_session(env: &TestEnv, cmd: std::process::Command) {

@@ -68,11 +68,13 @@ use std::sync::Arc;
 /// filter and rules) and the daemon (its notifier), from the spec and the
 /// kernel.
 pub fn active(spec: &SandboxSpec, notify: bool) -> bool {
-    notify
-        && !spec.dangerously_skip_confinement
-        && !spec.write.is_empty()
-        && crate::landlock::landlock_abi().is_some()
-        && addfd_send_supported()
+    !spec.dangerously_skip_confinement && !spec.write.is_empty() && available(notify)
+}
+
+/// Whether this kernel has what the guard needs: seccomp user notification
+/// (`notify`), Landlock, and `SECCOMP_ADDFD_FLAG_SEND` (Linux 5.14).
+pub fn available(notify: bool) -> bool {
+    notify && crate::landlock::landlock_abi().is_some() && addfd_send_supported()
 }
 
 /// `SECCOMP_ADDFD_FLAG_SEND` arrived in Linux 5.14.

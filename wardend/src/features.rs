@@ -88,6 +88,18 @@ pub fn probe(cgroup_state: &Result<crate::cgroup::Delegation, String>) -> Vec<Ke
                 .into()
         },
     ));
+    let guard = warden_sandbox::guard::available(user_notif);
+    out.push(feature(
+        "create_guard",
+        guard,
+        if guard {
+            "protected names (.git, .bashrc, .mcp.json...) missing from a write grant              cannot be created: the daemon performs every creation after checking the name"
+                .into()
+        } else {
+            "not available (needs seccomp user notification, Landlock and Linux 5.14):              protected names missing from a write grant can be created"
+                .into()
+        },
+    ));
     out.push(cgroup(cgroup_state));
     out
 }
