@@ -91,7 +91,7 @@ impl Drop for Daemon {
     }
 }
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, Debug)]
 enum Mode {
     Direct,
     Shim,
@@ -149,6 +149,125 @@ fn round_trips(mode: Mode, socket: &Path, n: usize) -> Vec<Duration> {
     drop(stdin);
     child.wait().unwrap();
     out
+}
+
+/// Creates N files (`writeFileSync`: open O_CREAT, write, close), N
+/// directories and N renames in the directory `process.argv[1]`, timing its
+/// own work.
+const CREATE_JS: &str = "const fs=require('fs'),p=require('path');const d=process.argv[1],n=+process.argv[2];const t=process.hrtime.bigint();for(let i=0;i<n;i++){fs.writeFileSync(p.join(d,'f'+i),'x');fs.mkdirSync(p.join(d,'d'+i));fs.renameSync(p.join(d,'f'+i),p.join(d,'d'+i,'g'))}console.log(Number(process.hrtime.bigint()-t)/1e6)";
+
+/// `warden-bench create [--files N] [--runs R] [--in DIR]`: the creation
+/// guard's cost.
+/// The same node script creates N files, N directories and moves each file
+/// into its directory, in a fresh directory each run: directly, and through
+/// the shim with that directory as a write grant (the guard performs every
+/// creation and rename), interleaved.
+fn create_rounds() {
+    let files = arg("--files", 2000);
+    let runs = arg("--runs", 10);
+    let daemon = Daemon::start();
+    let s = daemon.socket.clone();
+    let node = which("node").expect("node on PATH");
+    // `--in DIR`: where the write grant lives (default: the temp dir; a
+    // tmpfs such as /dev/shm takes the disk out of the figure).
+    let parent = std::env::args()
+        .skip_while(|a| a != "--in")
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let base = tempfile::tempdir_in(&parent).unwrap();
+    let once = |mode: Mode, i: usize| -> f64 {
+        let dir = base.path().join(format!("{i}-{mode:?}"));
+        std::fs::create_dir(&dir).unwrap();
+        let mut c = match mode {
+            Mode::Direct => Command::new(&node),
+            Mode::Shim => {
+                let mut c = Command::new(bin("warden-shim"));
+                c.arg("--socket")
+                    .arg(&s)
+                    .arg("--no-autostart")
+                    .arg("--write")
+                    .arg(&dir)
+                    .arg("--")
+                    .arg(&node);
+                c
+            }
+        };
+        let out = c
+            .arg("-e")
+            .arg(CREATE_JS)
+            .arg(&dir)
+            .arg(files.to_string())
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run node");
+        assert!(out.status.success(), "{:?}", out.status);
+        assert!(dir.join(format!("d{}/g", files - 1)).is_file());
+        std::fs::remove_dir_all(&dir).unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("node printed a duration")
+    };
+    once(Mode::Direct, 0);
+    once(Mode::Shim, 0);
+    let (mut d, mut w) = (Vec::new(), Vec::new());
+    for i in 1..=runs {
+        d.push(once(Mode::Direct, i));
+        w.push(once(Mode::Shim, i));
+    }
+    let (dm, wm) = (median(d), median(w));
+    let ops = (3 * files) as f64;
+    println!(
+        "## creating files in a write grant ({files} files, dirs and renames; {runs} runs each)\n"
+    );
+    println!("| path | median | per creating call |");
+    println!("| --- | --- | --- |");
+    println!("| direct | {dm:.1} ms | {:.1} µs |", dm * 1e3 / ops);
+    println!(
+        "| in the sandbox (creation guard) | {wm:.1} ms | {:.1} µs |",
+        wm * 1e3 / ops
+    );
+    println!(
+        "\nratio: {:.2}; added per creating call: {:.1} µs",
+        wm / dm,
+        (wm - dm) * 1e3 / ops
+    );
+}
+
+/// `warden-bench rtt [--rounds R] [--requests N]`: only the round trip, R
+/// rounds of N requests each way (direct, then through the shim), one line per
+/// round and the median of the rounds' overheads: shows how much the figure
+/// moves from one minute to the next on a shared machine.
+fn rtt_rounds() {
+    let rounds = arg("--rounds", 5);
+    let requests = arg("--requests", 1000);
+    let daemon = Daemon::start();
+    let s = daemon.socket.clone();
+    round_trips(Mode::Shim, &s, 100); // warm-up
+    println!("## JSON-RPC round trip, {rounds} rounds of {requests} sequential requests\n");
+    println!("| round | direct (median / p99) | through warden-shim (median / p99) | overhead (median) |");
+    println!("| --- | --- | --- | --- |");
+    let mut overheads = Vec::new();
+    for r in 1..=rounds {
+        let (dm, _, d99) = stats(round_trips(Mode::Direct, &s, requests));
+        let (wm, _, w99) = stats(round_trips(Mode::Shim, &s, requests));
+        let o = wm.saturating_sub(dm);
+        overheads.push(o.as_secs_f64());
+        println!(
+            "| {r} | {} / {} | {} / {} | {} |",
+            us(dm),
+            us(d99),
+            us(wm),
+            us(w99),
+            us(o)
+        );
+    }
+    println!(
+        "\nmedian of the rounds' overheads: {}",
+        us(Duration::from_secs_f64(median(overheads)))
+    );
 }
 
 /// A `SandboxSpec` (JSON) that runs the fixture, with or without the
@@ -291,6 +410,14 @@ fn main() {
     }
     if std::env::args().nth(1).as_deref() == Some("files") {
         files::main();
+        return;
+    }
+    if std::env::args().nth(1).as_deref() == Some("create") {
+        create_rounds();
+        return;
+    }
+    if std::env::args().nth(1).as_deref() == Some("rtt") {
+        rtt_rounds();
         return;
     }
     let launches = arg("--launches", 100);
