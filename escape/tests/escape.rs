@@ -1564,6 +1564,37 @@ fn plant(g: &Grant, call: &str, args: &[&str]) -> Vec<String> {
     v
 }
 
+/// The daemon creates on the server's behalf, but never with more rights than
+/// the server: as root, the daemon could create in another user's 0755
+/// directory (`CAP_DAC_OVERRIDE`), the sandboxed server (root in its user
+/// namespace, not over unmapped owners) cannot. The guard's thread drops its
+/// effective capabilities. Root only (a normal user cannot make the
+/// directory); control: the same probe as root on the host creates there.
+#[test]
+fn the_guard_creates_nothing_the_server_could_not() {
+    if !is_root() {
+        println!("skipping: needs root (a directory owned by another user)");
+        return;
+    }
+    let g = Grant::new();
+    let other = g.w.join("others");
+    std::fs::create_dir(&other).unwrap();
+    std::os::unix::fs::chown(&other, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let steps = vec![
+        plant(&g, "open", &["W/others/file"]),
+        plant(&g, "mkdir", &["W/others/dir"]),
+    ];
+    for p in g.inside(&steps) {
+        assert_eq!(p.json["created"], false, "{}", p.json);
+        assert_eq!(p.errno, Some(libc::EACCES), "{}", p.json);
+    }
+    assert!(!other.join("file").exists() && !other.join("dir").exists());
+    for p in g.host(&steps) {
+        assert_eq!(p.json["created"], true, "control: {}", p.json);
+    }
+}
+
 #[test]
 fn protected_create_open_bashrc() {
     let g = Grant::new();

@@ -871,17 +871,23 @@ fn umask_of(pid: u32) -> Option<u32> {
     u32::from_str_radix(line["Umask:".len()..].trim(), 8).ok()
 }
 
-/// Makes the calling thread's umask 0 without touching the rest of the
-/// process (its own fs_struct): the guard applies each caller's umask
-/// itself. For the notifier thread, once.
-pub(crate) fn private_umask() -> Result<(), Errno> {
+/// Prepares the notifier thread to create on a server's behalf, once:
+///
+/// - umask 0 in a fs struct of its own (`unshare(CLONE_FS)`; the rest of the
+///   daemon keeps its umask): the guard applies each caller's umask itself;
+/// - no effective capabilities (this thread only): a daemon running as root
+///   would otherwise create where the server could not (`CAP_DAC_OVERRIDE`
+///   in a directory of another user, `CAP_FOWNER`...), and the files it opens
+///   carry its credentials. Reading the server's memory and `/proc` needs
+///   none: the daemon's uid owns the sandbox's user namespace.
+pub(crate) fn prepare_thread() -> Result<(), Errno> {
     // SAFETY: unshare(CLONE_FS) only detaches this thread's cwd/root/umask.
     if unsafe { libc::unshare(libc::CLONE_FS) } < 0 {
         return Err(Errno::last());
     }
     // SAFETY: umask has no preconditions.
     unsafe { libc::umask(0) };
-    Ok(())
+    crate::sys::drop_effective_caps()
 }
 
 #[cfg(test)]

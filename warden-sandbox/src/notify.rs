@@ -189,8 +189,9 @@ impl Notifier {
             .name("warden-seccomp-notify".into())
             .spawn(move || {
                 let mut guard = guard;
-                // The guard creates with each caller's umask, applied by hand.
-                if guard.is_some() && crate::guard::private_umask().is_err() {
+                // The guard creates with each caller's umask, applied by hand,
+                // and without the daemon's capabilities.
+                if guard.is_some() && crate::guard::prepare_thread().is_err() {
                     guard = None; // every creation then fails (Landlock): closed
                 }
                 serve(&listener, &tx, &lost2, &stop2, capturer, guard)

@@ -273,6 +273,31 @@ pub fn capset_empty() -> Result<(), Errno> {
     })
 }
 
+/// Clears the calling thread's effective capability set (permitted and
+/// inheritable kept): only this thread, as capabilities are per thread.
+pub fn drop_effective_caps() -> Result<(), Errno> {
+    let mut hdr = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: header and two data structs as required by version 3.
+    unit_result(unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            &mut hdr as *mut CapHeader,
+            data.as_mut_ptr(),
+        )
+    })?;
+    for d in &mut data {
+        d.effective = 0;
+    }
+    // SAFETY: as above; the new effective set is a subset of the permitted one.
+    unit_result(unsafe {
+        libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr())
+    })
+}
+
 /// `prctl` with integer arguments.
 pub fn prctl(option: libc::c_int, a2: libc::c_ulong, a3: libc::c_ulong) -> Result<(), Errno> {
     // SAFETY: only integer-argument prctl options are passed through here.
