@@ -13,12 +13,11 @@
 //!   and times that loop itself, at the three levels;
 //! - the records each level wrote for one start-up (from the audit store).
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::{arg, bin, median, ms, stats, which, Daemon, INIT};
+use super::{arg, bin, median, ms, stats, which, Daemon};
 
 const LEVELS: [&str; 3] = ["off", "denied", "all"];
 
@@ -76,21 +75,7 @@ fn launch(socket: &Path, policy: &Path, node: &Path, deps: &Path, work: &Path) -
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    let t0 = Instant::now();
-    let mut child = c.spawn().expect("spawn the shim");
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    stdin.write_all(INIT.as_bytes()).unwrap();
-    stdin.write_all(b"\n").unwrap();
-    let mut b = [0u8; 1];
-    stdout.read_exact(&mut b).expect("first byte of the reply");
-    let dt = t0.elapsed();
-    drop(stdin);
-    let mut rest = Vec::new();
-    let _ = stdout.read_to_end(&mut rest);
-    let status = child.wait().unwrap();
-    assert!(status.success(), "{status}");
-    dt
+    super::first_byte(c)
 }
 
 /// Opens and closes `file` `n` times inside the sandbox; the loop's own time.
