@@ -347,6 +347,16 @@ fn assert_session_over(env: &TestEnv, marker: &str) -> Value {
     }
 }
 
+/// The session is over (no process, no session, its `session.exit` written),
+/// it ended by itself with code 0, and the daemon logged no error.
+fn assert_ended_with_code_0(env: &TestEnv, daemon: &Daemon, marker: &str) {
+    let exit = assert_session_over(env, marker);
+    assert_eq!(exit["reason"], "", "{exit}");
+    assert_eq!(exit["details"]["code"], 0, "{exit}");
+    let log = daemon.log();
+    assert!(!log.contains("ERROR"), "daemon log:\n{log}");
+}
+
 #[test]
 fn python_sdk_runs_server_everything_through_the_shim() {
     let Some(sdks) = require_sdks() else {
@@ -406,11 +416,7 @@ fn python_sdk_runs_server_everything_through_the_shim() {
     );
     assert!(warden_lines(&run.stderr).is_empty(), "{}", run.stderr);
 
-    let exit = assert_session_over(&env, &marker);
-    assert_eq!(exit["reason"], "", "{exit}");
-    assert_eq!(exit["details"]["code"], 0, "{exit}");
-    let log = daemon.log();
-    assert!(!log.contains("ERROR"), "daemon log:\n{log}");
+    assert_ended_with_code_0(&env, &daemon, &marker);
 }
 
 #[test]
@@ -490,11 +496,7 @@ fn typescript_sdk_runs_server_filesystem_through_the_shim() {
     assert!(warden_lines(server_stderr).is_empty(), "{out}");
     assert!(warden_lines(&run.stderr).is_empty(), "{}", run.stderr);
 
-    let exit = assert_session_over(&env, &marker);
-    assert_eq!(exit["reason"], "", "{exit}");
-    assert_eq!(exit["details"]["code"], 0, "{exit}");
-    let log = daemon.log();
-    assert!(!log.contains("ERROR"), "daemon log:\n{log}");
+    assert_ended_with_code_0(&env, &daemon, &marker);
 }
 
 /// The server is busy when the Python SDK closes stdin, so the SDK escalates:
