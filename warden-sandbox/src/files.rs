@@ -136,7 +136,7 @@ pub fn read_cstring(pid: u32, addr: u64, max: usize) -> Result<(Vec<u8>, bool), 
 // ---------------------------------------------------------------------------
 // Small kernel helpers (O_PATH walking, readlink, statx).
 
-fn cstring(b: &[u8]) -> Result<CString, Errno> {
+pub(crate) fn cstring(b: &[u8]) -> Result<CString, Errno> {
     CString::new(b).map_err(|_| Errno::EINVAL)
 }
 
@@ -174,7 +174,7 @@ fn readlinkat(dir: RawFd, name: &[u8]) -> Result<Vec<u8>, Errno> {
 
 /// `openat(dir, name, O_PATH|O_NOFOLLOW|O_CLOEXEC [|O_DIRECTORY])`: one
 /// component, never followed.
-fn open_component(dir: RawFd, name: &[u8]) -> Result<OwnedFd, Errno> {
+pub(crate) fn open_component(dir: RawFd, name: &[u8]) -> Result<OwnedFd, Errno> {
     let c = cstring(name)?;
     // SAFETY: NUL-terminated name; the fd returned is ours.
     let fd = unsafe {
@@ -492,30 +492,7 @@ pub fn resolve(root: &SandboxRoot, path: &[u8], follow_last: bool) -> Resolution
 /// the path does not exist or leads into `/proc`: [`resolve_by_hand`] says
 /// how far it gets.
 fn resolve_at_once(root: &SandboxRoot, path: &[u8], follow_last: bool) -> Option<Resolution> {
-    let c = cstring(path).ok()?;
-    // SAFETY: open_how is plain integers; all-zero is its "no options" value.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
-    if !follow_last {
-        how.flags |= libc::O_NOFOLLOW as u64;
-    }
-    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: `c` is NUL-terminated and `how` a valid open_how of the size
-    // passed; the fd returned is ours.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            root.root.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: just returned to us.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    let fd = open_in_root(root.root.as_fd(), path, follow_last).ok()?;
     let (kind, mnt) = stat_fd(fd.as_fd()).ok()?;
     let name = fd_name(fd.as_fd()).ok()?;
     let name = match root.root_name.as_slice() {
@@ -542,6 +519,41 @@ fn resolve_at_once(root: &SandboxRoot, path: &[u8], follow_last: bool) -> Option
         proc: false,
         looped: false,
     })
+}
+
+/// `path` (absolute, the sandbox's view) opened `O_PATH` in `root` as the
+/// server's own lookup would go (`openat2` with `RESOLVE_IN_ROOT`): symlinks
+/// followed inside the root, never out of it, no magic links; the last
+/// component followed only with `follow_last`.
+pub(crate) fn open_in_root(
+    root: BorrowedFd<'_>,
+    path: &[u8],
+    follow_last: bool,
+) -> Result<OwnedFd, Errno> {
+    let c = cstring(path)?;
+    // SAFETY: open_how is plain integers; all-zero is its "no options" value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    if !follow_last {
+        how.flags |= libc::O_NOFOLLOW as u64;
+    }
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: `c` is NUL-terminated and `how` a valid open_how of the size
+    // passed; the fd returned is ours.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: just returned to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// One component at a time, each opened with `O_PATH|O_NOFOLLOW`: a
@@ -825,7 +837,7 @@ pub struct Layout {
     protected: Vec<(Vec<u8>, &'static str)>,
 }
 
-fn bytes(p: &Path) -> Vec<u8> {
+pub(crate) fn bytes(p: &Path) -> Vec<u8> {
     p.as_os_str().as_bytes().to_vec()
 }
 

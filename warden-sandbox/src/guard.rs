@@ -147,7 +147,7 @@ impl Guard {
                 .filter(|(g, _)| path.starts_with(g) && path != *g)
                 .max_by_key(|(g, w)| (g.components().count(), *w));
             if let Some((g, true)) = owner {
-                plan.push((p.to_vec(), bytes(g), why));
+                plan.push((p.to_vec(), files::bytes(g), why));
             }
         }
         Guard {
@@ -170,7 +170,7 @@ impl Guard {
                     .filter(|c| !c.is_empty())
                     .map(<[u8]>::to_vec)
                     .collect();
-                let Ok(mut dir) = open_in_root(root.root_fd(), owner, true) else {
+                let Ok(mut dir) = files::open_in_root(root.root_fd(), owner, true) else {
                     continue;
                 };
                 let mut prefix = owner.clone();
@@ -190,7 +190,7 @@ impl Guard {
                         }
                         Err(_) => break,
                         Ok(_) if k + 1 == comps.len() => break, // exists: bound read-only
-                        Ok(_) => match open_in_root(root.root_fd(), &prefix, true) {
+                        Ok(_) => match files::open_in_root(root.root_fd(), &prefix, true) {
                             Ok(d) if is_dir(d.as_fd()) => dir = d,
                             _ => break,
                         },
@@ -280,7 +280,7 @@ impl Guard {
                 if !files::id_valid(listener, n.id) {
                     return Answer::Answered;
                 }
-                let name = match cstr(&new.name) {
+                let name = match files::cstring(&new.name) {
                     Ok(s) => s,
                     Err(e) => return Answer::Error(e as i32),
                 };
@@ -319,7 +319,7 @@ impl Guard {
                 if !files::id_valid(listener, n.id) {
                     return Answer::Answered;
                 }
-                let name = match cstr(&new.name) {
+                let name = match files::cstring(&new.name) {
                     Ok(s) => s,
                     Err(e) => return Answer::Error(e as i32),
                 };
@@ -348,7 +348,7 @@ impl Guard {
                 let Some(text) = &c.text else {
                     return Answer::Continue;
                 };
-                let (Ok(text), Ok(name)) = (cstr(text), cstr(&new.name)) else {
+                let (Ok(text), Ok(name)) = (files::cstring(text), files::cstring(&new.name)) else {
                     return Answer::Error(libc::EINVAL);
                 };
                 if !files::id_valid(listener, n.id) {
@@ -388,7 +388,7 @@ impl Guard {
         if !files::id_valid(listener, n.id) {
             return Answer::Answered;
         }
-        let name = match cstr(&new.name) {
+        let name = match files::cstring(&new.name) {
             Ok(s) => s,
             Err(e) => return Answer::Error(e as i32),
         };
@@ -452,7 +452,7 @@ impl Guard {
         };
         let follow = c.flags & libc::AT_SYMLINK_FOLLOW as u64 != 0;
         let empty = c.flags & libc::AT_EMPTY_PATH as u64 != 0 && old.name.is_empty();
-        let name = match cstr(&new.name) {
+        let name = match files::cstring(&new.name) {
             Ok(s) => s,
             Err(e) => return Answer::Error(e as i32),
         };
@@ -480,7 +480,7 @@ impl Guard {
                     Err(_) => return Answer::Continue,
                 }
             } else if follow {
-                match open_in_root(root.root_fd(), &abs, true) {
+                match files::open_in_root(root.root_fd(), &abs, true) {
                     Ok(fd) => src = Ok(fd),
                     Err(_) => return Answer::Continue,
                 }
@@ -488,7 +488,7 @@ impl Guard {
                 let Some((dir, last)) = split(&abs) else {
                     return Answer::Continue;
                 };
-                match open_in_root(root.root_fd(), dir, true) {
+                match files::open_in_root(root.root_fd(), dir, true) {
                     Ok(d) => src = Err((d, last.to_vec())),
                     Err(_) => return Answer::Continue,
                 }
@@ -526,7 +526,7 @@ impl Guard {
                 }
             }
             Err((d, last)) => {
-                let Ok(l) = cstr(last) else {
+                let Ok(l) = files::cstring(last) else {
                     return Answer::Error(libc::EINVAL);
                 };
                 // SAFETY: as above.
@@ -570,7 +570,7 @@ impl Guard {
         let Some((dir, last)) = split(&abs) else {
             return Answer::Continue;
         };
-        let Ok(odir) = open_in_root(root.root_fd(), dir, true) else {
+        let Ok(odir) = files::open_in_root(root.root_fd(), dir, true) else {
             return Answer::Continue;
         };
         let kind = lstat_at(odir.as_fd(), last).ok();
@@ -606,7 +606,7 @@ impl Guard {
         if is_mount_point(odir.as_fd(), last) || is_mount_point(new.dir.as_fd(), &new.name) {
             return Answer::Error(libc::EBUSY);
         }
-        let (Ok(o), Ok(nn)) = (cstr(last), cstr(&new.name)) else {
+        let (Ok(o), Ok(nn)) = (files::cstring(last), files::cstring(&new.name)) else {
             return Answer::Error(libc::EINVAL);
         };
         if !files::id_valid(listener, n.id) {
@@ -644,7 +644,7 @@ impl Place {
     fn open(root: &SandboxRoot, layout: &Layout, n: &Named) -> Option<Place> {
         let abs = files::absolute_of(n)?;
         let (dir, last) = split(&abs)?;
-        let fd = open_in_root(root.root_fd(), dir, true).ok()?;
+        let fd = files::open_in_root(root.root_fd(), dir, true).ok()?;
         if !is_dir(fd.as_fd()) {
             return None;
         }
@@ -685,64 +685,19 @@ fn split(abs: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((dir, last))
 }
 
-fn bytes(p: &Path) -> Vec<u8> {
-    p.as_os_str().as_bytes().to_vec()
-}
-
-fn cstr(b: &[u8]) -> Result<CString, Errno> {
-    CString::new(b).map_err(|_| Errno::EINVAL)
-}
-
-/// `path` (absolute, the sandbox's view) opened `O_PATH` in `root` the way
-/// the server's own lookup would go: symlinks followed inside the root,
-/// never out of it, no magic links.
-fn open_in_root(root: BorrowedFd<'_>, path: &[u8], follow: bool) -> Result<OwnedFd, Errno> {
-    let c = cstr(path)?;
-    // SAFETY: open_how is plain integers; all-zero is its "no options" value.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
-    if !follow {
-        how.flags |= libc::O_NOFOLLOW as u64;
-    }
-    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: NUL-terminated path, a valid open_how of the size passed.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            root.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: just returned to us.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
 /// A directory `name` directly under `dir`, never through a symlink.
 fn open_child_dir(dir: BorrowedFd<'_>, name: &[u8]) -> Result<OwnedFd, Errno> {
-    let c = cstr(name)?;
-    // SAFETY: a single NUL-terminated component under a directory fd.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(Errno::last());
+    let fd = files::open_component(dir.as_raw_fd(), name)?;
+    if is_dir(fd.as_fd()) {
+        Ok(fd)
+    } else {
+        Err(Errno::ENOTDIR)
     }
-    // SAFETY: just returned to us.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// An `O_PATH` fd for a host path (a `/proc/<pid>/fd/<n>` magic link is followed).
 fn open_path(p: &str) -> Result<OwnedFd, Errno> {
-    let c = cstr(p.as_bytes())?;
+    let c = files::cstring(p.as_bytes())?;
     // SAFETY: NUL-terminated path.
     let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
     if fd < 0 {
@@ -756,22 +711,9 @@ fn open_path(p: &str) -> Result<OwnedFd, Errno> {
 /// point of that tree: its lookup crosses into another mount. A missing name
 /// is not.
 fn is_mount_point(dir: BorrowedFd<'_>, name: &[u8]) -> bool {
-    let Ok(c) = cstr(name) else {
+    let Ok(fd) = files::open_component(dir.as_raw_fd(), name) else {
         return false;
     };
-    // SAFETY: a single NUL-terminated component under a directory fd.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return false;
-    }
-    // SAFETY: just returned to us.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     match (files::mount_id_of(dir), files::mount_id_of(fd.as_fd())) {
         (Some(a), Some(b)) => a != b,
         // Unknown: refuse rather than move what might be protected.
@@ -781,7 +723,7 @@ fn is_mount_point(dir: BorrowedFd<'_>, name: &[u8]) -> bool {
 
 /// The file type (`S_IFMT` bits) of `name` under `dir`, not followed.
 fn lstat_at(dir: BorrowedFd<'_>, name: &[u8]) -> Result<u32, Errno> {
-    let c = cstr(name)?;
+    let c = files::cstring(name)?;
     // SAFETY: plain integers; fstatat fills the struct we own.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: NUL-terminated name, a directory fd, our struct.
