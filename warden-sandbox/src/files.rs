@@ -538,23 +538,36 @@ pub(crate) fn open_in_root(
         how.flags |= libc::O_NOFOLLOW as u64;
     }
     how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: `c` is NUL-terminated and `how` a valid open_how of the size
-    // passed; the fd returned is ours.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            root.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        return Err(Errno::last());
+    // A `..` resolved while any rename or mount happened anywhere on the
+    // system makes RESOLVE_IN_ROOT answer EAGAIN ("could not make sure `..`
+    // stayed inside"): retry, a bounded number of times.
+    let mut tries = 0;
+    loop {
+        // SAFETY: `c` is NUL-terminated and `how` a valid open_how of the
+        // size passed; the fd returned is ours.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                root.as_raw_fd(),
+                c.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: just returned to us.
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+        }
+        let e = Errno::last();
+        tries += 1;
+        if e != Errno::EAGAIN || tries >= OPENAT2_RETRIES {
+            return Err(e);
+        }
     }
-    // SAFETY: just returned to us.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
+
+/// How often [`open_in_root`] retries an `EAGAIN`.
+const OPENAT2_RETRIES: u32 = 64;
 
 /// One component at a time, each opened with `O_PATH|O_NOFOLLOW`: a
 /// symlink's target is spliced in by hand.
