@@ -35,7 +35,7 @@ fn own_cgroup(pid: i32) -> String {
         .unwrap_or_default()
 }
 
-/// `wardend` for `env`, born in the cgroup `dir`; returns once it accepts.
+/// `wardend` for `env`, born in the cgroup `dir`; returns once it serves.
 fn daemon_in(env: &TestEnv, dir: &Path) -> std::process::Child {
     let socket = env.socket.clone();
     std::fs::create_dir_all(socket.parent().unwrap()).unwrap();
@@ -61,8 +61,13 @@ fn daemon_in(env: &TestEnv, dir: &Path) -> std::process::Child {
         .stderr(log)
         .spawn()
         .expect("starting wardend");
+    // Ready when it answers `status`: the socket is bound (and connectable)
+    // before the daemon has set up its cgroup; requests are served after.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+    while !run(&mut env.ctl(["status"]), Duration::from_secs(5))
+        .status
+        .success()
+    {
         if let Some(st) = child.try_wait().unwrap() {
             panic!(
                 "wardend exited with {st}: {}",
