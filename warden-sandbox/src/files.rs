@@ -847,7 +847,8 @@ pub struct Layout {
     write: Vec<Vec<u8>>,
     home: Vec<u8>,
     program: Vec<u8>,
-    protected: Vec<(Vec<u8>, &'static str)>,
+    /// (path, why, protected only when not a directory).
+    protected: Vec<(Vec<u8>, &'static str, bool)>,
 }
 
 pub(crate) fn bytes(p: &Path) -> Vec<u8> {
@@ -861,12 +862,8 @@ impl Layout {
             .protect
             .iter()
             .map(|p| {
-                let why = protect::PROTECTED
-                    .iter()
-                    .filter(|row| p.ends_with(row.name))
-                    .max_by_key(|row| row.name.len())
-                    .map_or("the host runs or trusts it", |row| row.why);
-                (bytes(p), why)
+                let why = plan.why.get(p).copied().unwrap_or(protect::WARDEN_WHY);
+                (bytes(p), why, plan.unless_dir.contains(p))
             })
             .collect();
         Layout {
@@ -880,7 +877,7 @@ impl Layout {
 
     /// The protected paths (host paths, inside write grants) and why.
     pub(crate) fn protected(&self) -> impl Iterator<Item = (&[u8], &'static str)> {
-        self.protected.iter().map(|(p, w)| (p.as_slice(), *w))
+        self.protected.iter().map(|(p, w, _)| (p.as_slice(), *w))
     }
 
     /// Whether `point` is a write grant or lies in one.
@@ -912,7 +909,13 @@ impl Layout {
         if self.read.iter().any(|r| r.as_slice() == p) {
             return Area::ReadGrant;
         }
-        if let Some((_, why)) = self.protected.iter().find(|(q, _)| q.as_slice() == p) {
+        // A `.git` directory is pinned read-write, not protected (only a
+        // `.git` file is bound read-only).
+        if let Some((_, why, _)) = self
+            .protected
+            .iter()
+            .find(|(q, _, unless_dir)| q.as_slice() == p && (m.read_only || !unless_dir))
+        {
             return Area::Protected(why);
         }
         if p == self.program.as_slice() {

@@ -54,7 +54,7 @@ use crate::files::{self, Area, Captured, Layout, Named, SandboxRoot};
 use crate::seccomp::{self, FileOp};
 use crate::spec::SandboxSpec;
 use nix::errno::Errno;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -127,6 +127,12 @@ pub(crate) struct Guard {
     /// Protected paths of the plan with their write grant and reason.
     plan: Vec<(Vec<u8>, Vec<u8>, &'static str)>,
     registry: Option<HashMap<Key, Vec<Entry>>>,
+    /// Directories the guard made in write grants this session: every name of
+    /// the table is protected in them, as at a grant's top (they were empty,
+    /// so nothing of it existed).
+    fresh: HashSet<Key>,
+    /// `filesystem.allow_git_init`: git's names may be created.
+    allow_git_init: bool,
 }
 
 impl Guard {
@@ -154,6 +160,8 @@ impl Guard {
             layout,
             plan,
             registry: None,
+            fresh: HashSet::new(),
+            allow_git_init: spec.allow_git_init,
         }
     }
 
@@ -178,6 +186,7 @@ impl Guard {
                     prefix.push(b'/');
                     prefix.extend_from_slice(c);
                     match lstat_at(dir.as_fd(), c) {
+                        Err(Errno::ENOENT) if self.allow_git_init && git_name(c) => break,
                         Err(Errno::ENOENT) => {
                             if let Ok(key) = key_of(dir.as_fd()) {
                                 reg.entry(key).or_default().push(Entry {
@@ -221,7 +230,13 @@ impl Guard {
             // reproduced here: refused by Landlock where creating needs the
             // guard).
             let tmpfile = (libc::O_TMPFILE & !libc::O_DIRECTORY) as u64;
-            if c.flags & libc::O_CREAT as u64 == 0 || c.flags & tmpfile != 0 {
+            if c.flags & libc::O_PATH as u64 != 0 {
+                return Answer::Continue; // no access, whatever else it says
+            }
+            if c.flags & tmpfile != 0 {
+                return self.tmpfile(listener, n, c);
+            }
+            if c.flags & libc::O_CREAT as u64 == 0 && !opens_for_writing(c.flags) {
                 return Answer::Continue;
             }
             // openat2's RESOLVE_* constraints hold trivially for a single
@@ -237,7 +252,9 @@ impl Guard {
                 return Answer::Continue;
             }
             // `open("dir/", O_CREAT)`: EISDIR, whether or not it exists.
-            if c.paths[0].as_ref().is_some_and(|p| p.name.ends_with(b"/")) {
+            if c.flags & libc::O_CREAT as u64 != 0
+                && c.paths[0].as_ref().is_some_and(|p| p.name.ends_with(b"/"))
+            {
                 return Answer::Error(libc::EISDIR);
             }
         }
@@ -256,20 +273,48 @@ impl Guard {
         }
         // Every registered path through this name (`.config` leads to `fish`,
         // `git`, `systemd`...); one that ends here makes it protected itself.
-        let entries: Vec<Entry> = self
+        // Names compare without ASCII case: a case-insensitive directory
+        // (casefold ext4, vfat, SMB) finds `.GIT` when git asks for `.git`.
+        let mut entries: Vec<Entry> = self
             .registry(&root)
             .get(&new.key)
-            .map(|v| v.iter().filter(|e| e.name == new.name).cloned().collect())
+            .map(|v| {
+                v.iter()
+                    .filter(|e| e.name.eq_ignore_ascii_case(&new.name))
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default();
+        if self.fresh.contains(&new.key) {
+            entries.extend(fresh_entries(&new.name, self.allow_git_init));
+        }
         if let Some(e) = entries.iter().find(|e| e.rest.is_empty()) {
             return Answer::Refused {
                 errno: libc::EROFS,
                 why: e.why,
             };
         }
+        if new.in_grant
+            && !self.allow_git_init
+            && git_name(&new.name)
+            && !inside_git_dir(new.dir.as_fd())
+        {
+            return Answer::Refused {
+                errno: libc::EROFS,
+                why: GIT_NAME_WHY,
+            };
+        }
+        if new.in_grant && !self.allow_git_init {
+            if let Some(why) = git_protected(new.dir.as_fd(), &new.name) {
+                return Answer::Refused {
+                    errno: libc::EROFS,
+                    why,
+                };
+            }
+        }
         let entry = entries.first().cloned();
         match w.op {
-            FileOp::Open => self.open(listener, n, c, &new),
+            FileOp::Open => self.open(listener, n, c, &root, new),
             FileOp::Mkdir => {
                 let Some(mode) = mode_of(n, c) else {
                     return Answer::Continue;
@@ -289,6 +334,13 @@ impl Guard {
                 let r = unsafe { libc::mkdirat(new.dir.as_raw_fd(), name.as_ptr(), perm) };
                 if r < 0 {
                     return Answer::Error(Errno::last() as i32);
+                }
+                if new.in_grant {
+                    if let Ok(key) =
+                        open_child_dir(new.dir.as_fd(), &new.name).and_then(|d| key_of(d.as_fd()))
+                    {
+                        self.fresh.insert(key);
+                    }
                 }
                 if !entries.is_empty() {
                     // A directory on the way to protected names: watch it for
@@ -374,13 +426,24 @@ impl Guard {
         listener: RawFd,
         n: &libc::seccomp_notif,
         c: &Captured,
-        new: &Place,
+        root: &SandboxRoot,
+        new: Place,
     ) -> Answer {
         // Something by that name already: nothing is created (a symlink is
-        // followed by the kernel, which cannot create its target).
+        // followed by the kernel, which cannot create its target); an open
+        // for writing is performed here (see `open_existing`).
         match lstat_at(new.dir.as_fd(), &new.name) {
-            Err(Errno::ENOENT) => {}
-            _ => return Answer::Continue,
+            Err(Errno::ENOENT) if c.flags & libc::O_CREAT as u64 != 0 => {}
+            Err(e) => return Answer::Error(e as i32),
+            Ok(_) if c.flags & (libc::O_CREAT | libc::O_EXCL) as u64
+                == (libc::O_CREAT | libc::O_EXCL) as u64 =>
+            {
+                return Answer::Error(libc::EEXIST)
+            }
+            Ok(_) if opens_for_writing(c.flags) => {
+                return self.open_existing(listener, n, c, root, new)
+            }
+            Ok(_) => return Answer::Continue,
         }
         let (Some(mode), Some(umask)) = (mode_of(n, c), umask_of(c.pid)) else {
             return Answer::Continue;
@@ -409,33 +472,185 @@ impl Guard {
         }
         // SAFETY: just returned to us.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let addfd = libc::seccomp_notif_addfd {
-            id: n.id,
-            flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
-            srcfd: fd.as_raw_fd() as u32,
-            newfd: 0,
-            newfd_flags: if flags & libc::O_CLOEXEC != 0 {
-                libc::O_CLOEXEC as u32
-            } else {
-                0
-            },
+        match send_fd(listener, n, &fd, flags) {
+            Ok(()) => Answer::Answered,
+            Err(e) => {
+                // The caller did not get it: take the new file back (a
+                // restarted call must find nothing, as if this one had not run).
+                // SAFETY: as above.
+                unsafe { libc::unlinkat(new.dir.as_raw_fd(), name.as_ptr(), 0) };
+                if e == Errno::ENOENT {
+                    Answer::Answered
+                } else {
+                    Answer::Error(e as i32)
+                }
+            }
+        }
+    }
+
+    /// An open for writing of something that exists. With the guard on,
+    /// Landlock lets nothing in a write grant (nor in a private tmpfs above
+    /// one) be opened for writing ([`crate::landlock::GUARDED_WRITE`]), so
+    /// what the guard continues cannot write there; what it performs, it
+    /// performs on the name it checked. A final symlink is followed here,
+    /// one link at a time, as the kernel would. Refused: the files git runs
+    /// or follows in a git dir anywhere in a write grant ([`git_protected`]).
+    fn open_existing(
+        &mut self,
+        listener: RawFd,
+        n: &libc::seccomp_notif,
+        c: &Captured,
+        root: &SandboxRoot,
+        new: Place,
+    ) -> Answer {
+        let nofollow = c.flags & libc::O_NOFOLLOW as u64 != 0;
+        let place = match self.follow(root, new, nofollow) {
+            Ok(p) => p,
+            Err(a) => return a,
         };
-        // SAFETY: ADDFD reads the struct we own; with SEND it also answers
-        // the notification with the new fd's number.
-        let r = unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ADDFD, &addfd) };
-        if r >= 0 {
+        if !place.writable {
+            return Answer::Continue; // the kernel's: read-only, or not ours
+        }
+        if place.in_grant && !self.allow_git_init {
+            let why = if git_name(&place.name) && !inside_git_dir(place.dir.as_fd()) {
+                Some(GIT_NAME_WHY)
+            } else {
+                git_protected(place.dir.as_fd(), &place.name)
+            };
+            if let Some(why) = why {
+                return Answer::Refused {
+                    errno: libc::EROFS,
+                    why,
+                };
+            }
+        }
+        let kind = match lstat_at(place.dir.as_fd(), &place.name) {
+            Ok(k) => k,
+            Err(e) => return Answer::Error(e as i32),
+        };
+        let name = match files::cstring(&place.name) {
+            Ok(s) => s,
+            Err(e) => return Answer::Error(e as i32),
+        };
+        let flags = c.flags as libc::c_int;
+        let mut ours =
+            (flags | libc::O_NOFOLLOW | libc::O_CLOEXEC) & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
+        match kind {
+            libc::S_IFREG => {}
+            libc::S_IFDIR => return Answer::Error(libc::EISDIR),
+            libc::S_IFLNK => return Answer::Error(libc::ELOOP),
+            libc::S_IFSOCK => return Answer::Error(libc::ENXIO),
+            // A FIFO opened for writing waits for a reader: the notifier
+            // cannot wait. Without a reader yet, O_RDWR (which never waits)
+            // stands in for O_WRONLY; the writer then also holds a read end.
+            libc::S_IFIFO => ours |= libc::O_NONBLOCK,
+            _ => return Answer::Continue, // devices: the kernel's (NODEV)
+        }
+        if !files::id_valid(listener, n.id) {
             return Answer::Answered;
         }
-        let e = Errno::last();
-        // The caller did not get it: take the new file back (a restarted
-        // call must find nothing, as if this one had not run).
-        // SAFETY: as above.
-        unsafe { libc::unlinkat(new.dir.as_raw_fd(), name.as_ptr(), 0) };
-        if e == Errno::ENOENT {
-            Answer::Answered
-        } else {
-            Answer::Error(e as i32)
+        // SAFETY: a NUL-terminated single component under a directory fd we
+        // own, never through a symlink.
+        let mut fd = unsafe { libc::openat(place.dir.as_raw_fd(), name.as_ptr(), ours) };
+        if fd < 0 && kind == libc::S_IFIFO && Errno::last() == Errno::ENXIO {
+            if flags & libc::O_NONBLOCK != 0 {
+                return Answer::Error(libc::ENXIO);
+            }
+            let rdwr = (ours & !libc::O_ACCMODE) | libc::O_RDWR;
+            // SAFETY: as above.
+            fd = unsafe { libc::openat(place.dir.as_raw_fd(), name.as_ptr(), rdwr) };
         }
+        if fd < 0 {
+            return Answer::Error(Errno::last() as i32);
+        }
+        // SAFETY: just returned to us.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        if kind == libc::S_IFIFO && flags & libc::O_NONBLOCK == 0 {
+            // SAFETY: plain fcntl on our fd: the caller asked to block.
+            unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) };
+        }
+        match send_fd(listener, n, &fd, flags) {
+            Ok(()) | Err(Errno::ENOENT) => Answer::Answered,
+            Err(e) => Answer::Error(e as i32),
+        }
+    }
+
+    /// `open(dir, O_TMPFILE|O_WRONLY)`: an unnamed file in `dir` (only a
+    /// later `linkat` names it, and that is guarded). Performed here where
+    /// Landlock would refuse the write access ([`Guard::open_existing`]).
+    fn tmpfile(&mut self, listener: RawFd, n: &libc::seccomp_notif, c: &Captured) -> Answer {
+        let (Some(root), Some(p)) = (c.root.clone(), c.paths[0].as_ref()) else {
+            return Answer::Continue;
+        };
+        let Some(abs) = files::absolute_of(p) else {
+            return Answer::Continue;
+        };
+        let Ok(dir) = files::open_in_root(root.root_fd(), &abs, true) else {
+            return Answer::Continue;
+        };
+        if !place_writable(&root, &self.layout, dir.as_fd()).0 {
+            return Answer::Continue;
+        }
+        let (Some(mode), Some(umask)) = (mode_of(n, c), umask_of(c.pid)) else {
+            return Answer::Continue;
+        };
+        if !files::id_valid(listener, n.id) {
+            return Answer::Answered;
+        }
+        let flags = c.flags as libc::c_int | libc::O_CLOEXEC;
+        // SAFETY: "." under a directory fd we own (O_PATH fds are valid dirfds).
+        let fd = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                c".".as_ptr(),
+                flags,
+                (mode & 0o7777) & !umask,
+            )
+        };
+        if fd < 0 {
+            return Answer::Error(Errno::last() as i32);
+        }
+        // SAFETY: just returned to us.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        match send_fd(listener, n, &fd, c.flags as libc::c_int) {
+            Ok(()) | Err(Errno::ENOENT) => Answer::Answered,
+            Err(e) => Answer::Error(e as i32),
+        }
+    }
+
+    /// Follows a final symlink at `place` the way the kernel would, one link
+    /// at a time (at most 40), to the place of what it names. `Err`: the
+    /// answer (a dangling link or a loop: the kernel's errors; somewhere the
+    /// guard cannot see, e.g. through `/proc`: continued, and refused by
+    /// Landlock if it is a write grant's).
+    fn follow(&self, root: &SandboxRoot, mut place: Place, nofollow: bool) -> Result<Place, Answer> {
+        for _ in 0..40 {
+            match lstat_at(place.dir.as_fd(), &place.name) {
+                Ok(libc::S_IFLNK) if nofollow => return Err(Answer::Error(libc::ELOOP)),
+                Ok(libc::S_IFLNK) => {}
+                Ok(_) => return Ok(place),
+                Err(e) => return Err(Answer::Error(e as i32)),
+            }
+            let Ok(text) = readlink_at(place.dir.as_fd(), &place.name) else {
+                return Err(Answer::Continue);
+            };
+            let abs = if text.first() == Some(&b'/') {
+                text
+            } else {
+                let mut a = place.abs_dir.clone();
+                if a != b"/" {
+                    a.push(b'/');
+                }
+                a.extend_from_slice(&text);
+                a
+            };
+            let named = Named {
+                name: abs,
+                base: None,
+            };
+            place = Place::open(root, &self.layout, &named).ok_or(Answer::Continue)?;
+        }
+        Err(Answer::Error(libc::ELOOP))
     }
 
     fn link(
@@ -480,9 +695,18 @@ impl Guard {
                     Err(_) => return Answer::Continue,
                 }
             } else if follow {
-                match files::open_in_root(root.root_fd(), &abs, true) {
-                    Ok(fd) => src = Ok(fd),
-                    Err(_) => return Answer::Continue,
+                // Linked is what the final symlink names: follow it here, so
+                // the name checked below is the file's own.
+                let named = Named {
+                    name: abs.clone(),
+                    base: None,
+                };
+                let Some(at) = Place::open(root, &self.layout, &named) else {
+                    return Answer::Continue;
+                };
+                match self.follow(root, at, false) {
+                    Ok(p) => src = Err((p.dir, p.name)),
+                    Err(a) => return a,
                 }
             } else {
                 let Some((dir, last)) = split(&abs) else {
@@ -491,6 +715,27 @@ impl Guard {
                 match files::open_in_root(root.root_fd(), dir, true) {
                     Ok(d) => src = Err((d, last.to_vec())),
                     Err(_) => return Answer::Continue,
+                }
+            }
+        }
+        match &src {
+            // A named file linked through an fd the caller holds (otherwise a
+            // CAP_DAC_READ_SEARCH privilege): its names are unknown here, it
+            // could be one git runs. Unnamed (O_TMPFILE) files are fine.
+            Ok(fd) => {
+                if fstat(fd.as_fd()).is_ok_and(|st| st.st_nlink > 0) {
+                    return Answer::Error(libc::ENOENT);
+                }
+            }
+            // A second name for a file git runs would let it be written there.
+            Err((d, last)) => {
+                if !self.allow_git_init && place_writable(root, &self.layout, d.as_fd()).1 {
+                    if let Some(why) = git_protected(d.as_fd(), last) {
+                        return Answer::Refused {
+                            errno: libc::EROFS,
+                            why,
+                        };
+                    }
                 }
             }
         }
@@ -574,6 +819,21 @@ impl Guard {
             return Answer::Continue;
         };
         let kind = lstat_at(odir.as_fd(), last).ok();
+        // What git runs cannot be moved away (and replaced) either, nor can a
+        // `.git` be moved out from under its work tree.
+        if !self.allow_git_init && place_writable(root, &self.layout, odir.as_fd()).1 {
+            let why = if last.eq_ignore_ascii_case(b".git") && !inside_git_dir(odir.as_fd()) {
+                Some(GIT_NAME_WHY)
+            } else {
+                git_protected(odir.as_fd(), last)
+            };
+            if let Some(why) = why {
+                return Answer::Refused {
+                    errno: libc::EROFS,
+                    why,
+                };
+            }
+        }
         if let Some(e) = entry {
             if kind == Some(libc::S_IFDIR) || kind == Some(libc::S_IFLNK) {
                 // Could bring the rest of the protected path along: copy instead.
@@ -586,7 +846,7 @@ impl Guard {
             let back = key_of(odir.as_fd()).ok().and_then(|k| {
                 self.registry(root)
                     .get(&k)
-                    .and_then(|v| v.iter().find(|e| e.name == last))
+                    .and_then(|v| v.iter().find(|e| e.name.eq_ignore_ascii_case(last)))
                     .cloned()
             });
             if let Some(e) = back {
@@ -594,6 +854,29 @@ impl Guard {
                     errno: libc::EROFS,
                     why: e.why,
                 };
+            }
+            if !self.allow_git_init && git_name(last) && !inside_git_dir(odir.as_fd()) {
+                return Answer::Refused {
+                    errno: libc::EROFS,
+                    why: GIT_NAME_WHY,
+                };
+            }
+        }
+        // A directory made inside a git dir (where `HEAD` may be created) must
+        // not leave it as a ready-made repository: moving one out is a copy
+        // (EXDEV), and copying recreates its names one by one, past the guard.
+        if !self.allow_git_init {
+            let new_kind = lstat_at(new.dir.as_fd(), &new.name).ok();
+            let exchange = flags & libc::RENAME_EXCHANGE != 0;
+            let out_of = |from: BorrowedFd<'_>, to: BorrowedFd<'_>| {
+                inside_git_dir(from) && !inside_git_dir(to)
+            };
+            if (kind == Some(libc::S_IFDIR) && out_of(odir.as_fd(), new.dir.as_fd()))
+                || (exchange
+                    && new_kind == Some(libc::S_IFDIR)
+                    && out_of(new.dir.as_fd(), odir.as_fd()))
+            {
+                return Answer::Error(libc::EXDEV);
             }
         }
         // The kernel refuses to rename a mount point, or over one, with
@@ -635,9 +918,14 @@ impl Guard {
 /// there.
 struct Place {
     dir: OwnedFd,
+    /// The directory's path in the sandbox's view, as the caller spelled it
+    /// (for a relative symlink's target).
+    abs_dir: Vec<u8>,
     key: Key,
     name: Vec<u8>,
     writable: bool,
+    /// In a write grant (not a private tmpfs, which ends with the session).
+    in_grant: bool,
 }
 
 impl Place {
@@ -648,23 +936,205 @@ impl Place {
         if !is_dir(fd.as_fd()) {
             return None;
         }
-        let mnt = files::mount_id_of(fd.as_fd())?;
-        let writable = root.mount_by_id(mnt).is_some_and(|m| {
-            !m.read_only
-                && match layout.area(m) {
-                    Area::WriteGrant | Area::Private(_) => true,
-                    // A directory pinned inside a write grant.
-                    Area::Other => layout.in_write_grant(&m.point),
-                    _ => false,
-                }
-        });
+        let (writable, in_grant) = place_writable(root, layout, fd.as_fd());
         Some(Place {
             key: key_of(fd.as_fd()).ok()?,
+            abs_dir: dir.to_vec(),
             dir: fd,
             name: last.to_vec(),
             writable,
+            in_grant,
         })
     }
+}
+
+/// Whether the layout lets the server write in the directory `dir` (a
+/// read-write mount of a write grant, a directory pinned in one, or a private
+/// tmpfs), and whether that is a write grant's (not a private tmpfs, which
+/// ends with the session).
+fn place_writable(root: &SandboxRoot, layout: &Layout, dir: BorrowedFd<'_>) -> (bool, bool) {
+    files::mount_id_of(dir)
+        .and_then(|mnt| root.mount_by_id(mnt))
+        .filter(|m| !m.read_only)
+        .map_or((false, false), |m| match layout.area(m) {
+            Area::WriteGrant => (true, true),
+            Area::Private(_) => (true, false),
+            // A directory pinned inside a write grant.
+            Area::Other if layout.in_write_grant(&m.point) => (true, true),
+            _ => (false, false),
+        })
+}
+
+/// The open flags ask for write access or truncation.
+pub(crate) fn opens_for_writing(flags: u64) -> bool {
+    flags & (libc::O_ACCMODE | libc::O_TRUNC) as u64 != 0
+}
+
+/// Hands `fd` to the caller as the result of its call (`ADDFD` with `SEND`),
+/// close-on-exec if its `flags` asked for it.
+fn send_fd(listener: RawFd, n: &libc::seccomp_notif, fd: &OwnedFd, flags: libc::c_int) -> Result<(), Errno> {
+    let addfd = libc::seccomp_notif_addfd {
+        id: n.id,
+        flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
+        srcfd: fd.as_raw_fd() as u32,
+        newfd: 0,
+        newfd_flags: if flags & libc::O_CLOEXEC != 0 {
+            libc::O_CLOEXEC as u32
+        } else {
+            0
+        },
+    };
+    // SAFETY: ADDFD reads the struct we own; with SEND it also answers the
+    // notification with the new fd's number.
+    let r = unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ADDFD, &addfd) };
+    if r >= 0 {
+        Ok(())
+    } else {
+        Err(Errno::last())
+    }
+}
+
+/// The target of the symlink `name` under `dir`.
+fn readlink_at(dir: BorrowedFd<'_>, name: &[u8]) -> Result<Vec<u8>, Errno> {
+    let c = files::cstring(name)?;
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: NUL-terminated name; the buffer is ours and its length passed.
+    let r = unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    buf.truncate(r as usize);
+    Ok(buf)
+}
+
+/// Why git's own names are refused outside git dirs.
+const GIT_NAME_WHY: &str = "a .git, HEAD, commondir or gitdir entry makes a directory a git \
+     repository whose config and hooks git runs on the host (filesystem.allow_git_init \
+     permits new repositories)";
+
+/// Names that make a directory something git opens as a repository
+/// (`setup.c`: a `.git` directory or file; a git dir is recognised by its
+/// `HEAD`, next to `objects/` and `refs/` or a `commondir` file; linked
+/// worktrees' `gitdir` files), compared without ASCII case.
+fn git_name(name: &[u8]) -> bool {
+    [&b".git"[..], b"HEAD", b"commondir", b"gitdir"]
+        .iter()
+        .any(|g| name.eq_ignore_ascii_case(g))
+}
+
+/// What git's `is_git_directory` accepts: `HEAD`, and `objects/` with
+/// `refs/` or a `commondir` file.
+fn is_git_dir(dir: BorrowedFd<'_>) -> bool {
+    let has = |name: &[u8], want: u32| lstat_at(dir, name).is_ok_and(|k| want == 0 || k == want);
+    has(b"HEAD", 0)
+        && ((has(b"objects", libc::S_IFDIR) && has(b"refs", libc::S_IFDIR))
+            || has(b"commondir", libc::S_IFREG))
+}
+
+/// The git dir `dir` is or lies in, and the entry of it on the way down to
+/// `dir` (None: `dir` is the git dir): walks up by `..` (the real parents,
+/// whatever the path said) to the sandbox's root. A directory can only look
+/// like a git dir if its `HEAD` existed at the start or was made inside
+/// another git dir, where git keeps `HEAD` files of its own (`logs/HEAD`,
+/// `refs/remotes/origin/HEAD`).
+fn git_ancestor(dir: BorrowedFd<'_>) -> Option<(OwnedFd, Option<Key>)> {
+    const MAX_DEPTH: usize = 64;
+    if is_git_dir(dir) {
+        return Some((files::open_component(dir.as_raw_fd(), b".").ok()?, None));
+    }
+    let mut child = key_of(dir).ok()?;
+    let mut cur = files::open_component(dir.as_raw_fd(), b"..").ok()?;
+    for _ in 0..MAX_DEPTH {
+        let k = key_of(cur.as_fd()).ok()?;
+        if k == child {
+            return None; // the root: its `..` is itself
+        }
+        if is_git_dir(cur.as_fd()) {
+            return Some((cur, Some(child)));
+        }
+        child = k;
+        cur = files::open_component(cur.as_raw_fd(), b"..").ok()?;
+    }
+    None
+}
+
+/// Whether `dir` is a git dir or lies inside one.
+fn inside_git_dir(dir: BorrowedFd<'_>) -> bool {
+    git_ancestor(dir).is_some()
+}
+
+/// Why `name` under `dir` is one of the files git runs or follows, wherever
+/// the git dir is in a write grant (the protection plan binds those of the
+/// grants' own repositories read-only; this finds the deeper ones): a `.git`
+/// file or `.gitmodules` anywhere; in a git dir its `config`,
+/// `config.worktree`, `commondir`, `hooks/`, `modules/`, `worktrees/` and
+/// `info/attributes`, compared without ASCII case.
+fn git_protected(dir: BorrowedFd<'_>, name: &[u8]) -> Option<&'static str> {
+    let is = |a: &[u8], b: &str| a.eq_ignore_ascii_case(b.as_bytes());
+    if is(name, ".gitmodules") {
+        return Some("submodule URLs and paths that git submodule clones and checks out");
+    }
+    let (git, via) = git_ancestor(dir)?;
+    let why = |row: &str| {
+        crate::protect::PROTECTED
+            .iter()
+            .find(|r| r.name == row)
+            .map_or(GIT_NAME_WHY, |r| r.why)
+    };
+    let Some(via) = via else {
+        // Directly in the git dir.
+        for row in ["config", "config.worktree", "commondir", "hooks", "modules", "worktrees"] {
+            if is(name, row) {
+                return Some(why(&format!(".git/{row}")));
+            }
+        }
+        return None;
+    };
+    // Below one of its entries: which one (by identity, not by spelling).
+    let entry_is = |e: &[u8]| {
+        files::open_component(git.as_raw_fd(), e)
+            .ok()
+            .and_then(|fd| key_of(fd.as_fd()).ok())
+            == Some(via)
+    };
+    for row in ["hooks", "modules", "worktrees"] {
+        if entry_is(row.as_bytes()) {
+            return Some(why(&format!(".git/{row}")));
+        }
+    }
+    if is(name, "attributes") && entry_is(b"info") && key_of(dir).ok() == Some(via) {
+        return Some(why(".git/info/attributes"));
+    }
+    None
+}
+
+/// The table's entries a directory the guard made itself has for `name`: as
+/// at a grant's top, every row (but those of the home directory only) through
+/// that name.
+fn fresh_entries(name: &[u8], allow_git_init: bool) -> Vec<Entry> {
+    crate::protect::PROTECTED
+        .iter()
+        .filter(|row| !row.home_only)
+        .filter_map(|row| {
+            let mut comps = row.name.split('/').map(|c| c.as_bytes().to_vec());
+            let first = comps.next()?;
+            if !first.eq_ignore_ascii_case(name) || (allow_git_init && git_name(&first)) {
+                return None;
+            }
+            Some(Entry {
+                name: first,
+                rest: comps.collect(),
+                why: row.why,
+            })
+        })
+        .collect()
 }
 
 /// Splits an absolute path into (parent, last component), trailing slashes

@@ -132,6 +132,14 @@ pub(crate) const READ_WRITE: u64 = READ_EXEC
 /// the kernel itself (one that raced its own path buffer past the check)
 /// cannot make any. Sockets stay: a socket cannot be read as a start-up file.
 pub(crate) const GUARDED_MAKE: u64 = FS_MAKE_REG | FS_MAKE_DIR | FS_MAKE_SYM | FS_MAKE_FIFO;
+
+/// What the guard also takes away from the rules of write grants and of
+/// whatever lies above one (the private `/tmp` or `$HOME` a grant is mounted
+/// in): opening an existing file for writing. The daemon performs those opens
+/// on the name it checked ([`crate::guard`]), so a file git runs deep in a
+/// granted tree cannot be written, whatever the caller's path says when the
+/// kernel reads it again. Writes through fds already open are not opens.
+pub(crate) const GUARDED_WRITE: u64 = FS_WRITE_FILE;
 /// `/dev/shm` is mounted `noexec`.
 pub(crate) const SHM: u64 = READ_WRITE & !FS_EXECUTE;
 /// `/proc`: servers read it and occasionally write `/proc/self/...`; `noexec`.
@@ -284,6 +292,9 @@ pub(crate) fn rules(spec: &SandboxSpec, guard: bool) -> Vec<Rule> {
     if guard {
         for r in &mut t {
             r.access &= !GUARDED_MAKE;
+            if spec.write.iter().any(|w| w.starts_with(&r.path)) {
+                r.access &= !GUARDED_WRITE;
+            }
         }
     }
     t
@@ -614,11 +625,23 @@ mod tests {
         for (p, g) in plain.iter().zip(&guarded) {
             assert_eq!(p.path, g.path);
             assert_eq!(g.access & GUARDED_MAKE, 0, "{:?}", g.path);
-            assert_eq!(g.access, p.access & !GUARDED_MAKE, "{:?}", g.path);
+            // Opening for writing goes through the guard where a write grant
+            // is (at or below the rule), nowhere else.
+            let above_a_grant = s.write.iter().any(|w| w.starts_with(&g.path));
+            let taken = GUARDED_MAKE | if above_a_grant { GUARDED_WRITE } else { 0 };
+            assert_eq!(g.access, p.access & !taken, "{:?}", g.path);
         }
         assert_ne!(access_of(&guarded, "/work")[0] & FS_MAKE_SOCK, 0);
         assert_ne!(access_of(&guarded, "/work")[0] & FS_REMOVE_FILE, 0);
+        assert_eq!(access_of(&guarded, "/work")[0] & FS_WRITE_FILE, 0);
         assert_eq!(access_of(&guarded, "/tmp")[0] & FS_MAKE_REG, 0);
+        assert_ne!(access_of(&guarded, "/tmp")[0] & FS_WRITE_FILE, 0);
+        assert_ne!(access_of(&guarded, "/dev/null")[0] & FS_WRITE_FILE, 0);
+        // A grant under /tmp: /tmp's own rule would let it be written.
+        s.write.push("/tmp/w".into());
+        let guarded = rules(&s, true);
+        assert_eq!(access_of(&guarded, "/tmp")[0] & FS_WRITE_FILE, 0);
+        assert_ne!(access_of(&guarded, "/tmp")[0] & FS_READ_FILE, 0);
     }
 
     #[test]

@@ -73,8 +73,10 @@ enum Late {
     Tmp,
     Home,
     Grant(Grant),
-    /// A protected path of a write grant ([`protect::Plan::protect`]).
-    Protect(PathBuf),
+    /// A protected path of a write grant ([`protect::Plan::protect`]), and
+    /// whether it is left alone when it is a directory
+    /// ([`protect::Plan::unless_dir`]).
+    Protect(PathBuf, bool),
     /// A directory between a write grant and a protected path ([`protect::Plan::pin`]).
     Pin(PathBuf),
 }
@@ -126,7 +128,12 @@ fn bind_over(fd: BorrowedFd<'_>, attrs: u64) -> Result<(), Errno> {
 /// it cannot be removed, renamed over or replaced, and its path goes to `follow`
 /// (see [`protect_targets`]), as does a path that passes through a (pinned)
 /// symlink.
-fn protect_path(root: BorrowedFd<'_>, p: &Path, follow: &mut Vec<PathBuf>) -> Result<(), Failure> {
+fn protect_path(
+    root: BorrowedFd<'_>,
+    p: &Path,
+    unless_dir: bool,
+    follow: &mut Vec<PathBuf>,
+) -> Result<(), Failure> {
     let stage = || format!("protect {}", p.display());
     let fd = match sys::open_beneath_nofollow(root, inside(p)) {
         Ok(fd) => fd,
@@ -141,7 +148,12 @@ fn protect_path(root: BorrowedFd<'_>, p: &Path, follow: &mut Vec<PathBuf>) -> Re
         }
         Err(e) => return Err(Failure::os(stage(), e)),
     };
-    if kind(&fd).map_err(|e| Failure::os(stage(), e))? == libc::S_IFLNK {
+    let k = kind(&fd).map_err(|e| Failure::os(stage(), e))?;
+    if unless_dir && k == libc::S_IFDIR {
+        // A `.git` directory: what inside it runs has rows of its own.
+        return Ok(());
+    }
+    if k == libc::S_IFLNK {
         follow.push(p.to_path_buf());
     }
     bind_over(fd.as_fd(), RO).map_err(|e| Failure::os(stage(), e))
@@ -498,7 +510,10 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
     }
     let plan = protect::plan(spec);
     late.extend(plan.pin.into_iter().map(Late::Pin));
-    late.extend(plan.protect.into_iter().map(Late::Protect));
+    late.extend(plan.protect.into_iter().map(|p| {
+        let unless_dir = plan.unless_dir.contains(&p);
+        Late::Protect(p, unless_dir)
+    }));
     let program_covered = runtime.iter().any(|(p, _)| spec.program.starts_with(p))
         || grants.iter().any(|g| spec.program.starts_with(g));
     let program = if program_covered {
@@ -518,7 +533,7 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
             Late::Tmp => PathBuf::from("/tmp"),
             Late::Home => spec.home.clone(),
             Late::Grant(g) => g.path.clone(),
-            Late::Protect(p) | Late::Pin(p) => p.clone(),
+            Late::Protect(p, _) | Late::Pin(p) => p.clone(),
         }
     };
     // Stable sort: parents before children; /tmp and $HOME before grants inside
@@ -674,7 +689,7 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
                 private.push(dev_of(&home, "$HOME")?);
             }
             Late::Grant(g) => bind(r, &g.path, g.fd.as_fd(), g.is_dir, g.attrs)?,
-            Late::Protect(p) => protect_path(r, p, &mut follow)?,
+            Late::Protect(p, unless_dir) => protect_path(r, p, *unless_dir, &mut follow)?,
             Late::Pin(p) => pin(r, p)?,
         }
     }
@@ -724,6 +739,8 @@ mod tests {
             proxy_port: None,
             cgroup: None,
             audit_files: Default::default(),
+            warden_paths: vec![],
+            allow_git_init: false,
             dangerously_skip_confinement: false,
         }
     }

@@ -32,15 +32,23 @@
 //! `Makefile`, so protecting build files would only look safer. The table holds
 //! what runs *without* the user running the project: git, shells, login and
 //! desktop sessions, editors' own settings, agents and MCP clients.
-//! Also out: `.gitattributes` and `.git/info/attributes` (they only select
-//! filter and diff drivers, whose commands come from git config, protected here;
-//! and `.git/info` is inside the protected `.git` anyway), `.gitmodules` (git
-//! ignores `update = !cmd` from it), credential files such as `.pypirc` or
-//! `.netrc` (no code runs from them; whether the server may read them is the
-//! read grants' business).
+//! Also out: `.gitattributes` (tracked content that only selects filter and
+//! diff drivers, whose commands come from git config, protected here; unlike
+//! `.git/info/attributes` it is shared with everyone who clones the project),
+//! credential files such as `.pypirc` or `.netrc` (no code runs from them;
+//! whether the server may read them is the read grants' business). The user's
+//! home directory has a few rows of its own ([`Protected::home_only`]: global
+//! cargo config, the binaries in `~/.cargo/bin`, Warden's own directories),
+//! and the daemon adds the paths Warden really uses
+//! ([`SandboxSpec::warden_paths`]).
+//!
+//! Inside `.git`, only what git runs or follows is protected (config, hooks,
+//! `commondir`, `info/attributes`, the git dirs under `modules/` and
+//! `worktrees/`): objects, refs, logs, the index and `HEAD` stay writable, so a
+//! server can commit in a repository it was granted.
 
 use crate::spec::SandboxSpec;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// One row: a name relative to a directory, and why the host trusts it.
@@ -49,33 +57,90 @@ pub struct Protected {
     /// Relative, normalised, no trailing slash. A directory is protected whole.
     pub name: &'static str,
     pub why: &'static str,
+    /// Matched only relative to the user's home directory (`~/.cargo/bin`),
+    /// not relative to every write grant and its ancestors.
+    pub home_only: bool,
+    /// Protected when it is a file or a symlink, left writable when it is a
+    /// directory (whose own rows say what inside it is protected): `.git`.
+    pub unless_dir: bool,
 }
 
 const fn row(name: &'static str, why: &'static str) -> Protected {
-    Protected { name, why }
+    Protected {
+        name,
+        why,
+        home_only: false,
+        unless_dir: false,
+    }
 }
+
+/// A row matched at the home directory only.
+const fn home_row(name: &'static str, why: &'static str) -> Protected {
+    Protected {
+        home_only: true,
+        ..row(name, why)
+    }
+}
+
+/// Why Warden's own files ([`SandboxSpec::warden_paths`]) are protected.
+pub const WARDEN_WHY: &str =
+    "Warden's own files (policies, audit store, binaries): what it will do next";
 
 /// Names the host runs or trusts. Directories are protected whole: nothing can
 /// be changed, created or removed inside.
+///
+/// Git: what git *runs* is protected, what it *stores* is not, so `git add`
+/// and `git commit` work in a granted repository (index, objects, refs, logs,
+/// `HEAD`, `COMMIT_EDITMSG` are data). The list follows git's own readers:
+/// `setup.c` (`.git` files, `commondir`, the `HEAD`/`objects`/`refs` layout
+/// of a git dir), `config.c` (`config`, `config.worktree`, `include.path`),
+/// `hook.c` (`hooks/`), `attr.c` (`info/attributes`), `submodule.c` and
+/// `worktree.c` (`modules/`, `worktrees/`: further git dirs with their own
+/// config, hooks and `gitdir`/`commondir` files). Names that turn any
+/// directory into a git dir (`.git`, `HEAD`, `commondir`, `gitdir`) cannot be
+/// created anywhere in a write grant outside an existing git dir: see
+/// [`crate::guard`].
 pub const PROTECTED: &[Protected] = &[
-    // git: any git command in the work tree reads these, including the
-    // `git status` a shell prompt runs on every `cd`.
+    Protected {
+        unless_dir: true,
+        ..row(
+            ".git",
+            "a .git file points git at another git dir, whose config and hooks \
+             then run; a new .git directory is a new repository",
+        )
+    },
     row(
-        ".git",
-        "git runs hooks/*, and config's core.fsmonitor, core.hooksPath, \
-         core.sshCommand, core.pager, aliases and filters, on any command; a new \
-         commondir file redirects all of it to another directory; modules/ and \
-         worktrees/ hold more git dirs with their own; a .git file points git at \
-         another git dir",
+        ".git/config",
+        "core.fsmonitor, core.hooksPath, core.sshCommand, core.pager, aliases, \
+         filters and include.path run commands on any git command",
+    ),
+    row(
+        ".git/config.worktree",
+        "read like config when extensions.worktreeConfig is set",
     ),
     row(
         ".git/hooks",
-        "git runs them; stays read-only when .git is granted by name",
+        "git runs them at commit, merge, checkout and push",
     ),
     row(
-        ".git/config",
-        "core.fsmonitor and friends run commands; stays read-only when .git is \
-         granted by name",
+        ".git/commondir",
+        "redirects config, hooks and refs to another directory",
+    ),
+    row(
+        ".git/info/attributes",
+        "selects filter and diff drivers, which run commands",
+    ),
+    row(
+        ".git/modules",
+        "submodules' git dirs, each with its own config and hooks",
+    ),
+    row(
+        ".git/worktrees",
+        "linked worktrees' git dirs: config.worktree, commondir and gitdir files",
+    ),
+    row(
+        ".gitmodules",
+        "submodule URLs and paths that git submodule clones and checks out",
     ),
     row(
         ".gitconfig",
@@ -84,6 +149,23 @@ pub const PROTECTED: &[Protected] = &[
     row(
         ".config/git",
         "global git config (XDG): commands for every repository",
+    ),
+    // Warden's own defaults (the daemon adds the paths it really uses, see
+    // `SandboxSpec::warden_paths`) and the binaries' usual home.
+    home_row(".config/warden", WARDEN_WHY),
+    home_row(".local/state/warden", WARDEN_WHY),
+    home_row(
+        ".cargo/bin",
+        "where `cargo install` puts wardend, warden-shim and wardenctl, and \
+         tools on PATH",
+    ),
+    home_row(
+        ".cargo/config.toml",
+        "global cargo config: build.rustc-wrapper and runners run on every build",
+    ),
+    home_row(
+        ".cargo/config",
+        "global cargo config (old name): rustc-wrapper and runners",
     ),
     // Shells: sourced when a shell starts.
     row(".bashrc", "bash sources it in every interactive shell"),
@@ -188,11 +270,16 @@ pub struct Plan {
     /// the link itself, never followed): nothing in them can be written,
     /// created, removed, renamed or replaced.
     pub protect: Vec<PathBuf>,
+    /// The paths of `protect` that are protected only when they are not a
+    /// directory ([`Protected::unless_dir`]).
+    pub unless_dir: Vec<PathBuf>,
     /// Directories between a write grant and a protected path, bound over
     /// themselves with the grant's own (read-write) mode: a mount point cannot
     /// be renamed or removed, so the protected path cannot be moved away with
     /// its parent (`mv .config x; mkdir -p .config/fish`).
     pub pin: Vec<PathBuf>,
+    /// Why each path of `protect` is protected.
+    pub why: BTreeMap<PathBuf, &'static str>,
 }
 
 /// The grants as the mount layer binds them: (path, writable). A path in both
@@ -217,40 +304,56 @@ fn owner<'a>(grants: &[(&'a Path, bool)], p: &Path) -> Option<(&'a Path, bool)> 
         .copied()
 }
 
+/// One candidate of the plan: a path, the write grant whose bind shows it,
+/// and its row (None: one of Warden's own paths).
+type Found = (PathBuf, PathBuf, Option<&'static Protected>);
+
 /// The protection plan for `spec`. Pure: nothing here touches the filesystem
 /// (whether each path exists is decided inside the sandbox, from fds).
 pub fn plan(spec: &SandboxSpec) -> Plan {
     let grants = grants(spec);
-    // (path, its owner): every name of the table under every write grant.
-    let mut found: BTreeSet<(PathBuf, PathBuf)> = BTreeSet::new();
+    // Visible through a write grant that is not the path itself: its owner.
+    let writable_owner = |c: &Path| match owner(&grants, c) {
+        Some((o, true)) if o != c => Some(o.to_path_buf()),
+        _ => None,
+    };
+    let mut found: BTreeMap<PathBuf, Found> = BTreeMap::new();
     for g in &spec.write {
         for base in g.ancestors() {
             for row in PROTECTED {
+                if row.home_only && base != spec.home {
+                    continue;
+                }
                 let c = base.join(row.name);
                 if !c.starts_with(g) || c == *g {
                     continue;
                 }
-                // Visible through a write grant that is not the path itself.
-                if let Some((o, true)) = owner(&grants, &c) {
-                    if o != c {
-                        found.insert((c, o.to_path_buf()));
-                    }
+                if let Some(o) = writable_owner(&c) {
+                    found.insert(c.clone(), (c, o, Some(row)));
                 }
             }
         }
     }
-    // A path inside another protected path of the same grant is covered by it.
-    let protect: Vec<(PathBuf, PathBuf)> = found
-        .iter()
-        .filter(|(c, o)| {
+    for w in &spec.warden_paths {
+        if let Some(o) = writable_owner(w) {
+            found.insert(w.clone(), (w.clone(), o, None));
+        }
+    }
+    // A path inside another protected path of the same grant is covered by
+    // it (not by one that is left alone when it is a directory).
+    let covers = |c2: &Path, o2: &Path, row2: Option<&Protected>, c: &Path, o: &Path| {
+        o2 == o && c2 != c && c.starts_with(c2) && !row2.is_some_and(|r| r.unless_dir)
+    };
+    let kept: Vec<&Found> = found
+        .values()
+        .filter(|(c, o, _)| {
             !found
-                .iter()
-                .any(|(c2, o2)| o2 == o && c2 != c && c.starts_with(c2))
+                .values()
+                .any(|(c2, o2, r2)| covers(c2, o2, *r2, c, o))
         })
-        .cloned()
         .collect();
     let mut pin = BTreeSet::new();
-    for (c, o) in &protect {
+    for (c, o, _) in &kept {
         for a in c.ancestors().skip(1) {
             if a == o {
                 break;
@@ -259,8 +362,17 @@ pub fn plan(spec: &SandboxSpec) -> Plan {
         }
     }
     Plan {
-        protect: protect.into_iter().map(|(c, _)| c).collect(),
+        protect: kept.iter().map(|(c, _, _)| c.clone()).collect(),
+        unless_dir: kept
+            .iter()
+            .filter(|(_, _, r)| r.is_some_and(|r| r.unless_dir))
+            .map(|(c, _, _)| c.clone())
+            .collect(),
         pin: pin.into_iter().collect(),
+        why: kept
+            .iter()
+            .map(|(c, _, r)| (c.clone(), r.map_or(WARDEN_WHY, |r| r.why)))
+            .collect(),
     }
 }
 
@@ -348,8 +460,6 @@ mod tests {
             "build.rs",
             ".cargo",
             ".gitattributes",
-            ".git/info/attributes",
-            ".gitmodules",
             ".pypirc",
             ".github",
         ] {
@@ -360,20 +470,98 @@ mod tests {
     #[test]
     fn every_row_under_a_project_grant() {
         let p = plan(&spec(&[], &["/p"]));
-        // .git covers .git/hooks and .git/config; .config/fish & co. need
-        // their parents pinned.
+        // Every row but the home directory's own; `.git` is not protected whole,
+        // so its rows are all there; .config/fish & co. need their parents
+        // pinned, and so does everything inside .git.
         let want: Vec<String> = PROTECTED
             .iter()
-            .filter(|r| !r.name.starts_with(".git/"))
+            .filter(|r| !r.home_only)
             .map(|r| format!("/p/{}", r.name))
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
         assert_eq!(paths(&p.protect), want);
+        assert_eq!(paths(&p.unless_dir), ["/p/.git"]);
         assert_eq!(
             paths(&p.pin),
-            ["/p/.config", "/p/.local", "/p/.local/share"]
+            [
+                "/p/.config",
+                "/p/.git",
+                "/p/.git/info",
+                "/p/.local",
+                "/p/.local/share"
+            ]
         );
+        assert_eq!(p.why.len(), p.protect.len());
+    }
+
+    #[test]
+    fn git_protects_what_runs_not_what_stores() {
+        let p = plan(&spec(&[], &["/p"]));
+        for runs in [
+            "/p/.git/config",
+            "/p/.git/config.worktree",
+            "/p/.git/hooks",
+            "/p/.git/commondir",
+            "/p/.git/info/attributes",
+            "/p/.git/modules",
+            "/p/.git/worktrees",
+            "/p/.gitmodules",
+        ] {
+            assert!(p.protect.contains(&PathBuf::from(runs)), "{runs}");
+        }
+        for stores in [
+            "/p/.git/objects",
+            "/p/.git/refs",
+            "/p/.git/logs",
+            "/p/.git/index",
+            "/p/.git/HEAD",
+            "/p/.git/COMMIT_EDITMSG",
+            "/p/.git/info",
+            "/p/.git/info/exclude",
+        ] {
+            let q = Path::new(stores);
+            assert!(
+                !p.protect.iter().any(|x| q.starts_with(x) && x != Path::new("/p/.git")),
+                "{stores}"
+            );
+        }
+    }
+
+    #[test]
+    fn home_rows_and_wardens_own_paths() {
+        // The home directory's rows apply at the home directory only.
+        let p = plan(&spec(&[], &["/home/ana"]));
+        for want in [
+            "/home/ana/.cargo/bin",
+            "/home/ana/.cargo/config.toml",
+            "/home/ana/.config/warden",
+            "/home/ana/.local/state/warden",
+        ] {
+            assert!(p.protect.contains(&PathBuf::from(want)), "{want}");
+        }
+        let p = plan(&spec(&[], &["/p"]));
+        assert!(p.protect.iter().all(|x| !x.starts_with("/p/.cargo")));
+        // A grant of ~/.cargo protects bin/ (its ancestor is the home).
+        let p = plan(&spec(&[], &["/home/ana/.cargo"]));
+        assert!(p.protect.contains(&PathBuf::from("/home/ana/.cargo/bin")));
+        // Warden's own paths, wherever a write grant shows them.
+        let mut s = spec(&["/opt"], &["/srv", "/home/ana/.local"]);
+        s.warden_paths = vec![
+            PathBuf::from("/srv/warden/state"),
+            PathBuf::from("/srv/policy.yaml"),
+            PathBuf::from("/opt/bin/wardend"), // read-only already
+            PathBuf::from("/elsewhere/x"),     // not visible
+            PathBuf::from("/srv"),             // a grant itself
+        ];
+        let p = plan(&s);
+        for want in ["/srv/warden/state", "/srv/policy.yaml"] {
+            assert!(p.protect.contains(&PathBuf::from(want)), "{want}");
+            assert_eq!(p.why[Path::new(want)], WARDEN_WHY);
+        }
+        for not in ["/opt/bin/wardend", "/elsewhere/x", "/srv"] {
+            assert!(!p.protect.contains(&PathBuf::from(not)), "{not}");
+        }
     }
 
     #[test]
@@ -412,10 +600,8 @@ mod tests {
         let p = plan(&spec(&[], &["/p", "/p/.vscode", "/p/.git/config"]));
         assert!(!p.protect.contains(&PathBuf::from("/p/.vscode")));
         assert!(!p.protect.contains(&PathBuf::from("/p/.git/config")));
-        // .git stays protected (the config is granted inside it, and is bound
-        // on top later); within .git, hooks is covered by .git.
-        assert!(p.protect.contains(&PathBuf::from("/p/.git")));
-        assert!(!p.protect.contains(&PathBuf::from("/p/.git/hooks")));
+        // The rest of .git's rows stay protected.
+        assert!(p.protect.contains(&PathBuf::from("/p/.git/hooks")));
         // A grant of .git by name: writable, but its hooks and config not.
         let p = plan(&spec(&[], &["/p", "/p/.git"]));
         assert!(!p.protect.contains(&PathBuf::from("/p/.git")));

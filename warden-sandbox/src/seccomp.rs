@@ -368,6 +368,12 @@ pub(crate) static WATCHED: &[Watched] = &[
     watch!(SYS_fchownat, Chown, [at(0, 1), None], Flags::Arg(4)),
 ];
 
+/// The open flags that make an open the creation guard's: it creates
+/// (`O_CREAT`), or opens for writing (`O_WRONLY`, `O_RDWR`, `O_TRUNC`), which
+/// the guard performs itself in write grants ([`crate::guard`]).
+pub(crate) const GUARDED_OPEN_FLAGS: u32 =
+    (libc::O_CREAT | libc::O_WRONLY | libc::O_RDWR | libc::O_TRUNC) as u32;
+
 /// Whether `w` can make a new name (the calls the creation guard,
 /// [`crate::guard`], performs itself): the opens (with `O_CREAT`, checked by
 /// the filter where the flags are an argument), `mkdir`, `mknod`, `symlink`,
@@ -586,9 +592,10 @@ pub(crate) fn program(
         prog.push(stmt(RET, RET_ALLOW));
         prog.push(stmt(RET, libc::SECCOMP_RET_USER_NOTIF));
     } else if notify && guard {
-        // Only what can create. An open whose flags are an argument notifies
-        // only with O_CREAT (a block: load the flags, test, return); the
-        // others (creat, openat2 with its flags in memory, mkdir...) always.
+        // Only what can create or write. An open whose flags are an argument
+        // notifies only with O_CREAT, write access or O_TRUNC (a block: load
+        // the flags, test, return); the others (creat, openat2 with its flags
+        // in memory, mkdir...) always.
         let mut always = Vec::new();
         for w in WATCHED.iter().filter(|w| creates(w)) {
             let nr = u32::try_from(w.nr)
@@ -597,7 +604,7 @@ pub(crate) fn program(
                 (FileOp::Open, Flags::Arg(i)) => {
                     prog.push(jump(JEQ, nr, 0, 4)?);
                     prog.push(stmt(LD_ABS, arg_low(i)));
-                    prog.push(jump(JSET, libc::O_CREAT as u32, 0, 1)?);
+                    prog.push(jump(JSET, GUARDED_OPEN_FLAGS, 0, 1)?);
                     prog.push(stmt(RET, libc::SECCOMP_RET_USER_NOTIF));
                     prog.push(stmt(RET, RET_ALLOW));
                 }
@@ -1146,13 +1153,14 @@ mod tests {
     }
 
     /// The creation guard alone: the calls that can make a name notify (an
-    /// open only with O_CREAT in its flags), nothing else does, and the
+    /// open only with O_CREAT, write access or O_TRUNC in its flags), nothing
+    /// else does, and the
     /// refusals answer as before.
     #[test]
     fn guard_notifies_exactly_the_creating_calls() {
         let prog = program(true, false, true).unwrap();
         let at = |nr: libc::c_long, args| run(&prog, native_arch().unwrap(), nr as u32, args);
-        let creat = libc::O_CREAT as u64;
+        let creat = u64::from(GUARDED_OPEN_FLAGS);
         for w in WATCHED {
             for args in [[0; 6], [u64::MAX; 6], [7, 0x41, 2, 3, 4, 5]] {
                 let want = match (creates(w), w.op, w.flags) {
@@ -1168,7 +1176,11 @@ mod tests {
         let mut a = [0u64; 6];
         a[2] = (libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC) as u64;
         assert_eq!(at(libc::SYS_openat, a), NOTIF);
-        a[2] = (libc::O_RDWR | libc::O_TRUNC) as u64;
+        for flags in [libc::O_RDWR, libc::O_WRONLY, libc::O_TRUNC, libc::O_RDWR | libc::O_TRUNC] {
+            a[2] = (flags | libc::O_CLOEXEC) as u64;
+            assert_eq!(at(libc::SYS_openat, a), NOTIF, "{flags:#o}");
+        }
+        a[2] = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_DIRECTORY | libc::O_NONBLOCK) as u64;
         assert_eq!(at(libc::SYS_openat, a), RET_ALLOW);
         for nr in [
             libc::SYS_mkdirat,

@@ -61,6 +61,18 @@ pub struct SandboxSpec {
     /// notification; without it nothing is observed. Default: off.
     #[serde(default, skip_serializing_if = "FileAudit::is_off")]
     pub audit_files: FileAudit,
+    /// Warden's own files and directories (the daemon's policy and state
+    /// directories, the policy file, the installed binaries): protected like
+    /// [`crate::protect::PROTECTED`] names wherever a write grant covers them.
+    /// Absolute, normalised.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warden_paths: Vec<PathBuf>,
+    /// The policy's `filesystem.allow_git_init`: the server may create new git
+    /// repositories in its write grants (`.git`, `HEAD`, `commondir` and
+    /// `gitdir` names outside existing git dirs, which the creation guard
+    /// otherwise refuses). Their config and hooks are then the server's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_git_init: bool,
     /// For measuring what Landlock and seccomp cost (`warden-bench` through the
     /// `warden-sandbox-run` debug driver) and nothing else: skips both layers.
     /// The daemon never sets it; no policy key reaches it.

@@ -20,6 +20,9 @@ const PLANTED: &[(&str, &str)] = &[
     (".git/hooks/pre-commit", "#!/bin/sh\nexit 0\n"),
     (".git/config", "[core]\n\tbare = false\n"),
     (".git/HEAD", "ref: refs/heads/main\n"),
+    // A git dir as git recognises one: HEAD, objects/ and refs/.
+    (".git/objects/info/packs", ""),
+    (".git/refs/heads/main", "0123456789012345678901234567890123456789\n"),
     (".bashrc", "# rc\n"),
     (".vscode/tasks.json", "{}\n"),
     (".mcp.json", "{\"mcpServers\": {}}\n"),
@@ -102,6 +105,8 @@ impl Fixture {
             proxy_port: None,
             cgroup: None,
             audit_files: Default::default(),
+            warden_paths: vec![],
+            allow_git_init: false,
             dangerously_skip_confinement: false,
         }
     }

@@ -69,6 +69,8 @@ impl Fixture {
             proxy_port: None,
             cgroup: None,
             audit_files: Default::default(),
+            warden_paths: vec![],
+            allow_git_init: false,
             dangerously_skip_confinement: false,
         }
     }

@@ -205,6 +205,39 @@ impl Daemon {
     }
 
     /// Compiles the request's policy; a refusal is audited.
+    /// Warden's own files, protected inside every write grant that covers
+    /// them: the state directory (audit store), the policies directory, the
+    /// socket's directory, the policy file, and the installed binaries next to
+    /// the running daemon. Canonical host paths; missing ones are left out.
+    fn warden_paths(&self, policy: Option<&Path>) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = vec![self.config.state_dir.clone()];
+        if let Some(dir) = warden_core::paths::profiles_dir()
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+        {
+            v.push(dir);
+        }
+        if let Some(dir) = self.config.socket.parent() {
+            v.push(dir.to_path_buf());
+        }
+        v.extend(policy.map(Path::to_path_buf));
+        if let Some(dir) = std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(Path::to_path_buf))
+        {
+            for bin in ["wardend", "warden-shim", "wardenctl"] {
+                v.push(dir.join(bin));
+            }
+        }
+        let mut v: Vec<PathBuf> = v
+            .into_iter()
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
     pub fn prepare(&self, req: &pb::SpawnRequest) -> Result<Prepared, DaemonError> {
         let id = new_session_id();
         let result = self.prepare_inner(&id, req);
@@ -327,6 +360,8 @@ impl Daemon {
                 policy::FileAudit::All => FileAudit::All,
                 policy::FileAudit::Off => FileAudit::Off,
             },
+            warden_paths: self.warden_paths(policy.source.as_deref()),
+            allow_git_init: policy.allow_git_init,
             // Never skipped by the daemon: the field exists for benchmarks only.
             dangerously_skip_confinement: false,
         };
@@ -357,10 +392,15 @@ impl Daemon {
         let limits = describe_limits(&policy, self.cgroup.as_ref().ok());
         // Paths inside write grants that the sandbox binds read-only because
         // the host runs or trusts them (those that exist now).
-        let protected: Vec<PathBuf> = warden_sandbox::protect::plan(&spec)
+        let plan = warden_sandbox::protect::plan(&spec);
+        let protected: Vec<PathBuf> = plan
             .protect
-            .into_iter()
-            .filter(|p| std::fs::symlink_metadata(p).is_ok())
+            .iter()
+            .filter(|p| {
+                std::fs::symlink_metadata(p)
+                    .is_ok_and(|m| !(m.is_dir() && plan.unless_dir.contains(p)))
+            })
+            .cloned()
             .collect();
         let start = Record::new(
             RecordType::Session,

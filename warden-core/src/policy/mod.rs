@@ -111,6 +111,11 @@ pub struct CompiledPolicy {
     pub read: Vec<PathBuf>,
     /// Read-write grants: sorted, deduplicated.
     pub write: Vec<PathBuf>,
+    /// `filesystem.allow_git_init`: the server may create new git repositories
+    /// in its write grants (refused by default: a repository's config and
+    /// hooks run commands on the host when the user later runs git there).
+    #[serde(default)]
+    pub allow_git_init: bool,
     /// Environment variable names passed through: sorted, deduplicated.
     pub env_allow: Vec<String>,
     /// `network:` — the egress allowlist.
@@ -158,6 +163,7 @@ struct RawSandbox {
 struct RawFilesystem {
     read: Option<Vec<String>>,
     write: Option<Vec<String>>,
+    allow_git_init: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -599,6 +605,7 @@ pub fn compile(
         cwd,
         read,
         write,
+        allow_git_init: fs_raw.and_then(|f| f.allow_git_init).unwrap_or(false),
         env_allow,
         network,
         limits: Limits {

@@ -247,7 +247,11 @@ enum Ty {
     Map(&'static [(&'static str, Ty)]),
 }
 
-const FILESYSTEM: &[(&str, Ty)] = &[("read", Ty::StrList), ("write", Ty::StrList)];
+const FILESYSTEM: &[(&str, Ty)] = &[
+    ("read", Ty::StrList),
+    ("write", Ty::StrList),
+    ("allow_git_init", Ty::Bool),
+];
 const NETWORK: &[(&str, Ty)] = &[("allow", Ty::StrList), ("allow_private", Ty::Bool)];
 const ENV: &[(&str, Ty)] = &[("allow", Ty::StrList)];
 const LIMITS: &[(&str, Ty)] = &[
