@@ -304,13 +304,11 @@ impl Guard {
                 why: GIT_NAME_WHY,
             };
         }
-        if new.in_grant && !self.allow_git_init {
-            if let Some(why) = git_protected(new.dir.as_fd(), &new.name) {
-                return Answer::Refused {
-                    errno: libc::EROFS,
-                    why,
-                };
-            }
+        if let Some(why) = self.git_guarded(&root, new.dir.as_fd(), &new.name) {
+            return Answer::Refused {
+                errno: libc::EROFS,
+                why,
+            };
         }
         let entry = entries.first().cloned();
         match w.op {
@@ -421,6 +419,40 @@ impl Guard {
         }
     }
 
+    /// Why `name` under `dir` is a file git runs or follows in a git dir of
+    /// a write grant ([`git_protected`]), unless the policy allows new
+    /// repositories or granted that path for writing by name: a grant of the
+    /// path itself (its own mount), or of a directory inside the git dir (the
+    /// git dir lies beyond the grant's mount).
+    fn git_guarded(
+        &self,
+        root: &SandboxRoot,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+    ) -> Option<&'static str> {
+        if self.allow_git_init {
+            return None;
+        }
+        let mnt = files::mount_id_of(dir)?;
+        let area = root.mount_by_id(mnt).map(|m| self.layout.area(m));
+        let in_grant = place_writable(root, &self.layout, dir).1;
+        if !in_grant {
+            return None;
+        }
+        if let Ok(child) = files::open_component(dir.as_raw_fd(), name) {
+            let cm = files::mount_id_of(child.as_fd());
+            if cm.is_some_and(|cm| cm != mnt)
+                && cm
+                    .and_then(|cm| root.mount_by_id(cm))
+                    .is_some_and(|m| self.layout.area(m) == Area::WriteGrant)
+            {
+                return None;
+            }
+        }
+        let within = (area == Some(Area::WriteGrant)).then_some(mnt);
+        git_protected(dir, name, within)
+    }
+
     fn open(
         &mut self,
         listener: RawFd,
@@ -515,7 +547,7 @@ impl Guard {
             let why = if git_name(&place.name) && !inside_git_dir(place.dir.as_fd()) {
                 Some(GIT_NAME_WHY)
             } else {
-                git_protected(place.dir.as_fd(), &place.name)
+                self.git_guarded(root, place.dir.as_fd(), &place.name)
             };
             if let Some(why) = why {
                 return Answer::Refused {
@@ -729,13 +761,11 @@ impl Guard {
             }
             // A second name for a file git runs would let it be written there.
             Err((d, last)) => {
-                if !self.allow_git_init && place_writable(root, &self.layout, d.as_fd()).1 {
-                    if let Some(why) = git_protected(d.as_fd(), last) {
-                        return Answer::Refused {
-                            errno: libc::EROFS,
-                            why,
-                        };
-                    }
+                if let Some(why) = self.git_guarded(root, d.as_fd(), last) {
+                    return Answer::Refused {
+                        errno: libc::EROFS,
+                        why,
+                    };
                 }
             }
         }
@@ -825,7 +855,7 @@ impl Guard {
             let why = if last.eq_ignore_ascii_case(b".git") && !inside_git_dir(odir.as_fd()) {
                 Some(GIT_NAME_WHY)
             } else {
-                git_protected(odir.as_fd(), last)
+                self.git_guarded(root, odir.as_fd(), last)
             };
             if let Some(why) = why {
                 return Answer::Refused {
@@ -1040,11 +1070,12 @@ fn is_git_dir(dir: BorrowedFd<'_>) -> bool {
 
 /// The git dir `dir` is or lies in, and the entry of it on the way down to
 /// `dir` (None: `dir` is the git dir): walks up by `..` (the real parents,
-/// whatever the path said) to the sandbox's root. A directory can only look
+/// whatever the path said) to the sandbox's root, or only within the mount
+/// `within`. A directory can only look
 /// like a git dir if its `HEAD` existed at the start or was made inside
 /// another git dir, where git keeps `HEAD` files of its own (`logs/HEAD`,
 /// `refs/remotes/origin/HEAD`).
-fn git_ancestor(dir: BorrowedFd<'_>) -> Option<(OwnedFd, Option<Key>)> {
+fn git_ancestor(dir: BorrowedFd<'_>, within: Option<u64>) -> Option<(OwnedFd, Option<Key>)> {
     const MAX_DEPTH: usize = 64;
     if is_git_dir(dir) {
         return Some((files::open_component(dir.as_raw_fd(), b".").ok()?, None));
@@ -1055,6 +1086,9 @@ fn git_ancestor(dir: BorrowedFd<'_>) -> Option<(OwnedFd, Option<Key>)> {
         let k = key_of(cur.as_fd()).ok()?;
         if k == child {
             return None; // the root: its `..` is itself
+        }
+        if within.is_some_and(|m| files::mount_id_of(cur.as_fd()) != Some(m)) {
+            return None; // beyond the mount the search is bound to
         }
         if is_git_dir(cur.as_fd()) {
             return Some((cur, Some(child)));
@@ -1067,7 +1101,7 @@ fn git_ancestor(dir: BorrowedFd<'_>) -> Option<(OwnedFd, Option<Key>)> {
 
 /// Whether `dir` is a git dir or lies inside one.
 fn inside_git_dir(dir: BorrowedFd<'_>) -> bool {
-    git_ancestor(dir).is_some()
+    git_ancestor(dir, None).is_some()
 }
 
 /// Why `name` under `dir` is one of the files git runs or follows, wherever
@@ -1076,12 +1110,12 @@ fn inside_git_dir(dir: BorrowedFd<'_>) -> bool {
 /// file or `.gitmodules` anywhere; in a git dir its `config`,
 /// `config.worktree`, `commondir`, `hooks/`, `modules/`, `worktrees/` and
 /// `info/attributes`, compared without ASCII case.
-fn git_protected(dir: BorrowedFd<'_>, name: &[u8]) -> Option<&'static str> {
+fn git_protected(dir: BorrowedFd<'_>, name: &[u8], within: Option<u64>) -> Option<&'static str> {
     let is = |a: &[u8], b: &str| a.eq_ignore_ascii_case(b.as_bytes());
     if is(name, ".gitmodules") {
         return Some("submodule URLs and paths that git submodule clones and checks out");
     }
-    let (git, via) = git_ancestor(dir)?;
+    let (git, via) = git_ancestor(dir, within)?;
     let why = |row: &str| {
         crate::protect::PROTECTED
             .iter()
