@@ -1,7 +1,14 @@
-//! Git as a persistence channel (issue 9, review F1): a server with a write
-//! grant must not leave behind anything the host's git treats as a repository
-//! whose config or hooks it chose. The user's next `git status` (a shell prompt
-//! runs it on every `cd`) would run that command outside any sandbox.
+//! Persistence: what a server with a write grant leaves behind must not change
+//! what the host does after the session.
+//!
+//! Git (issue 9, review F1): nothing the host's git treats as a repository
+//! whose config or hooks the server chose. The user's next `git status` (a
+//! shell prompt runs it on every `cd`) would run that command outside any
+//! sandbox.
+//!
+//! Warden's own files (review F3): the policies a later session loads, the
+//! audit store, the global cargo config and the binaries' directory cannot be
+//! changed through a grant that covers them.
 //!
 //! Each attack runs inside a real sandbox (the real shim and daemon, `/bin/sh`
 //! as the server), then the host's real `git status` runs in every directory
@@ -337,4 +344,86 @@ fn git_add_commit_and_branch_work_in_a_granted_repository() {
     let out = inside(&env, &policy, &w, &format!("exec 2>&1\n{g} init -q fresh && echo made\n"));
     assert!(text(&out).contains("made"), "{}", text(&out));
     assert!(w.join("fresh/.git/HEAD").exists());
+}
+
+/// Warden's policies (its profiles directory, `$XDG_CONFIG_HOME/warden`) in a
+/// write grant of the config home: read-only inside, while the rest of the
+/// grant is written. Control: the same script on the host changes them.
+#[test]
+fn wardens_own_policies_and_state_cannot_be_changed_through_a_grant() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    env.write("config/warden/policies/github.yaml", "version: 1\nname: github\n");
+    let s = "exec 2>&1\n\
+             echo 'filesystem: {write: [\"~\"]}' >> warden/policies/github.yaml \
+               || echo 'refused: edit policy'\n\
+             echo 'version: 1' > warden/policies/new.yaml || echo 'refused: new policy'\n\
+             mv warden/policies warden/p2 || echo 'refused: move policies'\n\
+             mkdir warden/x || echo 'refused: mkdir'\n\
+             echo ok > other.txt && echo 'made: other.txt'\n";
+    let out = inside(&env, &env.minimal_policy(), &env.config, s);
+    let said = text(&out);
+    eprintln!("{said}");
+    for r in ["edit policy", "new policy", "move policies", "mkdir"] {
+        assert!(said.contains(&format!("refused: {r}")), "{r}: {said}");
+    }
+    assert!(said.contains("made: other.txt"), "{said}");
+    assert!(said.contains("Read-only file system"), "{said}");
+    assert_eq!(
+        std::fs::read_to_string(env.config.join("warden/policies/github.yaml")).unwrap(),
+        "version: 1\nname: github\n"
+    );
+    assert!(!env.config.join("warden/policies/new.yaml").exists());
+    // Control: on the host, the same script rewrites the policy.
+    let mut sh = Command::new("/bin/sh");
+    sh.arg("-c").arg(s).current_dir(&env.config);
+    let said = text(&run(&mut sh, RUN));
+    assert!(!said.contains("refused"), "host: {said}");
+    assert!(std::fs::read_to_string(env.config.join("warden/p2/github.yaml"))
+        .unwrap()
+        .contains("write"));
+}
+
+/// A write grant of the home directory: the global cargo config, the
+/// binaries in `~/.cargo/bin` and Warden's default directories cannot be
+/// created or changed; ordinary files in the home directory can.
+#[test]
+fn home_grant_keeps_cargo_bin_cargo_config_and_warden_dirs() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    env.write("home/.cargo/bin/warden-shim", "#!/bin/sh\necho real\n");
+    let s = "exec 2>&1\n\
+             echo evil > .cargo/bin/warden-shim || echo 'refused: replace shim'\n\
+             echo evil > .cargo/bin/wardenctl || echo 'refused: new binary'\n\
+             printf '[build]\\nrustc-wrapper = \"/tmp/x\"\\n' > .cargo/config.toml \
+               || echo 'refused: cargo config'\n\
+             mkdir -p .local/state/warden || echo 'refused: state dir'\n\
+             mkdir -p .config/warden || echo 'refused: config dir'\n\
+             echo ok > notes.txt && echo 'made: notes'\n\
+             mkdir -p .cargo/registry && echo ok > .cargo/registry/x && echo 'made: registry'\n";
+    let out = inside(&env, &env.minimal_policy(), &env.home, s);
+    let said = text(&out);
+    eprintln!("{said}");
+    for r in [
+        "replace shim",
+        "new binary",
+        "cargo config",
+        "state dir",
+        "config dir",
+    ] {
+        assert!(said.contains(&format!("refused: {r}")), "{r}: {said}");
+    }
+    assert!(said.contains("made: notes") && said.contains("made: registry"), "{said}");
+    assert_eq!(
+        std::fs::read_to_string(env.home.join(".cargo/bin/warden-shim")).unwrap(),
+        "#!/bin/sh\necho real\n"
+    );
+    for p in [".cargo/config.toml", ".cargo/bin/wardenctl", ".local/state/warden"] {
+        assert!(!env.home.join(p).exists(), "{p}");
+    }
+    // Control: the same script on the host.
+    let mut sh = Command::new("/bin/sh");
+    sh.arg("-c").arg(s).current_dir(&env.home);
+    let said = text(&run(&mut sh, RUN));
+    assert!(!said.contains("refused"), "host: {said}");
 }
