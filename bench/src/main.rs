@@ -5,7 +5,8 @@
 //! (`warden-bench egress`: the egress proxy against a direct connection, see
 //! `egress.rs`; `warden-bench audit`: audit store appends, group commit against
 //! an fsync per record, see `audit.rs`; `warden-bench files`: what file-access
-//! auditing costs, see `files.rs`)
+//! auditing costs, see `files.rs`; `warden-bench create` and `write`: what the
+//! creation guard adds to creating files and to opening files for writing)
 //! (options: `--launches N` (default 100), `--requests N` (default 1000)).
 //!
 //! - launch: time from spawning the process to the first byte of the reply to
@@ -156,18 +157,28 @@ fn round_trips(mode: Mode, socket: &Path, n: usize) -> Vec<Duration> {
 /// own work.
 const CREATE_JS: &str = "const fs=require('fs'),p=require('path');const d=process.argv[1],n=+process.argv[2];const t=process.hrtime.bigint();for(let i=0;i<n;i++){fs.writeFileSync(p.join(d,'f'+i),'x');fs.mkdirSync(p.join(d,'d'+i));fs.renameSync(p.join(d,'f'+i),p.join(d,'d'+i,'g'))}console.log(Number(process.hrtime.bigint()-t)/1e6)";
 
+/// Writes N files that exist: creates them first (untimed), then opens each
+/// for reading and writing (`openSync(f, 'r+')`: O_RDWR, no O_CREAT) and
+/// rewrites it (`writeFileSync`: O_WRONLY|O_CREAT|O_TRUNC on an existing
+/// file), timing only those 2N opens, writes and closes.
+const WRITE_JS: &str = "const fs=require('fs'),p=require('path');const d=process.argv[1],n=+process.argv[2];for(let i=0;i<n;i++)fs.writeFileSync(p.join(d,'f'+i),'x');const t=process.hrtime.bigint();for(let i=0;i<n;i++){const f=p.join(d,'f'+i);const fd=fs.openSync(f,'r+');fs.writeSync(fd,'y');fs.closeSync(fd);fs.writeFileSync(f,'z')}fs.mkdirSync(p.join(d,'d'+(n-1)));fs.writeFileSync(p.join(d,'d'+(n-1),'g'),'');console.log(Number(process.hrtime.bigint()-t)/1e6)";
+
 /// `warden-bench create [--files N] [--runs R] [--in DIR]`: the creation
 /// guard's cost.
 /// The same node script creates N files, N directories and moves each file
 /// into its directory, in a fresh directory each run: directly, and through
 /// the shim with that directory as a write grant (the guard performs every
 /// creation and rename), interleaved.
-fn create_rounds() {
+/// `warden-bench write [--files N] [--runs R] [--in DIR]`: the same for
+/// opening files that exist for writing ([`WRITE_JS`]), which the guard
+/// performs too.
+fn guard_rounds(write: bool) {
     let files = arg("--files", 2000);
     let runs = arg("--runs", 10);
     let daemon = Daemon::start();
     let s = daemon.socket.clone();
     let node = which("node").expect("node on PATH");
+    let script = if write { WRITE_JS } else { CREATE_JS };
     // `--in DIR`: where the write grant lives (default: the temp dir; a
     // tmpfs such as /dev/shm takes the disk out of the figure).
     let parent = std::env::args()
@@ -195,7 +206,7 @@ fn create_rounds() {
         };
         let out = c
             .arg("-e")
-            .arg(CREATE_JS)
+            .arg(script)
             .arg(&dir)
             .arg(files.to_string())
             .stdin(Stdio::null())
@@ -218,11 +229,19 @@ fn create_rounds() {
         w.push(once(Mode::Shim, i));
     }
     let (dm, wm) = (median(d), median(w));
-    let ops = (3 * files) as f64;
-    println!(
-        "## creating files in a write grant ({files} files, dirs and renames; {runs} runs each)\n"
-    );
-    println!("| path | median | per creating call |");
+    let (ops, what) = if write {
+        ((2 * files) as f64, "open for writing")
+    } else {
+        ((3 * files) as f64, "creating call")
+    };
+    if write {
+        println!("## writing files that exist in a write grant ({files} files, two opens each; {runs} runs each)\n");
+    } else {
+        println!(
+            "## creating files in a write grant ({files} files, dirs and renames; {runs} runs each)\n"
+        );
+    }
+    println!("| path | median | per call |");
     println!("| --- | --- | --- |");
     println!("| direct | {dm:.1} ms | {:.1} µs |", dm * 1e3 / ops);
     println!(
@@ -230,7 +249,7 @@ fn create_rounds() {
         wm * 1e3 / ops
     );
     println!(
-        "\nratio: {:.2}; added per creating call: {:.1} µs",
+        "\nratio: {:.2}; added per {what}: {:.1} µs",
         wm / dm,
         (wm - dm) * 1e3 / ops
     );
@@ -413,7 +432,11 @@ fn main() {
         return;
     }
     if std::env::args().nth(1).as_deref() == Some("create") {
-        create_rounds();
+        guard_rounds(false);
+        return;
+    }
+    if std::env::args().nth(1).as_deref() == Some("write") {
+        guard_rounds(true);
         return;
     }
     if std::env::args().nth(1).as_deref() == Some("rtt") {

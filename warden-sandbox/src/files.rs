@@ -1528,7 +1528,7 @@ pub(crate) fn classify(
         out.decision = Decision::Deny;
         out.errno = Some(errno);
         out.reason = format!(
-            "protected in a write grant: {why} (the name did not exist; it cannot be created)"
+            "protected in a write grant: {why} (refused by the creation guard)"
         );
     }
     out
