@@ -51,7 +51,12 @@ fn host_git(repo: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .arg("-C")
         .arg(repo)
-        .args(["-c", "user.name=host", "-c", "user.email=host@example.invalid"])
+        .args([
+            "-c",
+            "user.name=host",
+            "-c",
+            "user.email=host@example.invalid",
+        ])
         .args(args)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
@@ -135,7 +140,10 @@ fn mcp_server_git_stages_commits_and_branches_in_a_granted_repository() {
         .unwrap_or_else(|e| panic!("no JSON ({e}):\n{stdout}\n{stderr}"));
     println!("{out:#}");
     for (i, c) in out["calls"].as_array().unwrap().iter().enumerate() {
-        assert_eq!(c["is_error"], false, "call {i} failed: {c}\nstderr:\n{stderr}");
+        assert_eq!(
+            c["is_error"], false,
+            "call {i} failed: {c}\nstderr:\n{stderr}"
+        );
     }
     assert!(call(&out, 0).0.contains("notes.txt"), "{out}");
     assert!(call(&out, 2).0.contains("from the server"), "{out}");
@@ -143,9 +151,18 @@ fn mcp_server_git_stages_commits_and_branches_in_a_granted_repository() {
 
     // The host's repository has it all, and its config is untouched.
     let log = host_git(&repo, &["log", "--oneline", "--all"]);
-    assert!(log.contains("notes from the sandbox") && log.contains("first"), "{log}");
+    assert!(
+        log.contains("notes from the sandbox") && log.contains("first"),
+        "{log}"
+    );
     assert!(host_git(&repo, &["branch", "--list"]).contains("feature"));
-    assert_eq!(host_git(&repo, &["rev-parse", "--abbrev-ref", "HEAD"]), "main\n");
+    assert_eq!(
+        host_git(&repo, &["rev-parse", "--abbrev-ref", "HEAD"]),
+        "main\n"
+    );
     assert_eq!(host_git(&repo, &["status", "--porcelain"]), "");
-    assert_eq!(std::fs::read(repo.join(".git/config")).unwrap(), config_before);
+    assert_eq!(
+        std::fs::read(repo.join(".git/config")).unwrap(),
+        config_before
+    );
 }

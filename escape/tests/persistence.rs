@@ -126,7 +126,12 @@ fn host_git(dir: &Path, ceiling: &Path, args: &[&str]) -> Output {
     let mut cmd = Command::new("git");
     cmd.arg("-C")
         .arg(dir)
-        .args(["-c", "user.name=warden", "-c", "user.email=warden@example.invalid"])
+        .args([
+            "-c",
+            "user.name=warden",
+            "-c",
+            "user.email=warden@example.invalid",
+        ])
         .args(args)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
@@ -161,7 +166,11 @@ fn fired(w: &Path, canaries: &Path) -> Vec<&'static str> {
         let d = w.join(dir);
         if d.is_dir() {
             let _ = host_git(&d, w.parent().unwrap(), &["status", "--porcelain"]);
-            let _ = host_git(&d, w.parent().unwrap(), &["commit", "-q", "--allow-empty", "-m", "x"]);
+            let _ = host_git(
+                &d,
+                w.parent().unwrap(),
+                &["commit", "-q", "--allow-empty", "-m", "x"],
+            );
         }
     }
     ATTACKS
@@ -276,20 +285,35 @@ fn git_names_by_any_call_and_case_are_refused_in_a_write_grant() {
     let said = text(&out);
     eprintln!("{said}");
     for (label, _) in attempts {
-        assert!(said.contains(&format!("refused: {label}")), "{label}: {said}");
+        assert!(
+            said.contains(&format!("refused: {label}")),
+            "{label}: {said}"
+        );
     }
     assert!(said.contains("tmp: ordinary"), "{said}");
-    for name in [".GIT", "d/Head", "d/HEAD", "d/commondir", "d/gitdir", "d/x/.git"] {
+    for name in [
+        ".GIT",
+        "d/Head",
+        "d/HEAD",
+        "d/commondir",
+        "d/gitdir",
+        "d/x/.git",
+    ] {
         assert!(w.join(name).symlink_metadata().is_err(), "{name} exists");
     }
     // Control: the same commands on the host make every name.
     let hw = dir(&env, "host/w");
     std::fs::write(hw.join("file"), "x\n").unwrap();
     let mut sh = Command::new("/bin/sh");
-    sh.arg("-c").arg(s.replace("cd /tmp", "cd .")).current_dir(&hw);
+    sh.arg("-c")
+        .arg(s.replace("cd /tmp", "cd ."))
+        .current_dir(&hw);
     let said = text(&run(&mut sh, RUN));
     for (label, _) in attempts {
-        assert!(said.contains(&format!("made: {label}")), "host {label}: {said}");
+        assert!(
+            said.contains(&format!("made: {label}")),
+            "host {label}: {said}"
+        );
     }
 }
 
@@ -327,10 +351,16 @@ fn git_add_commit_and_branch_work_in_a_granted_repository() {
     let said = text(&out);
     eprintln!("{said}");
     assert_eq!(exit_code(out.status), 0, "{said}");
-    assert!(said.contains("init: refused") && said.ends_with("ok\n"), "{said}");
+    assert!(
+        said.contains("init: refused") && said.ends_with("ok\n"),
+        "{said}"
+    );
     let repo = w.join("repo");
     let log = git(&repo, &["log", "--oneline", "--all"]);
-    assert!(log.contains("from the sandbox") && log.contains("on a branch"), "{log}");
+    assert!(
+        log.contains("from the sandbox") && log.contains("on a branch"),
+        "{log}"
+    );
     assert_eq!(git(&repo, &["rev-parse", "--abbrev-ref", "HEAD"]), "main\n");
     assert!(git(&repo, &["tag"]).contains("v1"));
     assert!(git(&repo, &["fsck", "--no-progress"]).is_empty());
@@ -341,7 +371,12 @@ fn git_add_commit_and_branch_work_in_a_granted_repository() {
         "init.yaml",
         "version: 1\nname: git-init\nfilesystem:\n  allow_git_init: true\n",
     );
-    let out = inside(&env, &policy, &w, &format!("exec 2>&1\n{g} init -q fresh && echo made\n"));
+    let out = inside(
+        &env,
+        &policy,
+        &w,
+        &format!("exec 2>&1\n{g} init -q fresh && echo made\n"),
+    );
     assert!(text(&out).contains("made"), "{}", text(&out));
     assert!(w.join("fresh/.git/HEAD").exists());
 }
@@ -353,7 +388,10 @@ fn git_add_commit_and_branch_work_in_a_granted_repository() {
 fn wardens_own_policies_and_state_cannot_be_changed_through_a_grant() {
     let env = TestEnv::new();
     let _daemon = env.start_daemon();
-    env.write("config/warden/policies/github.yaml", "version: 1\nname: github\n");
+    env.write(
+        "config/warden/policies/github.yaml",
+        "version: 1\nname: github\n",
+    );
     let s = "exec 2>&1\n\
              echo 'filesystem: {write: [\"~\"]}' >> warden/policies/github.yaml \
                || echo 'refused: edit policy'\n\
@@ -379,9 +417,11 @@ fn wardens_own_policies_and_state_cannot_be_changed_through_a_grant() {
     sh.arg("-c").arg(s).current_dir(&env.config);
     let said = text(&run(&mut sh, RUN));
     assert!(!said.contains("refused"), "host: {said}");
-    assert!(std::fs::read_to_string(env.config.join("warden/p2/github.yaml"))
-        .unwrap()
-        .contains("write"));
+    assert!(
+        std::fs::read_to_string(env.config.join("warden/p2/github.yaml"))
+            .unwrap()
+            .contains("write")
+    );
 }
 
 /// A write grant of the home directory: the global cargo config, the
@@ -413,12 +453,19 @@ fn home_grant_keeps_cargo_bin_cargo_config_and_warden_dirs() {
     ] {
         assert!(said.contains(&format!("refused: {r}")), "{r}: {said}");
     }
-    assert!(said.contains("made: notes") && said.contains("made: registry"), "{said}");
+    assert!(
+        said.contains("made: notes") && said.contains("made: registry"),
+        "{said}"
+    );
     assert_eq!(
         std::fs::read_to_string(env.home.join(".cargo/bin/warden-shim")).unwrap(),
         "#!/bin/sh\necho real\n"
     );
-    for p in [".cargo/config.toml", ".cargo/bin/wardenctl", ".local/state/warden"] {
+    for p in [
+        ".cargo/config.toml",
+        ".cargo/bin/wardenctl",
+        ".local/state/warden",
+    ] {
         assert!(!env.home.join(p).exists(), "{p}");
     }
     // Control: the same script on the host.

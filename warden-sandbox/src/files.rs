@@ -1527,9 +1527,7 @@ pub(crate) fn classify(
     if let Some((errno, why)) = c.guard {
         out.decision = Decision::Deny;
         out.errno = Some(errno);
-        out.reason = format!(
-            "protected in a write grant: {why} (refused by the creation guard)"
-        );
+        out.reason = format!("protected in a write grant: {why} (refused by the creation guard)");
     }
     out
 }

@@ -467,8 +467,9 @@ impl Guard {
         match lstat_at(new.dir.as_fd(), &new.name) {
             Err(Errno::ENOENT) if c.flags & libc::O_CREAT as u64 != 0 => {}
             Err(e) => return Answer::Error(e as i32),
-            Ok(_) if c.flags & (libc::O_CREAT | libc::O_EXCL) as u64
-                == (libc::O_CREAT | libc::O_EXCL) as u64 =>
+            Ok(_)
+                if c.flags & (libc::O_CREAT | libc::O_EXCL) as u64
+                    == (libc::O_CREAT | libc::O_EXCL) as u64 =>
             {
                 return Answer::Error(libc::EEXIST)
             }
@@ -565,8 +566,8 @@ impl Guard {
             Err(e) => return Answer::Error(e as i32),
         };
         let flags = c.flags as libc::c_int;
-        let mut ours =
-            (flags | libc::O_NOFOLLOW | libc::O_CLOEXEC) & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
+        let mut ours = (flags | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
         match kind {
             libc::S_IFREG => {}
             libc::S_IFDIR => return Answer::Error(libc::EISDIR),
@@ -655,7 +656,12 @@ impl Guard {
     /// answer (a dangling link or a loop: the kernel's errors; somewhere the
     /// guard cannot see, e.g. through `/proc`: continued, and refused by
     /// Landlock if it is a write grant's).
-    fn follow(&self, root: &SandboxRoot, mut place: Place, nofollow: bool) -> Result<Place, Answer> {
+    fn follow(
+        &self,
+        root: &SandboxRoot,
+        mut place: Place,
+        nofollow: bool,
+    ) -> Result<Place, Answer> {
         for _ in 0..40 {
             match lstat_at(place.dir.as_fd(), &place.name) {
                 Ok(libc::S_IFLNK) if nofollow => return Err(Answer::Error(libc::ELOOP)),
@@ -1002,7 +1008,12 @@ pub(crate) fn opens_for_writing(flags: u64) -> bool {
 
 /// Hands `fd` to the caller as the result of its call (`ADDFD` with `SEND`),
 /// close-on-exec if its `flags` asked for it.
-fn send_fd(listener: RawFd, n: &libc::seccomp_notif, fd: &OwnedFd, flags: libc::c_int) -> Result<(), Errno> {
+fn send_fd(
+    listener: RawFd,
+    n: &libc::seccomp_notif,
+    fd: &OwnedFd,
+    flags: libc::c_int,
+) -> Result<(), Errno> {
     let addfd = libc::seccomp_notif_addfd {
         id: n.id,
         flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
@@ -1124,7 +1135,14 @@ fn git_protected(dir: BorrowedFd<'_>, name: &[u8], within: Option<u64>) -> Optio
     };
     let Some(via) = via else {
         // Directly in the git dir.
-        for row in ["config", "config.worktree", "commondir", "hooks", "modules", "worktrees"] {
+        for row in [
+            "config",
+            "config.worktree",
+            "commondir",
+            "hooks",
+            "modules",
+            "worktrees",
+        ] {
             if is(name, row) {
                 return Some(why(&format!(".git/{row}")));
             }

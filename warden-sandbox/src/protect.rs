@@ -346,11 +346,7 @@ pub fn plan(spec: &SandboxSpec) -> Plan {
     };
     let kept: Vec<&Found> = found
         .values()
-        .filter(|(c, o, _)| {
-            !found
-                .values()
-                .any(|(c2, o2, r2)| covers(c2, o2, *r2, c, o))
-        })
+        .filter(|(c, o, _)| !found.values().any(|(c2, o2, r2)| covers(c2, o2, *r2, c, o)))
         .collect();
     let mut pin = BTreeSet::new();
     for (c, o, _) in &kept {
@@ -522,7 +518,9 @@ mod tests {
         ] {
             let q = Path::new(stores);
             assert!(
-                !p.protect.iter().any(|x| q.starts_with(x) && x != Path::new("/p/.git")),
+                !p.protect
+                    .iter()
+                    .any(|x| q.starts_with(x) && x != Path::new("/p/.git")),
                 "{stores}"
             );
         }

@@ -1176,7 +1176,12 @@ mod tests {
         let mut a = [0u64; 6];
         a[2] = (libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC) as u64;
         assert_eq!(at(libc::SYS_openat, a), NOTIF);
-        for flags in [libc::O_RDWR, libc::O_WRONLY, libc::O_TRUNC, libc::O_RDWR | libc::O_TRUNC] {
+        for flags in [
+            libc::O_RDWR,
+            libc::O_WRONLY,
+            libc::O_TRUNC,
+            libc::O_RDWR | libc::O_TRUNC,
+        ] {
             a[2] = (flags | libc::O_CLOEXEC) as u64;
             assert_eq!(at(libc::SYS_openat, a), NOTIF, "{flags:#o}");
         }

@@ -22,7 +22,10 @@ const PLANTED: &[(&str, &str)] = &[
     (".git/HEAD", "ref: refs/heads/main\n"),
     // A git dir as git recognises one: HEAD, objects/ and refs/.
     (".git/objects/info/packs", ""),
-    (".git/refs/heads/main", "0123456789012345678901234567890123456789\n"),
+    (
+        ".git/refs/heads/main",
+        "0123456789012345678901234567890123456789\n",
+    ),
     (".bashrc", "# rc\n"),
     (".vscode/tasks.json", "{}\n"),
     (".mcp.json", "{\"mcpServers\": {}}\n"),

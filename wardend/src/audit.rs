@@ -113,6 +113,9 @@ struct Inner {
     live_first_seq: Option<u64>,
     /// A failed write could not be undone: refuse further records.
     poisoned: bool,
+    /// The `session.start` seq of every session without a `session.exit`
+    /// yet: retention never deletes a file holding one (review F5).
+    live_starts: std::collections::HashMap<String, u64>,
     /// After a failed rotation, when to try again.
     rotate_retry_at: Option<Instant>,
 }
@@ -250,6 +253,7 @@ impl AuditStore {
                 size: complete_end,
                 live_first_seq,
                 poisoned: false,
+                live_starts: std::collections::HashMap::new(),
                 rotate_retry_at: None,
             }),
             sync: Mutex::new(SyncState {
@@ -428,6 +432,19 @@ impl Shared {
             return Err(e);
         }
         line.pop();
+        if rec.kind == RecordType::Session {
+            if let Some(id) = &rec.session {
+                match rec.action.as_str() {
+                    "start" => {
+                        inner.live_starts.insert(id.clone(), rec.seq);
+                    }
+                    "exit" => {
+                        inner.live_starts.remove(id);
+                    }
+                    _ => {}
+                }
+            }
+        }
         inner.seq = rec.seq;
         inner.last_hash = line_hash(&line);
         inner.size += line.len() as u64 + 1;
@@ -500,7 +517,8 @@ impl Shared {
         if let Err(e) = inner.dirfd.sync_all() {
             tracing::warn!(error = %e, "cannot fsync the audit directory after rotating");
         }
-        let (doomed, oldest_seq) = self.plan_retention(inner.seq + 1)?;
+        let pinned = inner.live_starts.values().min().copied();
+        let (doomed, oldest_seq, held) = self.plan_retention(inner.seq + 1, pinned)?;
         let mut rec = Record::new(
             RecordType::Daemon,
             "rotate",
@@ -517,6 +535,7 @@ impl Shared {
             "keep": self.opts.keep,
             "deleted": names(&doomed),
             "oldest_seq": oldest_seq,
+            "kept_for_live_sessions": held,
         }));
         let line = Self::stamp(inner, &mut rec);
         self.write_line(inner, rec, line)?;
@@ -526,15 +545,28 @@ impl Shared {
         Ok(())
     }
 
-    /// Rotated files beyond `keep` (oldest first) and the first seq that
-    /// remains (`next` when no rotated file remains).
-    fn plan_retention(&self, next: u64) -> io::Result<(Vec<PathBuf>, u64)> {
+    /// Rotated files beyond `keep` (oldest first), the first seq that
+    /// remains (`next` when no rotated file remains), and how many files
+    /// beyond `keep` are held back because they hold the `session.start` of a
+    /// live session (seq `pinned` and later are never deleted).
+    fn plan_retention(
+        &self,
+        next: u64,
+        pinned: Option<u64>,
+    ) -> io::Result<(Vec<PathBuf>, u64, usize)> {
         let rotated = store::rotated_files(&self.dir)?;
-        let cut = rotated.len().saturating_sub(self.opts.keep);
+        let over = rotated.len().saturating_sub(self.opts.keep);
+        // File i holds seqs up to the next file's first seq (or `next`).
+        let deletable = |i: usize| {
+            let end = rotated.get(i + 1).map_or(next, |(s, _)| *s);
+            pinned.is_none_or(|p| end <= p)
+        };
+        let cut = (0..over).take_while(|&i| deletable(i)).count();
         let oldest = rotated.get(cut).map_or(next, |(s, _)| *s);
         Ok((
             rotated.into_iter().take(cut).map(|(_, p)| p).collect(),
             oldest,
+            over - cut,
         ))
     }
 
@@ -553,7 +585,7 @@ impl Shared {
     /// a `daemon.retention` record, then the deletion.
     fn retention_at_open(&self) -> io::Result<()> {
         let next = lock(&self.inner).seq + 1;
-        let (doomed, oldest_seq) = self.plan_retention(next)?;
+        let (doomed, oldest_seq, _) = self.plan_retention(next, None)?;
         if doomed.is_empty() {
             return Ok(());
         }
@@ -1083,6 +1115,58 @@ mod tests {
         fs::remove_file(&rotated[0].1).unwrap();
         let report = verify_dir(t.path());
         assert_eq!(report.problem.unwrap().kind, ProblemKind::Missing);
+    }
+
+    /// A flood of records (one session's, or anyone's) cannot push a live
+    /// session's `session.start` out of retention; once it has exited, the
+    /// files go as usual.
+    #[test]
+    fn retention_never_deletes_a_live_sessions_start() {
+        let t = tempfile::tempdir().unwrap();
+        let opts = Options {
+            max_bytes: 2000,
+            keep: 2,
+            ..Options::default()
+        };
+        let store = AuditStore::open_with(t.path(), opts).unwrap();
+        let session = |action: &str| {
+            Record::new(
+                RecordType::Session,
+                action,
+                Some("live00000001"),
+                "/bin/server",
+                Decision::Allow,
+                "",
+            )
+        };
+        let start = store.append(session("start"), true).unwrap();
+        for n in 0..300 {
+            store.append(rec(n), false).unwrap();
+        }
+        let all = all_records(t.path());
+        assert!(
+            all.iter().any(|r| r.seq == start.seq),
+            "the start record is gone"
+        );
+        let dir = t.path().join("audit");
+        assert!(store::rotated_files(&dir).unwrap().len() > 2);
+        let rotates: Vec<&Record> = all.iter().filter(|r| r.action == "rotate").collect();
+        assert!(
+            rotates.last().unwrap().details["kept_for_live_sessions"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
+        // The session ends: the next rotations apply `keep` again.
+        store.append(session("exit"), true).unwrap();
+        for n in 0..60 {
+            store.append(rec(n), false).unwrap();
+        }
+        drop(store);
+        assert_eq!(store::rotated_files(&dir).unwrap().len(), 2);
+        let all = all_records(t.path());
+        assert!(all.iter().all(|r| r.seq != start.seq));
+        assert!(verify_dir(t.path()).ok);
     }
 
     #[test]

@@ -64,11 +64,119 @@ impl NetCounters {
     }
 }
 
+/// Network records per second for one (action, decision, target, reason).
+pub const PER_TARGET: u32 = 10;
+/// Network records per second per session, summaries excluded.
+pub const PER_SECOND: u32 = 100;
+
+/// Records left out by the rate limit: per target, or (resource `*`) per
+/// action and decision once the session's budget is spent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Suppressed {
+    pub action: &'static str,
+    pub decision: Decision,
+    pub resource: Option<String>,
+    pub reason: String,
+    pub count: u64,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+}
+
+type NetKey = (&'static str, u8, String, String);
+type NetLimit = crate::ratelimit::Limiter<NetKey, (&'static str, u8), Suppressed>;
+
+fn decision_code(d: Decision) -> u8 {
+    match d {
+        Decision::Allow => 0,
+        Decision::Deny => 1,
+        Decision::Info => 2,
+    }
+}
+
+/// The summary of records left out by the rate limit.
+pub fn summary_record(session: &str, s: &Suppressed) -> Record {
+    Record::new(
+        RecordType::Network,
+        s.action,
+        Some(session),
+        s.resource.clone().unwrap_or_else(|| "*".into()),
+        s.decision,
+        s.reason.clone(),
+    )
+    .with_details(json!({
+        "suppressed": s.count,
+        "bytes_up": s.bytes_up,
+        "bytes_down": s.bytes_down,
+        "rate_limit": format!(
+            "{PER_TARGET} records per second per target, {PER_SECOND} per session"
+        ),
+    }))
+}
+
 /// Turns the proxy's events into audit records and counts.
 struct Sink {
     daemon: Arc<Daemon>,
     session: String,
     counters: Arc<NetCounters>,
+    limit: Mutex<NetLimit>,
+}
+
+impl Sink {
+    /// Writes `rec` unless the rate limit leaves it out (then it is counted,
+    /// with its bytes), after the summaries of windows that are over.
+    fn admit_and_record(&self, rec: Record, bytes: (u64, u64)) {
+        let now = std::time::Instant::now();
+        let (admitted, summaries) = {
+            let mut l = self.limit.lock().unwrap_or_else(|p| p.into_inner());
+            let summaries = l.take_summaries(now, false);
+            let action: &'static str = if rec.action == "close" {
+                "close"
+            } else {
+                "connect"
+            };
+            let d = decision_code(rec.decision);
+            let key = (action, d, rec.resource.clone(), rec.reason.clone());
+            let admitted = l.admit(
+                key,
+                (action, d),
+                now,
+                |session_wide| Suppressed {
+                    action,
+                    decision: rec.decision,
+                    resource: (!session_wide).then(|| rec.resource.clone()),
+                    reason: if session_wide {
+                        "more network records than the session's budget per second".into()
+                    } else {
+                        rec.reason.clone()
+                    },
+                    count: 0,
+                    bytes_up: 0,
+                    bytes_down: 0,
+                },
+                |s| {
+                    s.count += 1;
+                    s.bytes_up += bytes.0;
+                    s.bytes_down += bytes.1;
+                },
+            );
+            (admitted, summaries)
+        };
+        for s in &summaries {
+            self.daemon.audit.record(summary_record(&self.session, s));
+        }
+        if admitted {
+            self.daemon.audit.record(rec);
+        }
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        let l = self.limit.get_mut().unwrap_or_else(|p| p.into_inner());
+        for s in l.take_summaries(std::time::Instant::now(), true) {
+            self.daemon.audit.record(summary_record(&self.session, &s));
+        }
+    }
 }
 
 impl warden_proxy::EventSink for Sink {
@@ -85,7 +193,7 @@ impl warden_proxy::EventSink for Sink {
                 .unwrap_or_else(|p| p.into_inner()) =
                 Some(format!("{resource}: {}", reason_text(d)));
         }
-        self.daemon.audit.record(
+        self.admit_and_record(
             Record::new(
                 RecordType::Network,
                 "connect",
@@ -106,11 +214,12 @@ impl warden_proxy::EventSink for Sink {
                 "rule": d.rule,
                 "code": d.code(),
             })),
+            (0, 0),
         );
     }
 
     fn closed(&self, c: &warden_proxy::Closed) {
-        self.daemon.audit.record(
+        self.admit_and_record(
             Record::new(
                 RecordType::Network,
                 "close",
@@ -128,6 +237,7 @@ impl warden_proxy::EventSink for Sink {
                 "bytes_down": c.bytes_down,
                 "duration_ms": c.duration.as_millis() as u64,
             })),
+            (c.bytes_up, c.bytes_down),
         );
     }
 }
@@ -186,6 +296,11 @@ impl Proxy {
             daemon,
             session: session.to_string(),
             counters,
+            limit: Mutex::new(NetLimit::new(
+                PER_TARGET,
+                PER_SECOND,
+                std::time::Instant::now(),
+            )),
         });
         let mut cfg = warden_proxy::ProxyConfig::new(session, Arc::new(policy), sink);
         cfg.resolver = resolver;

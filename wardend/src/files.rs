@@ -14,7 +14,6 @@
 //! summary records (`details.suppressed`) once its second is over (or the
 //! session ends).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,7 +30,7 @@ use crate::Daemon;
 pub const PER_PATH: u32 = 10;
 /// File records per second per session, summaries excluded.
 pub const PER_SECOND: u32 = 1000;
-const WINDOW: Duration = Duration::from_secs(1);
+const WINDOW: Duration = crate::ratelimit::WINDOW;
 
 /// One path's budget: (action, decision, path as named).
 type Key = (Action, Verdict, Vec<u8>);
@@ -48,99 +47,42 @@ pub struct Suppressed {
     pub count: u64,
 }
 
+/// [`PER_PATH`] and [`PER_SECOND`] over one-second windows.
 #[derive(Debug)]
-struct Bucket {
-    window_start: Instant,
-    recorded: u32,
-    suppressed: Option<Suppressed>,
-}
-
-/// Fixed one-second windows, per path and for the session.
-#[derive(Debug)]
-pub struct RateLimit {
-    paths: HashMap<Key, Bucket>,
-    window_start: Instant,
-    recorded: u32,
-    over: HashMap<(Action, Verdict), Suppressed>,
-}
+pub struct RateLimit(crate::ratelimit::Limiter<Key, (Action, Verdict), Suppressed>);
 
 impl RateLimit {
     pub fn new(now: Instant) -> RateLimit {
-        RateLimit {
-            paths: HashMap::new(),
-            window_start: now,
-            recorded: 0,
-            over: HashMap::new(),
-        }
+        RateLimit(crate::ratelimit::Limiter::new(PER_PATH, PER_SECOND, now))
     }
 
     /// Whether `a` gets its own record; otherwise it is counted.
     pub fn admit(&mut self, a: &FileAccess, now: Instant) -> bool {
         let decision = decision(a.decision);
-        let verdict = a.decision;
-        if now.duration_since(self.window_start) >= WINDOW {
-            self.window_start = now;
-            self.recorded = 0;
-        }
-        if self.recorded >= PER_SECOND {
-            self.over
-                .entry((a.action, verdict))
-                .or_insert_with(|| Suppressed {
-                    action: a.action,
-                    decision,
-                    path: None,
-                    reason: "more file records than the session's budget per second".into(),
-                    count: 0,
-                })
-                .count += 1;
-            return false;
-        }
-        let b = self
-            .paths
-            .entry((a.action, verdict, a.path.clone()))
-            .or_insert(Bucket {
-                window_start: now,
-                recorded: 0,
-                suppressed: None,
-            });
-        if now.duration_since(b.window_start) >= WINDOW {
-            b.window_start = now;
-            b.recorded = 0;
-        }
-        if b.recorded < PER_PATH {
-            b.recorded += 1;
-            self.recorded += 1;
-            return true;
-        }
-        b.suppressed
-            .get_or_insert_with(|| Suppressed {
+        let key = (a.action, a.decision, a.path.clone());
+        self.0.admit(
+            key,
+            (a.action, a.decision),
+            now,
+            |session_wide| Suppressed {
                 action: a.action,
                 decision,
-                path: Some(a.path.clone()),
-                reason: a.reason.clone(),
+                path: (!session_wide).then(|| a.path.clone()),
+                reason: if session_wide {
+                    "more file records than the session's budget per second".into()
+                } else {
+                    a.reason.clone()
+                },
                 count: 0,
-            })
-            .count += 1;
-        false
+            },
+            |s| s.count += 1,
+        )
     }
 
     /// The counts of windows that are over (all of them with `all`), in a
-    /// stable order; each is reported once. Forgets paths whose window is
-    /// over, so the table stays as small as one second's records.
+    /// stable order; each is reported once.
     pub fn take_summaries(&mut self, now: Instant, all: bool) -> Vec<Suppressed> {
-        let over = |start: Instant| all || now.duration_since(start) >= WINDOW;
-        let mut out: Vec<Suppressed> = Vec::new();
-        self.paths.retain(|_, b| {
-            if over(b.window_start) {
-                out.extend(b.suppressed.take());
-                false
-            } else {
-                true
-            }
-        });
-        if over(self.window_start) {
-            out.extend(self.over.drain().map(|(_, s)| s));
-        }
+        let mut out = self.0.take_summaries(now, all);
         out.sort_by(|a, b| {
             (a.path.is_none(), a.action.as_str(), &a.path).cmp(&(
                 b.path.is_none(),
@@ -390,7 +332,7 @@ mod tests {
         assert_eq!(s[0].decision, Decision::Deny);
         // Reported once, and the table was emptied.
         assert_eq!(l.take_summaries(later, true), vec![]);
-        assert!(l.paths.is_empty());
+        assert_eq!(l.0.keys(), 0);
         assert!(l.admit(&a, later));
     }
 
@@ -407,7 +349,7 @@ mod tests {
             .count();
         assert_eq!(admitted, PER_SECOND as usize);
         // Paths beyond the budget are not remembered one by one.
-        assert_eq!(l.paths.len(), PER_SECOND as usize);
+        assert_eq!(l.0.keys(), PER_SECOND as usize);
         let s = l.take_summaries(t0, true);
         assert_eq!(s.len(), 1, "{s:?}");
         assert_eq!((s[0].path.clone(), s[0].count), (None, 500));

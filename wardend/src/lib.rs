@@ -27,6 +27,7 @@ pub mod features;
 pub mod files;
 pub mod limits;
 pub mod logs;
+pub mod ratelimit;
 pub mod service;
 pub mod session;
 pub mod syscalls;

@@ -11,7 +11,6 @@
 //! that are counted and written as one summary record (`details.suppressed`)
 //! when the second is over (or the session ends).
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -39,59 +38,42 @@ pub struct Suppressed {
     pub count: u64,
 }
 
+/// [`PER_SECOND`] per rule over one-second windows.
 #[derive(Debug)]
-struct Bucket {
-    window_start: Instant,
-    recorded: u32,
-    suppressed: Option<Suppressed>,
-}
+pub struct RateLimit(crate::ratelimit::Limiter<Key, (), Suppressed>);
 
-/// Fixed one-second windows per rule.
-#[derive(Debug, Default)]
-pub struct RateLimit {
-    buckets: HashMap<Key, Bucket>,
+impl Default for RateLimit {
+    fn default() -> Self {
+        RateLimit(crate::ratelimit::Limiter::new(
+            PER_SECOND,
+            u32::MAX,
+            Instant::now(),
+        ))
+    }
 }
 
 impl RateLimit {
     /// Whether `call` gets its own record; otherwise it is counted.
     pub fn admit(&mut self, call: &RefusedCall, now: Instant) -> bool {
-        let b = self
-            .buckets
-            .entry((call.syscall, call.reason))
-            .or_insert(Bucket {
-                window_start: now,
-                recorded: 0,
-                suppressed: None,
-            });
-        if now.duration_since(b.window_start) >= WINDOW {
-            b.window_start = now;
-            b.recorded = 0;
-        }
-        if b.recorded < PER_SECOND {
-            b.recorded += 1;
-            return true;
-        }
-        b.suppressed
-            .get_or_insert(Suppressed {
+        self.0.admit(
+            (call.syscall, call.reason),
+            (),
+            now,
+            |_| Suppressed {
                 syscall: call.syscall,
                 reason: call.reason,
                 nr: call.nr,
                 errno: call.errno,
                 count: 0,
-            })
-            .count += 1;
-        false
+            },
+            |s| s.count += 1,
+        )
     }
 
     /// The counts of windows that are over (all of them with `all`), in a
     /// stable order; each is reported once.
     pub fn take_summaries(&mut self, now: Instant, all: bool) -> Vec<Suppressed> {
-        let mut out: Vec<Suppressed> = self
-            .buckets
-            .values_mut()
-            .filter(|b| all || now.duration_since(b.window_start) >= WINDOW)
-            .filter_map(|b| b.suppressed.take())
-            .collect();
+        let mut out = self.0.take_summaries(now, all);
         out.sort_by_key(|s| (s.syscall, s.reason));
         out
     }
