@@ -76,20 +76,20 @@ impl World {
     }
 
     /// The usual policy: `allowed.test` and `*.github.test` on both upstream ports,
-    /// `rebind-private.test` on the HTTP port, with `allow_private` (they are all
-    /// loopback here).
+    /// `rebind-private.test` on the HTTP port, each with the `private` option
+    /// (they are all loopback here, which `allow_private` does not open).
     fn standard_policy(&self) -> PathBuf {
         let (h, s) = (self.http(), self.https());
         self.policy(
             "standard",
             &[
-                format!("allowed.test:{h}"),
-                format!("allowed.test:{s}"),
-                format!("*.github.test:{h}"),
-                format!("*.github.test:{s}"),
-                format!("rebind-private.test:{h}"),
+                format!("allowed.test:{h} private"),
+                format!("allowed.test:{s} private"),
+                format!("*.github.test:{h} private"),
+                format!("*.github.test:{s} private"),
+                format!("rebind-private.test:{h} private"),
             ],
-            true,
+            false,
         )
     }
 
@@ -245,7 +245,7 @@ impl Curl {
 /// `python3 -c DRIVER CASES_JSON HOST:PORT`: each case is `{"name", "steps"}`; each
 /// step one of `["send", latin-1 text]`, `["send_hex", hex]`, `["http"]` (read one
 /// response), `["recv", n]`, `["socks_reply"]`, `["all"]` (read to EOF), `["tls",
-/// server_name, cafile]`. Prints one JSON array: per case `{"name", "results",
+/// server_name, cafile]`, `["tls_nosni", cafile]` (a ClientHello without SNI). Prints one JSON array: per case `{"name", "results",
 /// "error", "closed"}`, with one result per reading step. A case stops at its first
 /// error (a TLS failure, a refused connection, EOF before a response...).
 const DRIVER: &str = r#"
@@ -344,6 +344,12 @@ def run(case):
             elif op == "tls":
                 ctx = ssl.create_default_context(cafile=step[2])
                 c.sock = ctx.wrap_socket(c.sock, server_hostname=step[1])
+                c.connect = False
+                out["results"].append({"tls": c.sock.version()})
+            elif op == "tls_nosni":
+                ctx = ssl.create_default_context(cafile=step[1])
+                ctx.check_hostname = False
+                c.sock = ctx.wrap_socket(c.sock, server_hostname=None)
                 c.connect = False
                 out["results"].append({"tls": c.sock.version()})
             else:
@@ -684,7 +690,7 @@ fn curl_http_connect_and_socks5() {
     );
     assert_eq!(
         http["details"]["rule"],
-        format!("allowed.test:{h}"),
+        format!("allowed.test:{h} private"),
         "{http}"
     );
     let connect = allowed
@@ -1225,10 +1231,216 @@ fn connect_with_another_sni_is_refused() {
     w.wait_network("sni-mismatch", |r| r["details"]["code"] == "sni-mismatch");
 }
 
-/// A listed name that resolves to loopback, link-local (metadata), private or CGNAT
-/// addresses is refused after exactly one lookup unless `allow_private` is set.
+/// F4: a tunnel's TLS must name the host. A ClientHello without SNI (a shared
+/// front end's default site) is refused through CONNECT and SOCKS5 alike, and
+/// audited as `no-sni`; the `insecure-no-sni` option opens it for one entry.
+/// Controls: TLS with the name through both, and plain HTTP through a CONNECT
+/// tunnel on a port the entry lists explicitly.
 #[test]
-fn private_addresses_need_allow_private() {
+fn tunnels_need_tls_naming_the_host() {
+    let Some(w) = World::new() else { return };
+    let (h, s) = (w.http(), w.https());
+    let connect = |host: &str, port: u16| {
+        format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n")
+    };
+    let hello = |host: &str, port: u16| {
+        format!("GET /hello HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n")
+    };
+    let socks_then = |host: &str, port: u16, more: Value| {
+        let mut steps = socks_domain(host, port).as_array().unwrap().clone();
+        steps.extend(more.as_array().unwrap().iter().cloned());
+        Value::Array(steps)
+    };
+    let cases = [
+        case(
+            "connect-nosni",
+            json!([
+                ["send", connect("allowed.test", s)],
+                ["http"],
+                ["tls_nosni", w.ca()]
+            ]),
+        ),
+        case(
+            "socks-nosni",
+            socks_then("api.github.test", s, json!([["tls_nosni", w.ca()]])),
+        ),
+        case(
+            "connect-sni",
+            json!([
+                ["send", connect("allowed.test", s)],
+                ["http"],
+                ["tls", "allowed.test", w.ca()],
+                ["send", hello("allowed.test", s)],
+                ["http"],
+            ]),
+        ),
+        case(
+            "socks-sni",
+            socks_then(
+                "api.github.test",
+                s,
+                json!([
+                    ["tls", "api.github.test", w.ca()],
+                    ["send", hello("api.github.test", s)],
+                    ["http"]
+                ]),
+            ),
+        ),
+        case(
+            "connect-plain-listed-port",
+            json!([
+                ["send", connect("allowed.test", h)],
+                ["http"],
+                ["send", hello("allowed.test", h)],
+                ["http"]
+            ]),
+        ),
+    ];
+    let results = w.drive(&w.standard_policy(), &cases);
+    for name in ["connect-nosni", "socks-nosni"] {
+        let r = result(&results, name);
+        assert!(r["error"].is_string(), "TLS without SNI went through: {r}");
+        assert!(
+            !r["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x["tls"].is_string()),
+            "{r}"
+        );
+    }
+    for name in ["connect-sni", "socks-sni", "connect-plain-listed-port"] {
+        let r = result(&results, name);
+        assert_eq!(r["error"], Value::Null, "{r}");
+        let last = r["results"].as_array().unwrap().last().unwrap();
+        assert_eq!(last["status"], 200, "{r}");
+        assert!(
+            last["body"]
+                .as_str()
+                .unwrap()
+                .contains("hello from warden-e2e"),
+            "{r}"
+        );
+    }
+    let records = w.wait_network("two no-sni denials", |r| {
+        r["details"]["code"] == "no-sni" && r["details"]["protocol"] == "socks5"
+    });
+    let nosni: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["details"]["code"] == "no-sni")
+        .collect();
+    assert_eq!(nosni.len(), 2, "{nosni:?}");
+    for r in &nosni {
+        assert_eq!(r["decision"], "deny", "{r}");
+        assert!(
+            r["reason"].as_str().unwrap().contains("names no server"),
+            "{r}"
+        );
+    }
+    assert_eq!(nosni[0]["details"]["protocol"], "connect");
+    assert_eq!(nosni[0]["resource"], format!("allowed.test:{s}"));
+    // No request reached the HTTPS upstream but the two controls'.
+    assert_eq!(w.up.https.requests().len(), 2, "{}", w.up.describe());
+    w.assert_forbidden_untouched();
+
+    // The option, for one entry.
+    let legacy = w.policy(
+        "legacy",
+        &[format!("allowed.test:{s} private insecure-no-sni")],
+        false,
+    );
+    let results = w.drive(
+        &legacy,
+        &[case(
+            "nosni-allowed",
+            json!([
+                ["send", connect("allowed.test", s)],
+                ["http"],
+                ["tls_nosni", w.ca()],
+                ["send", hello("allowed.test", s)],
+                ["http"],
+            ]),
+        )],
+    );
+    let r = result(&results, "nosni-allowed");
+    assert_eq!(r["error"], Value::Null, "{r}");
+    assert_eq!(r["results"][2]["status"], 200, "{r}");
+    let https = w.up.https.connections();
+    assert!(https.iter().any(|c| c.sni.is_none()), "{https:?}");
+}
+
+/// The forward proxy refuses TRACE and TRACK (405) and methods it does not know
+/// (501) before any lookup, each an audited denial; GET and POST still work.
+#[test]
+fn trace_and_unknown_methods_are_refused() {
+    let Some(w) = World::new() else { return };
+    let h = w.http();
+    let target = format!("http://allowed.test:{h}/hello");
+    let req = |method: &str, body: &str| {
+        format!(
+            "{method} {target} HTTP/1.1\r\nHost: allowed.test:{h}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let cases = [
+        case("trace", json!([["send", req("TRACE", "")], ["http"]])),
+        case("track", json!([["send", req("TRACK", "")], ["http"]])),
+        case("unknown", json!([["send", req("BREW", "")], ["http"]])),
+        case("get", json!([["send", req("GET", "")], ["http"]])),
+        case(
+            "post",
+            json!([["send", format!(
+                "POST http://allowed.test:{h}/echo HTTP/1.1\r\nHost: allowed.test:{h}\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
+            )], ["http"]]),
+        ),
+    ];
+    w.up.clear();
+    let results = w.drive(&w.standard_policy(), &cases);
+    for (name, status, code) in [
+        ("trace", 405, "method-refused"),
+        ("track", 405, "method-refused"),
+        ("unknown", 501, "method-unknown"),
+    ] {
+        let r = first_response(&results, name);
+        assert_eq!(r["status"], status, "{name}: {r}");
+        assert_eq!(r["headers"]["x-warden-denied"], code, "{name}: {r}");
+    }
+    assert_eq!(first_response(&results, "get")["status"], 200);
+    let post = first_response(&results, "post");
+    assert_eq!(
+        (post["status"].clone(), post["body"].clone()),
+        (json!(200), json!("hello"))
+    );
+    let methods: Vec<String> =
+        w.up.http
+            .requests()
+            .iter()
+            .map(|r| r.method.clone())
+            .collect();
+    assert_eq!(methods, ["GET", "POST"], "{}", w.up.describe());
+    let records = w.wait_network("method-unknown", |r| {
+        r["details"]["code"] == "method-unknown"
+    });
+    let refused: Vec<&Value> = records
+        .iter()
+        .filter(|r| {
+            r["details"]["code"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("method-"))
+        })
+        .collect();
+    assert_eq!(refused.len(), 3, "{refused:?}");
+    assert!(refused
+        .iter()
+        .all(|r| r["decision"] == "deny" && r["resource"] == format!("allowed.test:{h}")));
+}
+
+/// A listed name that resolves to loopback, link-local (metadata), private or CGNAT
+/// addresses is refused after exactly one lookup unless its entry opens it; F11:
+/// `allow_private` no longer opens loopback or metadata to every listed name, and
+/// the entry's `private` option opens loopback but never metadata.
+#[test]
+fn private_addresses_need_an_explicit_grant() {
     let Some(w) = World::new() else { return };
     let h = w.http();
     let names = ["loopback.test", "meta.test", "private.test", "cgnat.test"];
@@ -1280,10 +1492,29 @@ fn private_addresses_need_allow_private() {
         "{meta}"
     );
 
-    // Control: the same request with allow_private goes through.
-    let open = w.policy("open", &allow, true);
-    let results = w.drive(&open, &cases[..1]);
+    // allow_private: loopback and metadata stay refused for names.
+    let lax = w.policy("lax", &allow, true);
+    let results = w.drive(&lax, &cases[..2]);
+    assert_denied(&results, "loopback.test", Some("private-address"));
+    assert_denied(&results, "meta.test", Some("private-address"));
+    assert!(w.up.http.connections().is_empty());
+    let denied = w.wait_network("loopback.test refused with allow_private", |r| {
+        r["details"]["host"] == "loopback.test"
+            && r["details"]["code"] == "private-address"
+            && r["details"]["rule"] == format!("loopback.test:{h}")
+            && r["reason"]
+                .as_str()
+                .is_some_and(|t| t.contains("does not open"))
+    });
+    assert!(!denied.is_empty());
+
+    // Control: the entry's `private` option opens loopback for that name, and
+    // still not metadata.
+    let per_entry: Vec<String> = allow.iter().map(|a| format!("{a} private")).collect();
+    let open = w.policy("open", &per_entry, false);
+    let results = w.drive(&open, &cases[..2]);
     assert_eq!(first_response(&results, "loopback.test")["status"], 200);
+    assert_denied(&results, "meta.test", Some("private-address"));
     assert_eq!(w.up.http.connections_to(IP_ALLOWED).len(), 1);
 }
 

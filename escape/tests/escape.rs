@@ -1255,7 +1255,18 @@ fn host_loopback_service_only_through_a_grant() {
         server.connections()
     );
 
-    // The grants: the IP listed explicitly, or the name with allow_private.
+    // allow_private alone no longer opens loopback to a listed name (F11).
+    let lax = policy("lax.yaml", &format!("loopback.test:{port}"), true);
+    let p = probe(&lax, &["proxy-get", net::PROXY, &by_name]);
+    assert_blocked(&p, None);
+    assert!(p.detail().contains("private-address"), "{}", p.json);
+    assert!(
+        server.connections().is_empty(),
+        "{:?}",
+        server.connections()
+    );
+
+    // The grants: the IP listed explicitly, or the name with its `private` option.
     let by_ip_grant = policy("ip.yaml", &format!("127.0.0.1:{port}"), false);
     let p = probe(&by_ip_grant, &["proxy-get", net::PROXY, &by_ip]);
     assert!(
@@ -1263,7 +1274,7 @@ fn host_loopback_service_only_through_a_grant() {
         "{}",
         p.json
     );
-    let by_name_grant = policy("name.yaml", &format!("loopback.test:{port}"), true);
+    let by_name_grant = policy("name.yaml", &format!("loopback.test:{port} private"), false);
     let p = probe(&by_name_grant, &["proxy-get", net::PROXY, &by_name]);
     assert!(
         p.escaped() && p.detail().contains("host: loopback.test"),

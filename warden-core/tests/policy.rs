@@ -209,6 +209,8 @@ fn rule(source: &str, host: HostPattern, ports: PortSpec) -> NetRule {
         source: source.into(),
         host,
         ports,
+        private: false,
+        no_sni: false,
     }
 }
 
@@ -323,6 +325,40 @@ network:
             &format!("{P}:12:7: network.allow[8]: `::1`: write an IPv6 address in brackets: `[::1]`, or `[::1]:PORT` for one port"),
         ])
     );
+}
+
+#[test]
+fn entry_options_and_refused_ranges_are_reported_at_their_line_and_column() {
+    let f = Fixture::new();
+    let text = r#"command: [server]
+network:
+  allow:
+    - git.corp.example:443 private
+    - "legacy.example:443 insecure-no-sni"
+    - 0.0.0.0/0:443
+    - "[::/0]"
+    - 0.0.0.0/4
+    - 127.0.0.0/8:3000
+    - 10.0.0.1 private
+    - api.example privat
+"#;
+    assert_eq!(
+        f.err(text),
+        lines(&[
+            &format!("{P}:6:7: network.allow[2]: `0.0.0.0/0:443`: `0.0.0.0/0` would allow every address; list the hosts or ranges the server needs"),
+            &format!("{P}:7:7: network.allow[3]: `[::/0]`: `[::/0]` would allow every address; list the hosts or ranges the server needs"),
+            &format!("{P}:8:7: network.allow[4]: `0.0.0.0/4`: `0.0.0.0/4` is too broad: a range needs a prefix of at least /8 (IPv4)"),
+            &format!("{P}:9:7: network.allow[5]: `127.0.0.0/8:3000`: `127.0.0.0/8` is a loopback range: a range never opens loopback addresses; list each address, as in `127.0.0.1:PORT`"),
+            &format!("{P}:10:7: network.allow[6]: `10.0.0.1 private`: `private` is for names: an address entry reaches its own addresses whatever their class (loopback and metadata only by an entry for the exact address)"),
+            &format!("{P}:11:7: network.allow[7]: `api.example privat`: unknown option `privat`: after a space only the options `private` and `insecure-no-sni` may follow"),
+        ])
+    );
+    let ok = "command: [server]\nnetwork:\n  allow:\n    - git.corp.example:443 private\n    - \"legacy.example:443 insecure-no-sni\"\n";
+    let net = f.ok(ok).network;
+    assert!(net.allow[0].private && !net.allow[0].no_sni);
+    assert!(net.allow[1].no_sni && !net.allow[1].private);
+    assert_eq!(net.allow[0].source, "git.corp.example:443 private");
+    assert_eq!(net.allow[0].to_string(), "git.corp.example:443 private");
 }
 
 #[test]

@@ -87,11 +87,31 @@ pub struct Closed {
     pub duration: Duration,
 }
 
+/// The proxy's listener could not accept connections, typically because the
+/// process (`EMFILE`) or the system (`ENFILE`) is out of file descriptors.
+/// Reported at most once a second per proxy, counting what happened since the
+/// last report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptFailure {
+    /// The last error, as text (`Too many open files (os error 24)`).
+    pub error: String,
+    /// Its errno, if it had one.
+    pub errno: Option<i32>,
+    /// Failed accepts since the last report (at least 1).
+    pub failures: u64,
+    /// Waiting clients that were accepted with the proxy's reserve descriptor,
+    /// answered `503` (`X-Warden-Denied: proxy-overloaded`) and closed at once
+    /// instead of being left to wait.
+    pub shed: u64,
+}
+
 /// Where decisions and closed connections go (the daemon's audit writer). Called
 /// from the proxy's tasks: keep it quick and non-blocking.
 pub trait EventSink: Send + Sync {
     fn decision(&self, d: &Decision);
     fn closed(&self, c: &Closed);
+    /// The listener could not accept (see [`AcceptFailure`]); ignored by default.
+    fn accept_failed(&self, _f: &AcceptFailure) {}
 }
 
 /// An [`EventSink`] that drops everything.

@@ -19,6 +19,12 @@ pub fn http_request(data: &[u8]) {
         let _ = http::connection_tokens(&head.headers);
         let _ = http::host_header(&head.headers);
         let _ = http::is_upgrade(&head.headers);
+        let forwarded = http::method_use(&head.method) == http::MethodUse::Forward;
+        assert_eq!(
+            forwarded,
+            http::FORWARDED_METHODS.contains(&head.method.as_str()),
+            "only the listed methods are forwarded"
+        );
         if head.method == "CONNECT" {
             if let Ok(a) = http::parse_authority(&head.target, None) {
                 assert_ne!(a.port, 0);

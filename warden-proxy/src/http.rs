@@ -191,6 +191,61 @@ pub fn parse_request_head(
     }))
 }
 
+/// What the forward proxy does with a request's method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MethodUse {
+    /// Forwarded: one of [`FORWARDED_METHODS`].
+    Forward,
+    /// `CONNECT`: a tunnel.
+    Connect,
+    /// A known method the proxy refuses (405): `TRACE` and `TRACK` echo the
+    /// request back, headers added on the way included, which has no business
+    /// crossing a sandbox's proxy (cross-site tracing, probing what intermediaries
+    /// add).
+    Refused,
+    /// Any other token (501): extension methods have semantics the proxy cannot
+    /// vouch for. Methods are case-sensitive (`get` is not `GET`).
+    Unknown,
+}
+
+/// The methods the forward proxy passes on: RFC 9110's (without `TRACE` and
+/// `CONNECT`), `PATCH` (RFC 5789), and WebDAV's (RFC 4918, and `REPORT` of RFC
+/// 3253, for CalDAV and CardDAV): ordinary requests to the one host the request
+/// names, framed like any other.
+pub const FORWARDED_METHODS: &[&str] = &[
+    "GET",
+    "HEAD",
+    "POST",
+    "PUT",
+    "DELETE",
+    "OPTIONS",
+    "PATCH",
+    "PROPFIND",
+    "PROPPATCH",
+    "MKCOL",
+    "COPY",
+    "MOVE",
+    "LOCK",
+    "UNLOCK",
+    "REPORT",
+];
+
+/// The methods refused with 405.
+pub const REFUSED_METHODS: &[&str] = &["TRACE", "TRACK"];
+
+/// How the forward proxy treats `method` (exact, case-sensitive).
+pub fn method_use(method: &str) -> MethodUse {
+    if method == "CONNECT" {
+        MethodUse::Connect
+    } else if FORWARDED_METHODS.contains(&method) {
+        MethodUse::Forward
+    } else if REFUSED_METHODS.contains(&method) {
+        MethodUse::Refused
+    } else {
+        MethodUse::Unknown
+    }
+}
+
 /// Parses a response head. Bare LF line ends are tolerated here (the proxy writes
 /// a fresh head to its client); obs-fold is not.
 pub fn parse_response_head(

@@ -18,12 +18,21 @@
 //!   from scratch; the upstream connection is reused only for the same host and
 //!   port. Heads are parsed strictly ([`http`]) so that no second request can hide
 //!   in the framing of the first.
+//!   Only [`http::FORWARDED_METHODS`] are forwarded: `TRACE` and `TRACK` are
+//!   refused with `405` (`method-refused`), any other method with `501`
+//!   (`method-unknown`), before any lookup.
 //! - **CONNECT** `host:port`: decided the same way, then `200 Connection
-//!   Established`; if the client's first bytes are a TLS ClientHello, its server
-//!   name must be the CONNECT host ([`tls`]), else the tunnel is closed.
+//!   Established`. The client's first bytes must then be a TLS ClientHello whose
+//!   server name is the CONNECT host ([`tls`]; `sni-mismatch` otherwise). A
+//!   ClientHello without a server name passes only for an IP target or an entry
+//!   with the `insecure-no-sni` option (`no-sni`); bytes that are not TLS only
+//!   when an entry lists the port explicitly, `name:PORT` or `name:*`
+//!   (`plain-tunnel`): a bare `name` is for HTTPS, plain HTTP goes through the
+//!   forward proxy, which checks every `Host` header. A refused tunnel is closed
+//!   before any of those bytes reach the upstream.
 //! - **SOCKS5** ([`socks`]): no authentication; `CONNECT` to a domain (resolved
 //!   here) or to an IP literal the policy lists; `BIND` and `UDP ASSOCIATE` are
-//!   refused. The tunnel gets the same ClientHello check as CONNECT.
+//!   refused. The tunnel gets the same first-bytes check as CONNECT.
 //!
 //! # Decision order
 //!
@@ -53,7 +62,15 @@
 //! # Limits
 //!
 //! See [`Limits`]: head size and header count, time to send a head, idle time of
-//! exchanges and tunnels, concurrent connections. Buffers are bounded.
+//! exchanges and tunnels, concurrent connections (64 per session by default).
+//! Buffers are bounded.
+//!
+//! When `accept` fails (`EMFILE`, `ENFILE`: the daemon or the system is out of
+//! file descriptors), the proxy neither spins nor gives up: it backs off (10 ms,
+//! doubling up to 1 s, reset by the next success), uses a reserve descriptor
+//! shared by every proxy of the process to accept one waiting client, answer it
+//! `503` with `X-Warden-Denied: proxy-overloaded` and close it at once, and
+//! reports [`EventSink::accept_failed`] at most once a second.
 //!
 //! # Parsers and fuzzing
 //!
@@ -89,8 +106,11 @@ use tokio::net::TcpListener;
 use warden_core::policy::net::NetworkPolicy;
 
 pub use dns::DnsResolver;
-pub use events::{Closed, Decision, EventSink, NullSink, Protocol};
+pub use events::{AcceptFailure, Closed, Decision, EventSink, NullSink, Protocol};
 pub use resolve::{BoxFuture, Connector, Resolver, SystemResolver, TcpConnector};
+
+/// The default of [`Limits::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
 
 /// Bounds on what one client can make the proxy hold or wait for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,7 +136,9 @@ pub struct Limits {
     /// direction). Default 10 min.
     pub idle_timeout: Duration,
     /// Client connections served at once; further ones wait in the listen backlog.
-    /// Default 256.
+    /// Default 64: a tunnel holds about six descriptors of the daemon (client,
+    /// upstream, a pipe each way), so one session can hold about 400, not the
+    /// whole process's share.
     pub max_connections: usize,
 }
 
@@ -131,7 +153,7 @@ impl Default for Limits {
             resolve_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(600),
-            max_connections: 256,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }

@@ -347,11 +347,12 @@ async fn the_proxy_looks_up_only_allowed_names_once() {
         ("private.test", zone_a([127, 0, 0, 1])),
     ]);
     let server = DnsServer::start(zones).await;
-    let entries = vec![format!("api.test:{port}")];
+    // The names here resolve to loopback: the entry opens it with `private`.
+    let entries = vec![format!("api.test:{port} private")];
     let sink = Arc::new(Sink::default());
     let mut cfg = ProxyConfig::new(
         "dns-test",
-        Arc::new(NetworkPolicy::compile(&entries, true).unwrap()),
+        Arc::new(NetworkPolicy::compile(&entries, false).unwrap()),
         sink.clone(),
     );
     cfg.resolver = Arc::new(DnsResolver::new(server.addr));
@@ -380,7 +381,7 @@ async fn the_proxy_looks_up_only_allowed_names_once() {
     let _ = stop.send(());
     task.await.unwrap();
 
-    // Without allow_private the same answer is refused after one lookup.
+    // Without the option the same answer is refused after one lookup.
     let entries = vec![format!("private.test:{port}")];
     let mut cfg = ProxyConfig::new(
         "dns-test",

@@ -289,8 +289,28 @@ async fn names_resolving_to_private_addresses_are_refused() {
     );
     proxy.stop().await;
 
-    // Control: with allow_private the same lookup is used and the origin reached.
+    // allow_private no longer opens loopback to every listed name (F11): still
+    // refused, after the one lookup, without a connection.
     let proxy = start(policy(&[&entry], true), resolver.clone(), connector.clone()).await;
+    let resp = get(
+        proxy.addr,
+        &format!("http://internal.test:{port}/"),
+        &format!("internal.test:{port}"),
+    )
+    .await;
+    let text = assert_denied(&resp, 403, "private-address");
+    assert!(text.contains("`private` option"), "{text}");
+    assert!(connector.attempts().is_empty());
+    proxy.stop().await;
+
+    // Control: the entry's own `private` option opens it, and the origin is reached.
+    let private_entry = format!("internal.test:{port} private");
+    let proxy = start(
+        policy(&[&private_entry], false),
+        resolver.clone(),
+        connector.clone(),
+    )
+    .await;
     let resp = get(
         proxy.addr,
         &format!("http://internal.test:{port}/"),
@@ -300,6 +320,97 @@ async fn names_resolving_to_private_addresses_are_refused() {
     assert!(String::from_utf8_lossy(&resp).starts_with("HTTP/1.1 200 OK"));
     assert_eq!(seen.requests().len(), 1);
     assert_eq!(connector.attempts(), vec![origin]);
+    proxy.stop().await;
+}
+
+/// F11: `allow_private` opens private classes to every listed name, but not
+/// loopback (except `localhost`) and never cloud metadata; `private` on one entry
+/// opens loopback for that entry only; metadata only by its exact address.
+#[tokio::test]
+async fn allow_private_no_longer_opens_loopback_and_metadata() {
+    let (origin, seen) = http_upstream().await;
+    let port = origin.port();
+    let resolver = ScriptedResolver::with(&[
+        ("corp.test", &["10.0.0.7"]),
+        ("rebound.test", &["127.0.0.1"]),
+        ("meta.test", &["169.254.169.254"]),
+        ("meta6.test", &["fd00:ec2::254"]),
+        ("localhost", &["127.0.0.1"]),
+        ("dev.test", &["127.0.0.1"]),
+    ]);
+    // Every address the proxy might try goes to the origin (it is loopback, but
+    // the connector is told where each would go): a refusal is the policy's.
+    let map: Vec<(String, SocketAddr)> = ["10.0.0.7", "169.254.169.254", "[fd00:ec2::254]"]
+        .iter()
+        .map(|a| (format!("{a}:{port}"), origin))
+        .collect();
+    let map: Vec<(&str, SocketAddr)> = map.iter().map(|(a, o)| (a.as_str(), *o)).collect();
+    let connector = LoopbackConnector::with(&map);
+    let entries: Vec<String> = [
+        "corp.test",
+        "rebound.test",
+        "meta.test",
+        "meta6.test",
+        "localhost",
+        "dev.test",
+    ]
+    .iter()
+    .map(|n| format!("{n}:{port}"))
+    .collect();
+    let mut entries: Vec<&str> = entries.iter().map(String::as_str).collect();
+    let dev_private = format!("dev.test:{port} private");
+    entries[5] = &dev_private;
+    let meta_ip = format!("169.254.169.254:{port}");
+    entries.push(&meta_ip);
+    let proxy = start(policy(&entries, true), resolver.clone(), connector.clone()).await;
+    let fetch = |host: &'static str| {
+        let addr = proxy.addr;
+        async move {
+            let resp = get(
+                addr,
+                &format!("http://{host}:{port}/"),
+                &format!("{host}:{port}"),
+            )
+            .await;
+            String::from_utf8_lossy(&resp).into_owned()
+        }
+    };
+    // Refused: a name pointed at loopback or metadata.
+    for host in ["rebound.test", "meta.test", "meta6.test"] {
+        let text = fetch(host).await;
+        assert!(text.starts_with("HTTP/1.1 403 "), "{host}: {text}");
+        assert!(
+            text.contains("X-Warden-Denied: private-address"),
+            "{host}: {text}"
+        );
+    }
+    assert!(
+        connector.attempts().is_empty(),
+        "{:?}",
+        connector.attempts()
+    );
+    assert!(seen.requests().is_empty());
+    // Controls: private class with allow_private, `localhost`, the entry with
+    // `private`, and metadata by its listed address.
+    for host in ["corp.test", "localhost", "dev.test", "169.254.169.254"] {
+        let text = fetch(host).await;
+        assert!(text.starts_with("HTTP/1.1 200 OK"), "{host}: {text}");
+    }
+    assert_eq!(seen.requests().len(), 4);
+    let d = proxy.sink.decisions();
+    let refused: Vec<(&str, &str)> = d
+        .iter()
+        .filter(|d| !d.allowed)
+        .map(|d| (d.host.as_str(), d.reason.as_str()))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            ("rebound.test", "private-address"),
+            ("meta.test", "private-address"),
+            ("meta6.test", "private-address"),
+        ]
+    );
     proxy.stop().await;
 }
 
@@ -814,5 +925,80 @@ async fn url_confusion_never_reaches_another_host() {
     let text = String::from_utf8_lossy(&resp).into_owned();
     assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
     assert_eq!(seen.connections(), 1);
+    proxy.stop().await;
+}
+
+/// TRACE and TRACK (which reflect the request, headers added on the way
+/// included) are refused with 405 and an `Allow` list, any method the proxy does
+/// not know with 501, before any lookup or connection; each is one audited
+/// denial. Controls: GET, POST and a WebDAV PROPFIND reach the origin, and a
+/// refused method after a good request on the same connection is refused too.
+#[tokio::test]
+async fn trace_track_and_unknown_methods_are_refused() {
+    let (proxy, seen, _) = github_proxy(&["api.github.com"]).await;
+    let request = |method: &str| {
+        format!("{method} http://api.github.com/m HTTP/1.1\r\nHost: api.github.com\r\nContent-Length: 0\r\n\r\n")
+    };
+    for (method, status, code) in [
+        ("TRACE", 405, "method-refused"),
+        ("TRACK", 405, "method-refused"),
+        ("FOO", 501, "method-unknown"),
+        ("get", 501, "method-unknown"),
+        ("PURGE", 501, "method-unknown"),
+        ("QUERY", 501, "method-unknown"),
+    ] {
+        let resp = raw(proxy.addr, request(method).as_bytes()).await;
+        let text = assert_denied(&resp, status, code);
+        if status == 405 {
+            assert!(
+                text.contains("\r\nAllow: GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH,"),
+                "{text}"
+            );
+            assert!(!text.contains("TRACE,"), "{text}");
+        }
+    }
+    assert!(proxy.lookups().is_empty(), "{:?}", proxy.lookups());
+    assert!(proxy.connector.attempts().is_empty());
+    assert!(seen.requests().is_empty());
+    let d = proxy.sink.decisions();
+    let got: Vec<(&str, u16, bool, &str)> = d
+        .iter()
+        .map(|d| (d.host.as_str(), d.port, d.allowed, d.reason.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("api.github.com", 80, false, "method-refused"),
+            ("api.github.com", 80, false, "method-refused"),
+            ("api.github.com", 80, false, "method-unknown"),
+            ("api.github.com", 80, false, "method-unknown"),
+            ("api.github.com", 80, false, "method-unknown"),
+            ("api.github.com", 80, false, "method-unknown"),
+        ]
+    );
+
+    // Controls.
+    for method in ["GET", "POST", "PROPFIND"] {
+        let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+        s.write_all(request(method).as_bytes()).await.unwrap();
+        let resp = read_response(&mut s).await;
+        assert!(resp.starts_with("HTTP/1.1 200"), "{method}: {resp}");
+        assert!(
+            resp.ends_with(&format!("ok {method} /m body=0\n")),
+            "{resp}"
+        );
+    }
+    // Keep-alive: GET answered, then TRACE on the same connection refused.
+    let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+    s.write_all(request("GET").as_bytes()).await.unwrap();
+    assert!(read_response(&mut s).await.starts_with("HTTP/1.1 200"));
+    s.write_all(request("TRACE").as_bytes()).await.unwrap();
+    assert_denied(&read_to_end(&mut s).await, 405, "method-refused");
+    let methods: Vec<String> = seen
+        .requests()
+        .iter()
+        .map(|r| r.split(' ').next().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(methods, ["GET", "POST", "PROPFIND", "GET"]);
     proxy.stop().await;
 }

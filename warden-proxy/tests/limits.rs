@@ -47,6 +47,14 @@ async fn connections_beyond_the_limit_wait() {
     proxy.stop().await;
 }
 
+/// F10: one session holds at most 64 client connections by default (each tunnel
+/// costs the daemon about six descriptors).
+#[test]
+fn the_default_connection_limit_is_modest() {
+    assert_eq!(Limits::default().max_connections, 64);
+    assert_eq!(warden_proxy::DEFAULT_MAX_CONNECTIONS, 64);
+}
+
 #[tokio::test]
 async fn slow_heads_are_cut_off() {
     let resolver = ScriptedResolver::with(&[]);
@@ -109,7 +117,8 @@ async fn shutdown_ends_tunnels_and_reports_them() {
     let (echo, _) = echo_upstream(None).await;
     let resolver = ScriptedResolver::with(&[("api.github.com", &[GH])]);
     let connector = LoopbackConnector::with(&[(&format!("{GH}:443"), echo)]);
-    let proxy = start(policy(&["api.github.com"], false), resolver, connector).await;
+    // Plain bytes through a tunnel need the port listed explicitly.
+    let proxy = start(policy(&["api.github.com:443"], false), resolver, connector).await;
     let mut tunnels = Vec::new();
     for _ in 0..3 {
         let mut s = TcpStream::connect(proxy.addr).await.unwrap();

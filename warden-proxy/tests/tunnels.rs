@@ -87,12 +87,6 @@ async fn client_hello_must_name_the_connect_host() {
         .unwrap();
     assert_eq!(back, matching);
     drop(s);
-    // No SNI at all is allowed (e.g. an IP target).
-    let none = build_client_hello(&[], &[], 16384);
-    assert_eq!(
-        send_hello(proxy.addr, "api.github.com:443", &none).await,
-        none
-    );
     let before = got.lock().unwrap().len();
     let allowed = proxy.sink.decisions().len();
     assert!(proxy.sink.decisions().iter().all(|d| d.allowed));
@@ -484,5 +478,243 @@ async fn socks5_tunnels_get_the_client_hello_check() {
         (d[1].protocol, d[1].reason.as_str()),
         (Protocol::Socks5, "sni-mismatch")
     );
+    proxy.stop().await;
+}
+
+/// A proxy for the F4 tests: every name resolves to GH, whose ports 80, 443 and
+/// 8022 lead to `target`.
+async fn proxy_for(entries: &[&str], target: SocketAddr) -> Proxy {
+    let names = [
+        "web.test",
+        "raw.test",
+        "both.test",
+        "legacy.test",
+        "api.github.com",
+    ];
+    let answers: Vec<(&str, &[&str])> = names.iter().map(|n| (*n, &[GH][..])).collect();
+    let resolver = ScriptedResolver::with(&answers);
+    let map: Vec<String> = [80, 443, 8022]
+        .iter()
+        .map(|p| format!("{GH}:{p}"))
+        .collect();
+    let map: Vec<(&str, SocketAddr)> = map.iter().map(|a| (a.as_str(), target)).collect();
+    start(
+        policy(entries, false),
+        resolver,
+        LoopbackConnector::with(&map),
+    )
+    .await
+}
+
+/// Sends `first` through a SOCKS5 tunnel to `name:port`; returns what came back
+/// (the echo when allowed, nothing when the tunnel was cut).
+async fn socks_send(proxy: SocketAddr, name: &str, port: u16, first: &[u8]) -> Vec<u8> {
+    let (mut s, reply) = socks_request(proxy, &domain_request(1, name.as_bytes(), port)).await;
+    assert_eq!(reply[1], 0, "SOCKS5 CONNECT {name}:{port} refused");
+    s.write_all(first).await.unwrap();
+    let mut got = vec![0u8; first.len()];
+    match tokio::time::timeout(HANG, s.read_exact(&mut got))
+        .await
+        .unwrap()
+    {
+        Ok(_) => got,
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The refused decisions' (protocol, host, port, reason), in order.
+fn refusals(proxy: &Proxy) -> Vec<(Protocol, String, u16, String)> {
+    proxy
+        .sink
+        .decisions()
+        .into_iter()
+        .filter(|d| !d.allowed)
+        .map(|d| (d.protocol, d.host, d.port, d.reason))
+        .collect()
+}
+
+/// F4: a tunnel to a bare `name` entry (ports 80 and 443) carries TLS naming
+/// that host, nothing else: plain HTTP with another `Host` (a shared front end
+/// would route it anywhere) is cut before a byte reaches the upstream, through
+/// CONNECT and SOCKS5 alike. Controls: TLS with the right name through both, and
+/// plain bytes on a port an entry lists explicitly.
+#[tokio::test]
+async fn plain_tunnels_need_an_explicitly_listed_port() {
+    let (echo, got) = echo_upstream(None).await;
+    let proxy = proxy_for(
+        &["web.test", "raw.test:8022", "both.test", "both.test:80"],
+        echo,
+    )
+    .await;
+    let fronted = b"GET / HTTP/1.1\r\nHost: attacker.example\r\n\r\n";
+    for authority in ["web.test:80", "web.test:443"] {
+        assert!(
+            send_hello(proxy.addr, authority, fronted).await.is_empty(),
+            "{authority}"
+        );
+    }
+    assert!(socks_send(proxy.addr, "web.test", 80, fronted)
+        .await
+        .is_empty());
+    // One byte is enough to tell (and no byte is forwarded).
+    assert!(send_hello(proxy.addr, "web.test:443", b"G")
+        .await
+        .is_empty());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        got.lock().unwrap().is_empty(),
+        "plain bytes of a refused tunnel reached the upstream"
+    );
+    let r = refusals(&proxy);
+    let want = [
+        (Protocol::Connect, "web.test", 80),
+        (Protocol::Connect, "web.test", 443),
+        (Protocol::Socks5, "web.test", 80),
+        (Protocol::Connect, "web.test", 443),
+    ];
+    assert_eq!(r.len(), want.len(), "{r:?}");
+    for ((p, h, port, reason), (wp, wh, wport)) in r.iter().zip(want) {
+        assert_eq!(
+            (p, h.as_str(), *port, reason.as_str()),
+            (&wp, wh, wport, "plain-tunnel")
+        );
+    }
+
+    // Controls: TLS naming the host, through CONNECT and SOCKS5.
+    let hello = build_client_hello(&["web.test"], &[], 16384);
+    assert_eq!(send_hello(proxy.addr, "web.test:443", &hello).await, hello);
+    assert_eq!(socks_send(proxy.addr, "web.test", 443, &hello).await, hello);
+    // Plain bytes on an explicitly listed port, through CONNECT and SOCKS5; and
+    // on 80 when one entry lists it explicitly beside the bare one.
+    let ssh = b"SSH-2.0-client\r\n";
+    assert_eq!(send_hello(proxy.addr, "raw.test:8022", ssh).await, ssh);
+    assert_eq!(socks_send(proxy.addr, "raw.test", 8022, ssh).await, ssh);
+    assert_eq!(
+        send_hello(proxy.addr, "both.test:80", fronted).await,
+        fronted
+    );
+    assert_eq!(refusals(&proxy).len(), want.len());
+    proxy.stop().await;
+}
+
+/// F4: a ClientHello without a server name to a name target is refused (it would
+/// reach a shared front end's default site), through CONNECT and SOCKS5; the
+/// `insecure-no-sni` option opens it for one entry, and an IP target needs no
+/// name (a client never sends an address as SNI). Controls: the same tunnels
+/// with the name.
+#[tokio::test]
+async fn client_hello_without_sni_needs_the_option() {
+    let (echo, got) = echo_upstream(None).await;
+    let ip_entry = format!("{GH}:443");
+    let proxy = proxy_for(
+        &[
+            "api.github.com:443",
+            "legacy.test:443 insecure-no-sni",
+            &ip_entry,
+        ],
+        echo,
+    )
+    .await;
+    let none = build_client_hello(&[], &[], 16384);
+    let split_none = build_client_hello(&[], &[], 9);
+    assert!(send_hello(proxy.addr, "api.github.com:443", &none)
+        .await
+        .is_empty());
+    assert!(send_hello(proxy.addr, "api.github.com:443", &split_none)
+        .await
+        .is_empty());
+    assert!(socks_send(proxy.addr, "api.github.com", 443, &none)
+        .await
+        .is_empty());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        got.lock().unwrap().is_empty(),
+        "a ClientHello without SNI reached the upstream"
+    );
+    let r = refusals(&proxy);
+    let reasons: Vec<(Protocol, &str)> = r.iter().map(|d| (d.0, d.3.as_str())).collect();
+    assert_eq!(
+        reasons,
+        [
+            (Protocol::Connect, "no-sni"),
+            (Protocol::Connect, "no-sni"),
+            (Protocol::Socks5, "no-sni"),
+        ]
+    );
+
+    // Controls: with the name, through both.
+    let named = build_client_hello(&["api.github.com"], &[], 16384);
+    assert_eq!(
+        send_hello(proxy.addr, "api.github.com:443", &named).await,
+        named
+    );
+    assert_eq!(
+        socks_send(proxy.addr, "api.github.com", 443, &named).await,
+        named
+    );
+    // The option, through both.
+    assert_eq!(send_hello(proxy.addr, "legacy.test:443", &none).await, none);
+    assert_eq!(
+        socks_send(proxy.addr, "legacy.test", 443, &none).await,
+        none
+    );
+    // An IP target: no name is the norm, and is let through; a name is still
+    // compared (and an address never matches one).
+    assert_eq!(send_hello(proxy.addr, &ip_entry, &none).await, none);
+    let (mut s, reply) = socks_request(proxy.addr, &ipv4_request([140, 82, 112, 3], 443)).await;
+    assert_eq!(reply[1], 0);
+    s.write_all(&none).await.unwrap();
+    let mut back = vec![0u8; none.len()];
+    tokio::time::timeout(HANG, s.read_exact(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(back, none);
+    drop(s);
+    assert!(send_hello(proxy.addr, &ip_entry, &named).await.is_empty());
+    let r = refusals(&proxy);
+    assert_eq!(r.len(), 4, "{r:?}");
+    assert_eq!((r[3].1.as_str(), r[3].3.as_str()), (GH, "sni-mismatch"));
+    proxy.stop().await;
+}
+
+/// F4 with a real client: `curl --proxytunnel` sends plain HTTP through a
+/// CONNECT tunnel. To a bare entry it is cut; with the port listed it works, as
+/// does plain HTTP through the forward proxy.
+#[tokio::test]
+async fn curl_plain_http_through_a_tunnel() {
+    if !curl_available() {
+        eprintln!("skipping: curl not found");
+        return;
+    }
+    let (origin, seen) = http_upstream().await;
+    let port = origin.port();
+    let resolver = ScriptedResolver::with(&[("web.test", &[GH]), ("raw.test", &[GH])]);
+    let connector = LoopbackConnector::with(&[
+        (&format!("{GH}:80"), origin),
+        (&format!("{GH}:{port}"), origin),
+    ]);
+    let raw_entry = format!("raw.test:{port}");
+    let proxy = start(
+        policy(&["web.test", &raw_entry], false),
+        resolver,
+        connector,
+    )
+    .await;
+    let px = format!("http://{}", proxy.addr);
+    let (code, out, _) = curl(&["-p", "-x", &px, "http://web.test/t"]).await;
+    assert_ne!(code, 0, "{out}");
+    assert!(seen.requests().is_empty(), "{:?}", seen.requests());
+    let d = proxy.sink.wait_decisions(2).await;
+    assert_eq!(
+        (d[1].allowed, d[1].reason.as_str()),
+        (false, "plain-tunnel")
+    );
+    // Controls.
+    let (code, out, err) = curl(&["-p", "-x", &px, &format!("http://raw.test:{port}/t")]).await;
+    assert_eq!((code, out.as_str()), (0, "ok GET /t body=0\n"), "{err}");
+    let (code, out, err) = curl(&["-x", &px, "http://web.test/f"]).await;
+    assert_eq!((code, out.as_str()), (0, "ok GET /f body=0\n"), "{err}");
+    assert_eq!(seen.requests().len(), 2);
     proxy.stop().await;
 }

@@ -218,6 +218,30 @@ impl warden_proxy::EventSink for Sink {
         );
     }
 
+    fn accept_failed(&self, f: &warden_proxy::AcceptFailure) {
+        self.counters.denied.fetch_add(f.shed, Ordering::Relaxed);
+        self.daemon.audit.record(
+            Record::new(
+                RecordType::Network,
+                "accept",
+                Some(&self.session),
+                format!("127.0.0.1:{PROXY_PORT}"),
+                Decision::Deny,
+                format!(
+                    "the egress proxy cannot accept connections: {} ({} failed, {} answered 503 and closed)",
+                    f.error, f.failures, f.shed
+                ),
+            )
+            .with_details(json!({
+                "code": "accept-failed",
+                "error": f.error,
+                "errno": f.errno,
+                "failures": f.failures,
+                "shed": f.shed,
+            })),
+        );
+    }
+
     fn closed(&self, c: &warden_proxy::Closed) {
         self.admit_and_record(
             Record::new(
@@ -252,13 +276,24 @@ fn reason_text(d: &warden_proxy::Decision) -> String {
     match d.reason.as_str() {
         "not-allowed" => format!("{what} is not in network.allow"),
         "private-address" => format!(
-            "{what} resolved only to loopback, private, link-local or metadata addresses \
-             (network.allow_private is not set)"
+            "{what} is, or resolved only to, loopback, private, link-local or metadata \
+             addresses that its network.allow entry does not open"
         ),
         "bad-host" => "the host name is not valid".into(),
         "bad-request" => "malformed or ambiguous request".into(),
         "host-mismatch" => "the Host header does not match the request target".into(),
-        "sni-mismatch" => "the TLS server name does not match the CONNECT target".into(),
+        "sni-mismatch" => "the TLS server name does not match the tunnel's target".into(),
+        "no-sni" => format!(
+            "the TLS ClientHello through the tunnel to {what} names no server \
+             (its network.allow entry has no `insecure-no-sni` option)"
+        ),
+        "plain-tunnel" => format!(
+            "the tunnel to {what} carries no TLS, and no network.allow entry lists port {} \
+             for it explicitly (plain HTTP goes through the forward proxy)",
+            d.port
+        ),
+        "method-refused" => "TRACE and TRACK are not forwarded".into(),
+        "method-unknown" => "the request method is not one the proxy forwards".into(),
         "dns-failed" => format!("cannot resolve {}", d.host),
         "connect-failed" => format!("cannot connect to {what}"),
         "socks-ip-not-listed" => {

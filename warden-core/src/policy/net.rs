@@ -95,6 +95,16 @@ impl HostPattern {
         }
     }
 
+    /// Whether this names exactly one address: an IP, or a range of one (`/32`,
+    /// `/128`). Only such an entry reaches a loopback or metadata address.
+    pub fn is_exact_address(&self) -> bool {
+        match *self {
+            HostPattern::Ip(_) => true,
+            HostPattern::Cidr { addr, prefix } => prefix == full_prefix(addr),
+            HostPattern::Name(_) | HostPattern::Suffix(_) => false,
+        }
+    }
+
     /// Whether this is an address pattern that contains `ip` (compared as is).
     fn contains_ip(&self, ip: IpAddr) -> bool {
         match *self {
@@ -121,6 +131,15 @@ fn in_cidr(ip: IpAddr, addr: IpAddr, prefix: u8) -> bool {
             mask_v6(u128::from(ip), prefix) == mask_v6(u128::from(net), prefix)
         }
         _ => false,
+    }
+}
+
+/// 32 for IPv4, 128 for IPv6.
+fn full_prefix(addr: IpAddr) -> u8 {
+    if addr.is_ipv4() {
+        32
+    } else {
+        128
     }
 }
 
@@ -188,6 +207,12 @@ impl fmt::Display for PortSpec {
     }
 }
 
+/// The option that lets one name entry resolve to non-global addresses.
+pub const OPTION_PRIVATE: &str = "private";
+
+/// The option that lets a tunnel to one name entry carry TLS without a server name.
+pub const OPTION_NO_SNI: &str = "insecure-no-sni";
+
 /// One compiled `network.allow` entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetRule {
@@ -195,22 +220,57 @@ pub struct NetRule {
     pub source: String,
     pub host: HostPattern,
     pub ports: PortSpec,
+    /// The `private` option (names only): the names of this entry may resolve to
+    /// loopback, private, link-local, CGNAT and other non-global addresses; never
+    /// to cloud metadata.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub private: bool,
+    /// The `insecure-no-sni` option (names only): a CONNECT or SOCKS5 tunnel to
+    /// this entry may carry a TLS ClientHello without a server name.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub no_sni: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl fmt::Display for NetRule {
-    /// The normalised rule with its ports spelled out: `api.github.com:80,443`,
-    /// `*.example.com:*`, `[fd00::/8]:443`.
+    /// The normalised rule with its ports spelled out, then its options:
+    /// `api.github.com:80,443`, `*.example.com:*`, `[fd00::/8]:443`,
+    /// `git.corp:443 private`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.host, self.ports)
+        write!(f, "{}:{}", self.host, self.ports)?;
+        if self.private {
+            write!(f, " {OPTION_PRIVATE}")?;
+        }
+        if self.no_sni {
+            write!(f, " {OPTION_NO_SNI}")?;
+        }
+        Ok(())
     }
+}
+
+/// What a CONNECT or SOCKS5 tunnel to one host and port may carry besides a TLS
+/// ClientHello that names that host ([`NetworkPolicy::tunnel_use`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TunnelUse {
+    /// Bytes that are not TLS: an entry lists the port explicitly (`name:PORT` or
+    /// `name:*`); a bare `name` (ports 80 and 443) does not.
+    pub plain: bool,
+    /// A ClientHello without a server name: always for an IP target (a server name
+    /// cannot be an address), for a name only with `insecure-no-sni`.
+    pub no_sni: bool,
 }
 
 /// The compiled `network:` section.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetworkPolicy {
     pub allow: Vec<NetRule>,
-    /// `network.allow_private`: names may resolve to loopback, private, link-local,
-    /// CGNAT, metadata (and other non-global) addresses.
+    /// `network.allow_private`: every listed name may resolve to private,
+    /// link-local, CGNAT (and other non-global) addresses, but not to loopback
+    /// (except `localhost` and names below it) and never to cloud metadata. The
+    /// per-entry `private` option is the narrower grant.
     #[serde(default)]
     pub allow_private: bool,
 }
@@ -223,11 +283,13 @@ pub enum Denial {
     NotAllowed { host: String, port: u16 },
     /// A name resolved to a non-global address (or an address no policy opens, such
     /// as `0.0.0.0` or multicast, was asked for).
-    #[error("{}", private_message(host, addr, class))]
+    #[error("{}", private_message(host, addr, class, hint))]
     PrivateAddress {
         host: String,
         addr: IpAddr,
         class: &'static str,
+        /// What would reach it, if anything does (starts after "; ").
+        hint: &'static str,
     },
     #[error("invalid host name: {0}")]
     BadHost(String),
@@ -243,18 +305,30 @@ impl Denial {
     }
 }
 
-fn private_message(host: &str, addr: &IpAddr, class: &str) -> String {
+fn private_message(host: &str, addr: &IpAddr, class: &str, hint: &str) -> String {
     let a = article(class);
     let head = if host == Host::Ip(*addr).to_string() {
         format!("{host} is {a} {class} address")
     } else {
         format!("{host} resolved to {addr}, {a} {class} address")
     };
-    if is_never_connected(class) {
-        format!("{head}; Warden never connects to one")
-    } else {
-        format!("{head}; set network.allow_private to reach it")
-    }
+    format!("{head}; {hint}")
+}
+
+const HINT_NEVER: &str = "Warden never connects to one";
+const HINT_NAME: &str =
+    "add the `private` option to its network.allow entry (or set network.allow_private) to reach it";
+const HINT_LOOPBACK_NAME: &str =
+    "add the `private` option to its network.allow entry to reach it (network.allow_private opens loopback only to `localhost`)";
+const HINT_METADATA_NAME: &str =
+    "a name never reaches cloud metadata; list the address itself (e.g. `169.254.169.254:80`) and connect to it";
+const HINT_EXACT: &str =
+    "a range does not open loopback or metadata addresses; list the address itself (`127.0.0.1:PORT`)";
+const HINT_UNLISTED: &str = "list the address in network.allow to reach it";
+
+/// `localhost` and the names below it (RFC 6761: loopback by definition).
+fn is_localhost(name: &str) -> bool {
+    name == "localhost" || name.ends_with(".localhost")
 }
 
 /// "a" or "an" before an address class.
@@ -472,16 +546,23 @@ pub fn address_class(ip: IpAddr) -> Option<&'static str> {
     }
 }
 
-/// Cloud instance metadata endpoints: AWS, GCP, Azure, Oracle (169.254.169.254), AWS
-/// ECS task metadata (169.254.170.2), Alibaba (100.100.100.200).
-const METADATA_V4: [Ipv4Addr; 3] = [
+/// Cloud instance metadata endpoints: AWS, GCP, Azure, Oracle, DigitalOcean
+/// (169.254.169.254), AWS ECS task metadata (169.254.170.2), Alibaba
+/// (100.100.100.200), Tencent (169.254.0.23), Azure's WireServer (168.63.129.16,
+/// a global address that hands out VM configuration).
+const METADATA_V4: [Ipv4Addr; 5] = [
     Ipv4Addr::new(169, 254, 169, 254),
     Ipv4Addr::new(169, 254, 170, 2),
     Ipv4Addr::new(100, 100, 100, 200),
+    Ipv4Addr::new(169, 254, 0, 23),
+    Ipv4Addr::new(168, 63, 129, 16),
 ];
 
-/// AWS instance metadata over IPv6 (fd00:ec2::254).
-const METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+/// Instance metadata over IPv6: AWS (fd00:ec2::254), GCP (fd20:ce::254).
+const METADATA_V6: [Ipv6Addr; 2] = [
+    Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254),
+    Ipv6Addr::new(0xfd20, 0xce, 0, 0, 0, 0, 0, 0x254),
+];
 
 fn v4_class(a: Ipv4Addr) -> Option<&'static str> {
     let [a0, a1, a2, _] = a.octets();
@@ -518,7 +599,7 @@ fn v4_class(a: Ipv4Addr) -> Option<&'static str> {
 
 fn v6_class(a: Ipv6Addr) -> Option<&'static str> {
     let s = a.segments();
-    if a == METADATA_V6 {
+    if METADATA_V6.contains(&a) {
         return Some("metadata");
     }
     if a.is_unspecified() {
@@ -572,11 +653,7 @@ impl NetworkPolicy {
         let mut errors = Vec::new();
         for (i, entry) in entries.iter().enumerate() {
             match compile_entry(entry) {
-                Ok((host, ports)) => allow.push(NetRule {
-                    source: entry.clone(),
-                    host,
-                    ports,
-                }),
+                Ok(rule) => allow.push(rule),
                 Err(why) => errors.push((i, format!("`{}`: {why}", shown(entry)))),
             }
         }
@@ -590,6 +667,27 @@ impl NetworkPolicy {
         }
     }
 
+    /// `host` in the normal form [`parse_host`] gives, or [`Denial::BadHost`].
+    fn normal(host: &Host) -> Result<Host, Denial> {
+        match host {
+            Host::Name(n) => match parse_host(n)? {
+                Host::Name(m) if m == *n => Ok(Host::Name(m)),
+                other => Err(Denial::BadHost(format!(
+                    "`{}` is not a normalised host name (it normalises to `{other}`)",
+                    shown(n)
+                ))),
+            },
+            Host::Ip(ip) => Ok(Host::from_ip(*ip)),
+        }
+    }
+
+    /// Every entry that allows `host` (normal form) on `port`, in policy order.
+    fn matching<'a>(&'a self, host: &'a Host, port: u16) -> impl Iterator<Item = &'a NetRule> {
+        self.allow
+            .iter()
+            .filter(move |r| r.ports.contains(port) && r.host.matches(host))
+    }
+
     /// The allowlist decision, taken before any DNS lookup. An IP host matches only
     /// `Ip`/`Cidr` rules (never a name rule); a name host only `Name`/`Suffix` rules.
     ///
@@ -597,18 +695,7 @@ impl NetworkPolicy {
     /// [`Denial::BadHost`] (so a host built by hand, e.g. with a NUL byte, cannot
     /// match a suffix); an IP host is compared in canonical form ([`canonical_ip`]).
     pub fn check(&self, host: &Host, port: u16) -> Result<&NetRule, Denial> {
-        let host = match host {
-            Host::Name(n) => match parse_host(n)? {
-                Host::Name(m) if m == *n => Host::Name(m),
-                other => {
-                    return Err(Denial::BadHost(format!(
-                        "`{}` is not a normalised host name (it normalises to `{other}`)",
-                        shown(n)
-                    )))
-                }
-            },
-            Host::Ip(ip) => Host::from_ip(*ip),
-        };
+        let host = Self::normal(host)?;
         self.allow
             .iter()
             .find(|r| r.ports.contains(port) && r.host.matches(&host))
@@ -618,44 +705,101 @@ impl NetworkPolicy {
             })
     }
 
-    /// The address decision, after resolution in the daemon: a name that resolved
-    /// to a non-global address is refused unless `allow_private`. An IP host the
-    /// policy lists explicitly (`Ip`/`Cidr`) is allowed whatever its class.
+    /// The address decision, after resolution in the daemon, for `host` on `port`
+    /// (which [`check`](Self::check) allowed) and one address it resolved to.
     ///
-    /// Unspecified (`0.0.0.0`, `::`: connecting there reaches this machine),
-    /// multicast and broadcast addresses are refused always. For an IP host, `addr`
-    /// must be that IP (canonical form) and listed by an `Ip`/`Cidr` rule to skip
-    /// the class check; anything else is vetted as for a name.
-    pub fn check_address(&self, host: &Host, addr: IpAddr) -> Result<(), Denial> {
+    /// - Unspecified (`0.0.0.0`, `::`: connecting there reaches this machine),
+    ///   multicast and broadcast addresses are refused always.
+    /// - An IP host: `addr` must be that IP (canonical form). An entry for exactly
+    ///   that address (`127.0.0.1:8080`, `/32`, `/128`) reaches it whatever its
+    ///   class; a range (`10.0.0.0/8`) reaches every class except loopback and
+    ///   cloud metadata.
+    /// - A name: a global address is fine. Cloud metadata never. Loopback only
+    ///   through an entry with the `private` option, or with `allow_private` for
+    ///   `localhost` and names below it. Other non-global classes through an entry
+    ///   with `private`, or with `allow_private`.
+    pub fn check_address(&self, host: &Host, port: u16, addr: IpAddr) -> Result<(), Denial> {
         let addr = canonical_ip(addr);
         let Some(class) = address_class(addr) else {
             return Ok(());
         };
-        let listed_ip = match host {
-            Host::Ip(ip) => {
-                canonical_ip(*ip) == addr && self.allow.iter().any(|r| r.host.contains_ip(addr))
-            }
-            Host::Name(_) => false,
-        };
-        if !is_never_connected(class) && (listed_ip || self.allow_private) {
-            return Ok(());
-        }
-        Err(Denial::PrivateAddress {
+        let refuse = |hint| Denial::PrivateAddress {
             host: host.to_string(),
             addr,
             class,
-        })
+            hint,
+        };
+        if is_never_connected(class) {
+            return Err(refuse(HINT_NEVER));
+        }
+        let exact_only = matches!(class, "loopback" | "metadata");
+        let normal = Self::normal(host).map_err(|_| refuse(HINT_UNLISTED))?;
+        let mut rules = self.matching(&normal, port);
+        match &normal {
+            Host::Ip(ip) => {
+                if *ip != addr {
+                    return Err(refuse(HINT_UNLISTED));
+                }
+                let mut listed = false;
+                for r in rules {
+                    listed = true;
+                    if !exact_only || r.host.is_exact_address() {
+                        return Ok(());
+                    }
+                }
+                Err(refuse(if listed { HINT_EXACT } else { HINT_UNLISTED }))
+            }
+            Host::Name(name) => match class {
+                "metadata" => Err(refuse(HINT_METADATA_NAME)),
+                "loopback" => {
+                    if rules.any(|r| r.private) || (self.allow_private && is_localhost(name)) {
+                        Ok(())
+                    } else {
+                        Err(refuse(HINT_LOOPBACK_NAME))
+                    }
+                }
+                _ => {
+                    if self.allow_private || rules.any(|r| r.private) {
+                        Ok(())
+                    } else {
+                        Err(refuse(HINT_NAME))
+                    }
+                }
+            },
+        }
+    }
+
+    /// What a CONNECT or SOCKS5 tunnel to `host` on `port` may carry besides TLS
+    /// naming `host`, over every entry that allows it (see [`TunnelUse`]).
+    pub fn tunnel_use(&self, host: &Host, port: u16) -> TunnelUse {
+        let Ok(normal) = Self::normal(host) else {
+            return TunnelUse::default();
+        };
+        let mut out = TunnelUse {
+            plain: false,
+            no_sni: matches!(normal, Host::Ip(_)),
+        };
+        for r in self.matching(&normal, port) {
+            out.plain |= r.ports != PortSpec::Web;
+            out.no_sni |= r.no_sni;
+        }
+        out
     }
 }
 
 /// One `network.allow` entry: `HOST[:PORT]`, `*.SUFFIX[:PORT]`, `IP[:PORT]`,
 /// `[IPV6][:PORT]`, `V4/PREFIX[:PORT]`, `V6/PREFIX`, `[V6/PREFIX][:PORT]`; PORT is a
-/// number or `*`, and absent means 80 and 443.
-fn compile_entry(entry: &str) -> Result<(HostPattern, PortSpec), String> {
+/// number or `*`, and absent means 80 and 443. Options may follow after spaces:
+/// `private`, `insecure-no-sni` (name entries only).
+fn compile_entry(entry: &str) -> Result<NetRule, String> {
     if entry.is_empty() {
         return Err("empty entry; write a host such as `api.example.com`".into());
     }
-    let (host, port, bracketed) = split_entry(entry)?;
+    let (target, options) = match entry.split_once(' ') {
+        Some((t, rest)) if !t.is_empty() => (t, rest),
+        _ => (entry, ""),
+    };
+    let (host, port, bracketed) = split_entry(target)?;
     let ports = match port {
         None => PortSpec::Web,
         Some(p) => port_spec(p)?,
@@ -684,7 +828,50 @@ fn compile_entry(entry: &str) -> Result<(HostPattern, PortSpec), String> {
             ));
         }
     }
-    Ok((pattern, ports))
+    let mut rule = NetRule {
+        source: entry.to_owned(),
+        host: pattern,
+        ports,
+        private: false,
+        no_sni: false,
+    };
+    entry_options(&mut rule, options)?;
+    Ok(rule)
+}
+
+/// The options after an entry's host and port, separated by spaces.
+fn entry_options(rule: &mut NetRule, options: &str) -> Result<(), String> {
+    let is_name = matches!(rule.host, HostPattern::Name(_) | HostPattern::Suffix(_));
+    for option in options.split(' ').filter(|o| !o.is_empty()) {
+        let slot = match option {
+            OPTION_PRIVATE => &mut rule.private,
+            OPTION_NO_SNI => &mut rule.no_sni,
+            other if other.bytes().all(|b| b.is_ascii_lowercase() || b == b'-') => {
+                return Err(format!(
+                    "unknown option `{other}`: after a space only the options `{OPTION_PRIVATE}` \
+                     and `{OPTION_NO_SNI}` may follow"
+                ))
+            }
+            _ => return Err(forbidden_char(' ')),
+        };
+        if *slot {
+            return Err(format!("option `{option}` is written twice"));
+        }
+        if !is_name {
+            return Err(match option {
+                OPTION_PRIVATE => format!(
+                    "`{OPTION_PRIVATE}` is for names: an address entry reaches its own addresses \
+                     whatever their class (loopback and metadata only by an entry for the exact address)"
+                ),
+                _ => format!(
+                    "`{OPTION_NO_SNI}` is for names: a TLS client never sends an address as the \
+                     server name, so tunnels to an address entry accept a ClientHello without one already"
+                ),
+            });
+        }
+        *slot = true;
+    }
+    Ok(())
 }
 
 /// Splits an entry into host, port (if written) and whether the host was in
@@ -813,15 +1000,55 @@ fn cidr(addr: &str, prefix: &str, bracketed: bool) -> Result<HostPattern, String
         ));
     }
     // An IPv4-mapped range is an IPv4 range (hosts are folded the same way).
-    if let IpAddr::V6(a) = ip {
-        if let (Some(v4), true) = (a.to_ipv4_mapped(), prefix >= 96) {
-            return Ok(HostPattern::Cidr {
-                addr: IpAddr::V4(v4),
-                prefix: prefix - 96,
-            });
+    let (ip, prefix) = match ip {
+        IpAddr::V6(a) => match (a.to_ipv4_mapped(), prefix >= 96) {
+            (Some(v4), true) => (IpAddr::V4(v4), prefix - 96),
+            _ => (ip, prefix),
+        },
+        IpAddr::V4(_) => (ip, prefix),
+    };
+    cidr_breadth(ip, prefix)?;
+    Ok(HostPattern::Cidr { addr: ip, prefix })
+}
+
+/// The shortest prefix accepted: a wider range is a large part of the internet,
+/// which no server needs (and which would hide a typo). IPv6 allows `fc00::/7`,
+/// all unique-local addresses, and refuses `2000::/3`, all global ones.
+const MIN_PREFIX_V4: u8 = 8;
+const MIN_PREFIX_V6: u8 = 7;
+
+/// Ranges that are too broad, or that could only ever reach loopback (which a
+/// range never opens).
+fn cidr_breadth(ip: IpAddr, prefix: u8) -> Result<(), String> {
+    let shown = match ip {
+        IpAddr::V4(a) => format!("{a}/{prefix}"),
+        IpAddr::V6(a) => format!("[{a}/{prefix}]"),
+    };
+    if prefix == 0 {
+        return Err(format!(
+            "`{shown}` would allow every address; list the hosts or ranges the server needs"
+        ));
+    }
+    let min = if ip.is_ipv4() {
+        MIN_PREFIX_V4
+    } else {
+        MIN_PREFIX_V6
+    };
+    if prefix < min {
+        return Err(format!(
+            "`{shown}` is too broad: a range needs a prefix of at least /{min} (IPv{})",
+            if ip.is_ipv4() { 4 } else { 6 }
+        ));
+    }
+    if let IpAddr::V4(a) = ip {
+        if a.octets()[0] == 127 && prefix < 32 {
+            return Err(format!(
+                "`{shown}` is a loopback range: a range never opens loopback addresses; \
+                 list each address, as in `127.0.0.1:PORT`"
+            ));
         }
     }
-    Ok(HostPattern::Cidr { addr: ip, prefix })
+    Ok(())
 }
 
 /// `NAME`, `*.SUFFIX`, or an IPv4 address in any spelling.
@@ -1168,7 +1395,20 @@ mod tests {
             ("[::ffff:10.0.0.1]:22", "10.0.0.1:22"),
             ("10.0.0.0/8", "10.0.0.0/8:80,443"),
             ("10.0.0.0/8:443", "10.0.0.0/8:443"),
-            ("0.0.0.0/0:*", "0.0.0.0/0:*"),
+            ("0.0.0.0/8:*", "0.0.0.0/8:*"),
+            ("git.corp:443 private", "git.corp:443 private"),
+            ("*.corp.example private", "*.corp.example:80,443 private"),
+            (
+                "legacy.example:443  insecure-no-sni",
+                "legacy.example:443 insecure-no-sni",
+            ),
+            (
+                "x.example insecure-no-sni private",
+                "x.example:80,443 private insecure-no-sni",
+            ),
+            ("[2001::/16]", "[2001::/16]:80,443"),
+            ("[fc00::/7]:*", "[fc00::/7]:*"),
+            ("127.0.0.1/32:80", "127.0.0.1/32:80"),
             ("192.168.1.7/32", "192.168.1.7/32:80,443"),
             ("fd00::/8", "[fd00::/8]:80,443"),
             ("[fd00::/8]:443", "[fd00::/8]:443"),
@@ -1251,6 +1491,23 @@ mod tests {
             ("224.0.0.1", "multicast"),
             ("[ff02::1]:*", "multicast"),
             ("255.255.255.255", "broadcast"),
+            ("0.0.0.0/0", "`0.0.0.0/0` would allow every address"),
+            ("0.0.0.0/0:443", "would allow every address"),
+            ("[::/0]:*", "`[::/0]` would allow every address"),
+            ("::/0", "would allow every address"),
+            ("[::ffff:0.0.0.0/96]", "`0.0.0.0/0` would allow every address"),
+            ("0.0.0.0/1", "`0.0.0.0/1` is too broad: a range needs a prefix of at least /8 (IPv4)"),
+            ("64.0.0.0/7:443", "too broad"),
+            ("[2000::/3]", "`[2000::/3]` is too broad: a range needs a prefix of at least /7 (IPv6)"),
+            ("127.0.0.0/8:8080", "`127.0.0.0/8` is a loopback range: a range never opens loopback addresses"),
+            ("127.0.0.0/31", "loopback range"),
+            ("a.com private private", "option `private` is written twice"),
+            ("a.com public", "unknown option `public`: after a space only the options `private` and `insecure-no-sni` may follow"),
+            ("a.com 1", "` ` (space) is not allowed in a host name"),
+            (" a.com", "` ` (space) is not allowed"),
+            ("10.0.0.1 private", "`private` is for names"),
+            ("10.0.0.0/8:443 private", "`private` is for names"),
+            ("[::1]:22 insecure-no-sni", "`insecure-no-sni` is for names"),
         ];
         for (entry, want) in cases {
             let e = entry_error(entry);
@@ -1415,26 +1672,24 @@ mod tests {
     fn check_address_refuses_private_answers_for_names() {
         let strict = policy(&["*.example.com:*"]);
         let h = name("a.example.com");
-        assert_eq!(
-            strict.check_address(&h, "93.184.216.34".parse().unwrap()),
-            Ok(())
-        );
-        assert_eq!(
-            strict.check_address(&h, "2606:2800:220:1::1".parse().unwrap()),
-            Ok(())
-        );
+        let at = |p: &NetworkPolicy, addr: &str| p.check_address(&h, 443, addr.parse().unwrap());
+        assert_eq!(at(&strict, "93.184.216.34"), Ok(()));
+        assert_eq!(at(&strict, "2606:2800:220:1::1"), Ok(()));
         for (addr, class) in [
             ("127.0.0.1", "loopback"),
             ("10.0.0.5", "private"),
             ("169.254.169.254", "metadata"),
+            ("169.254.0.23", "metadata"),
+            ("168.63.129.16", "metadata"),
             ("100.64.1.1", "cgnat"),
             ("::1", "loopback"),
             ("::ffff:127.0.0.1", "loopback"),
             ("64:ff9b::a9fe:a9fe", "metadata"),
             ("fd00:ec2::254", "metadata"),
+            ("fd20:ce::254", "metadata"),
             ("2001::1", "reserved"),
         ] {
-            let e = strict.check_address(&h, addr.parse().unwrap()).unwrap_err();
+            let e = at(&strict, addr).unwrap_err();
             assert!(
                 matches!(&e, Denial::PrivateAddress { class: c, .. } if *c == class),
                 "{addr}: {e:?}"
@@ -1442,22 +1697,81 @@ mod tests {
             assert_eq!(e.code(), "private-address");
         }
         assert_eq!(
-            strict.check_address(&h, "10.0.0.5".parse().unwrap()).unwrap_err().to_string(),
-            "a.example.com resolved to 10.0.0.5, a private address; set network.allow_private to reach it"
+            at(&strict, "10.0.0.5").unwrap_err().to_string(),
+            "a.example.com resolved to 10.0.0.5, a private address; add the `private` option to its network.allow entry (or set network.allow_private) to reach it"
         );
 
+        // allow_private: private classes for every name, but not loopback and
+        // never metadata (F11).
         let lax = NetworkPolicy {
             allow_private: true,
             ..strict.clone()
         };
-        for addr in ["127.0.0.1", "10.0.0.5", "169.254.169.254", "::1", "fd12::1"] {
+        for addr in ["10.0.0.5", "169.254.1.1", "fd12::1", "100.64.1.1"] {
+            assert_eq!(at(&lax, addr), Ok(()), "{addr}");
+        }
+        for addr in ["127.0.0.1", "::1", "::ffff:127.0.0.2"] {
+            let e = at(&lax, addr).unwrap_err();
+            assert!(e.to_string().contains("add the `private` option"), "{e}");
+        }
+        for addr in ["169.254.169.254", "fd00:ec2::254", "::ffff:169.254.169.254"] {
+            let e = at(&lax, addr).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("a name never reaches cloud metadata"),
+                "{e}"
+            );
+        }
+        // ... except that `localhost` is loopback by definition.
+        let local =
+            NetworkPolicy::compile(&["localhost:3000".into(), "a.localhost:*".into()], true)
+                .unwrap();
+        for (host, addr) in [("localhost", "127.0.0.1"), ("a.localhost", "::1")] {
             assert_eq!(
-                lax.check_address(&h, addr.parse().unwrap()),
+                local.check_address(&name(host), 3000, addr.parse().unwrap()),
+                Ok(()),
+                "{host}"
+            );
+        }
+        let e = local
+            .check_address(&name("localhost"), 3000, "169.254.169.254".parse().unwrap())
+            .unwrap_err();
+        assert_eq!(e.code(), "private-address");
+        let local_strict = NetworkPolicy::compile(&["localhost:3000".into()], false).unwrap();
+        assert!(local_strict
+            .check_address(&name("localhost"), 3000, "127.0.0.1".parse().unwrap())
+            .is_err());
+
+        // The per-entry option: loopback and private for that entry only, never
+        // metadata.
+        let per = policy(&["dev.test:3000 private", "*.example.com:*"]);
+        let dev = name("dev.test");
+        for addr in ["127.0.0.1", "::1", "10.0.0.5", "fd12::1"] {
+            assert_eq!(
+                per.check_address(&dev, 3000, addr.parse().unwrap()),
                 Ok(()),
                 "{addr}"
             );
         }
-        // Never, whatever allow_private says.
+        assert!(per
+            .check_address(&dev, 3000, "169.254.169.254".parse().unwrap())
+            .is_err());
+        assert!(per
+            .check_address(&h, 3000, "127.0.0.1".parse().unwrap())
+            .is_err());
+        assert!(per
+            .check_address(&h, 3000, "10.0.0.5".parse().unwrap())
+            .is_err());
+        // On another port the entry does not apply (and check refuses it anyway).
+        assert!(per
+            .check_address(&dev, 3001, "127.0.0.1".parse().unwrap())
+            .is_err());
+
+        // Never, whatever allow_private or the option says.
+        let both = NetworkPolicy {
+            allow_private: true,
+            ..per.clone()
+        };
         for (addr, class) in [
             ("0.0.0.0", "unspecified"),
             ("0.1.2.3", "unspecified"),
@@ -1467,7 +1781,9 @@ mod tests {
             ("ff02::1", "multicast"),
             ("255.255.255.255", "broadcast"),
         ] {
-            let e = lax.check_address(&h, addr.parse().unwrap()).unwrap_err();
+            let e = both
+                .check_address(&dev, 3000, addr.parse().unwrap())
+                .unwrap_err();
             assert!(
                 matches!(&e, Denial::PrivateAddress { class: c, .. } if *c == class),
                 "{addr}: {e:?}"
@@ -1481,37 +1797,125 @@ mod tests {
 
     #[test]
     fn check_address_allows_listed_ips_whatever_their_class() {
-        let p = policy(&["127.0.0.1:8080", "10.0.0.0/8:*", "[::1]:*"]);
-        for h in ["127.0.0.1", "10.9.9.9", "[::1]", "[::ffff:127.0.0.1]"] {
+        let p = policy(&[
+            "127.0.0.1:8080",
+            "10.0.0.0/8:*",
+            "[::1]:*",
+            "169.254.169.254:80",
+            "169.254.0.0/16:*",
+            "127.0.0.2/32:*",
+        ]);
+        for (h, port) in [
+            ("127.0.0.1", 8080),
+            ("10.9.9.9", 1),
+            ("[::1]", 9),
+            ("[::ffff:127.0.0.1]", 8080),
+            ("169.254.169.254", 80),
+            ("169.254.1.1", 22),
+            ("127.0.0.2", 5),
+        ] {
             let host = parse_host(h).unwrap();
             let Host::Ip(addr) = host else { unreachable!() };
-            assert_eq!(p.check_address(&host, addr), Ok(()), "{h}");
+            assert_eq!(p.check_address(&host, port, addr), Ok(()), "{h}:{port}");
         }
+        // Loopback and metadata only through an entry for exactly that address on
+        // that port: the range 169.254.0.0/16 does not open metadata (F11).
+        let meta = parse_host("169.254.169.254").unwrap();
+        let Host::Ip(addr) = meta else { unreachable!() };
+        let e = p.check_address(&meta, 443, addr).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "169.254.169.254 is a metadata address; a range does not open loopback or metadata addresses; list the address itself (`127.0.0.1:PORT`)"
+        );
+        let wide = policy(&["10.0.0.0/8:443", "127.0.0.1:8080", "[::/8]:443"]);
+        let lo = parse_host("[::1]").unwrap();
+        assert!(wide.check(&lo, 443).is_ok());
+        assert_eq!(
+            wide.check_address(&lo, 443, "::1".parse().unwrap())
+                .unwrap_err()
+                .code(),
+            "private-address"
+        );
         // The address must be the host's own, and listed.
         let host = parse_host("127.0.0.1").unwrap();
         let e = p
-            .check_address(&host, "127.0.0.2".parse().unwrap())
+            .check_address(&host, 8080, "127.0.0.2".parse().unwrap())
             .unwrap_err();
         assert_eq!(e.code(), "private-address");
         let unlisted = parse_host("192.168.0.1").unwrap();
         let Host::Ip(addr) = unlisted else {
             unreachable!()
         };
-        assert!(p.check_address(&unlisted, addr).is_err());
         assert_eq!(
-            p.check_address(&unlisted, addr).unwrap_err().to_string(),
-            "192.168.0.1 is a private address; set network.allow_private to reach it"
+            p.check_address(&unlisted, 80, addr)
+                .unwrap_err()
+                .to_string(),
+            "192.168.0.1 is a private address; list the address in network.allow to reach it"
         );
         // A range that holds 0.0.0.0 still never reaches it.
-        let all = policy(&["0.0.0.0/0:*"]);
+        let zeros = policy(&["0.0.0.0/8:*"]);
         let zero = Host::Ip("0.0.0.0".parse().unwrap());
-        assert!(all.check(&zero, 80).is_ok());
+        assert!(zeros.check(&zero, 80).is_ok());
         assert_eq!(
-            all.check_address(&zero, "0.0.0.0".parse().unwrap())
+            zeros
+                .check_address(&zero, 80, "0.0.0.0".parse().unwrap())
                 .unwrap_err()
                 .to_string(),
             "0.0.0.0 is an unspecified address; Warden never connects to one"
         );
+    }
+
+    #[test]
+    fn tunnel_use_needs_an_explicit_port_or_the_option() {
+        let p = policy(&[
+            "web.example",
+            "ssh.example:22",
+            "both.example",
+            "both.example:80",
+            "any.example:*",
+            "old.example:443 insecure-no-sni",
+            "*.wild.example:8443",
+            "10.0.0.0/8",
+            "10.0.0.1:5432",
+        ]);
+        let use_of = |h: &str, port| p.tunnel_use(&parse_host(h).unwrap(), port);
+        let plain = TunnelUse {
+            plain: true,
+            no_sni: false,
+        };
+        let neither = TunnelUse::default();
+        assert_eq!(use_of("web.example", 443), neither);
+        assert_eq!(use_of("web.example", 80), neither);
+        assert_eq!(use_of("ssh.example", 22), plain);
+        assert_eq!(use_of("both.example", 80), plain);
+        assert_eq!(use_of("both.example", 443), neither);
+        assert_eq!(use_of("any.example", 80), plain);
+        assert_eq!(
+            use_of("old.example", 443),
+            TunnelUse {
+                plain: true,
+                no_sni: true
+            }
+        );
+        assert_eq!(use_of("a.wild.example", 8443), plain);
+        // Addresses: no server name is the norm; plain bytes as for names.
+        assert_eq!(
+            use_of("10.2.3.4", 443),
+            TunnelUse {
+                plain: false,
+                no_sni: true
+            }
+        );
+        assert_eq!(
+            use_of("10.0.0.1", 5432),
+            TunnelUse {
+                plain: true,
+                no_sni: true
+            }
+        );
+        // Not allowed at all: nothing (check refuses first anyway).
+        assert_eq!(use_of("other.example", 22), neither);
+        assert_eq!(p.tunnel_use(&Host::Name("WEB.example".into()), 22), neither);
     }
 
     #[test]
@@ -1553,6 +1957,8 @@ mod tests {
                 source: String::new(),
                 host,
                 ports,
+                private: false,
+                no_sni: false,
             };
             assert_eq!(r.to_string(), want);
         }
@@ -1753,7 +2159,7 @@ mod tests {
             "*.example.com:*",
             "1.1:*",
             "10.0.0.0/8:*",
-            "0.0.0.0/0:*",
+            "0.0.0.0/8:*",
             "fd00::/8",
             "[::1]:*",
             "x.x:*",

@@ -46,6 +46,8 @@ impl Refusal {
 pub(crate) fn status_of(code: &str) -> u16 {
     match code {
         "bad-request" | "bad-host" => 400,
+        "method-refused" => 405,
+        "method-unknown" => 501,
         "dns-failed" | "connect-failed" => 502,
         _ => 403,
     }
@@ -85,7 +87,7 @@ pub(crate) async fn open(cfg: &ProxyConfig, host: &Host, port: u16) -> Result<Op
     let mut first_denial = None;
     for ip in addrs {
         let ip = warden_core::policy::net::canonical_ip(ip);
-        match cfg.policy.check_address(host, ip) {
+        match cfg.policy.check_address(host, port, ip) {
             Ok(()) if !vetted.contains(&ip) => vetted.push(ip),
             Ok(()) => {}
             Err(d) => {

@@ -13,7 +13,7 @@ use super::decide::{self, Refusal};
 use super::splice;
 use super::{allowed_reason, decide_event, read_idle, read_more, reply_and_close, tunnel, Link};
 use crate::events::{printable, Protocol};
-use crate::http::{self, BodyLength, ChunkedDecoder, HttpError, RequestHead};
+use crate::http::{self, BodyLength, ChunkedDecoder, HttpError, MethodUse, RequestHead};
 use crate::ProxyConfig;
 
 /// How much is read at a time while relaying bodies.
@@ -84,19 +84,54 @@ impl Deny {
     }
 }
 
-/// The error response for a refusal.
+/// The error response for a refusal (a 405 says which methods are forwarded).
 pub(crate) fn denial_response(status: u16, code: &str, message: &str) -> Vec<u8> {
     let reason = match status {
         400 => "Bad Request",
         403 => "Forbidden",
+        405 => "Method Not Allowed",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
         _ => "Bad Gateway",
+    };
+    let allow = if status == 405 {
+        format!("Allow: {}\r\n", http::FORWARDED_METHODS.join(", "))
+    } else {
+        String::new()
     };
     let body = format!("warden: {}\n", super::clean_message(message));
     format!(
-        "HTTP/1.1 {status} {reason}\r\nX-Warden-Denied: {code}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status} {reason}\r\nX-Warden-Denied: {code}\r\n{allow}Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()
+}
+
+/// The refusal of a method the proxy does not forward, or None.
+fn vet_method(method: &str, host: &str, port: u16) -> Option<Deny> {
+    let (code, message) = match http::method_use(method) {
+        MethodUse::Forward | MethodUse::Connect => return None,
+        MethodUse::Refused => (
+            "method-refused",
+            format!("{method} is not forwarded (it reflects the request back)"),
+        ),
+        MethodUse::Unknown => (
+            "method-unknown",
+            format!(
+                "method {} is not one the proxy forwards",
+                printable(method.as_bytes())
+            ),
+        ),
+    };
+    Some(Deny {
+        protocol: Protocol::Http,
+        host: host.to_string(),
+        port,
+        code,
+        message,
+        rule: None,
+        address: None,
+    })
 }
 
 async fn refuse(client: &mut TcpStream, cfg: &ProxyConfig, d: Deny) {
@@ -230,6 +265,12 @@ async fn exchange(
         }
     };
     let shown = host.to_string();
+    // Before any lookup or connection: TRACE, TRACK and unknown methods.
+    if let Some(d) = vet_method(&head.method, &shown, port) {
+        *slot = None;
+        refuse(client, cfg, d).await;
+        return Next::Close;
+    }
     // Reuse the upstream only for the same host and port, and only after deciding
     // again (the allowlist and the address it was vetted with).
     if let Some(up) = slot.take() {
@@ -241,7 +282,7 @@ async fn exchange(
         Some(up) => {
             let checked = decide::check(cfg, &host, port).and_then(|rule| {
                 cfg.policy
-                    .check_address(&host, up.addr.ip())
+                    .check_address(&host, port, up.addr.ip())
                     .map(|()| rule)
                     .map_err(|d| Refusal::denial(&d, None))
             });

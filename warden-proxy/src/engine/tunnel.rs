@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use warden_core::policy::net::{parse_host, Host};
+use warden_core::policy::net::{parse_host, Host, TunnelUse};
 
 use super::decide::Opened;
 use super::{allowed_reason, decide_event, read_more, splice, Link};
@@ -22,8 +22,17 @@ use crate::ProxyConfig;
 pub(crate) enum End {
     /// Both directions reached end of stream, or one failed, or idle.
     Done,
-    /// The ClientHello was refused (nothing of it was forwarded).
-    Refused(String),
+    /// The client's first bytes were refused (nothing of them was forwarded):
+    /// the decision code (`sni-mismatch`, `no-sni`, `plain-tunnel`) and why.
+    Refused(&'static str, String),
+}
+
+/// What the first bytes of a CONNECT or SOCKS5 tunnel must be: a TLS ClientHello
+/// naming `host`, or what `allowed` permits besides.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Expect<'a> {
+    pub host: &'a Host,
+    pub allowed: TunnelUse,
 }
 
 /// The time of the last byte, as milliseconds since `start`.
@@ -71,14 +80,15 @@ async fn pump(
 
 enum Up {
     Done,
-    Refused(String),
+    Refused(&'static str, String),
 }
 
 /// An allowed tunnel (CONNECT or SOCKS5) from its allow decision to its end:
 /// records the decision, sends the protocol's success `reply`, then runs the
-/// tunnel with the ClientHello check against `host` (`client_prefix`: bytes the
-/// client sent after its request); a refused ClientHello is a second,
-/// `sni-mismatch` decision.
+/// tunnel with the first-bytes check against `host` (`client_prefix`: bytes the
+/// client sent after its request): TLS naming `host`, or what the policy's
+/// [`TunnelUse`] for `host` and `port` permits besides. A refusal is a second
+/// decision (`sni-mismatch`, `no-sni`, `plain-tunnel`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve_allowed(
     cfg: &ProxyConfig,
@@ -108,33 +118,37 @@ pub(crate) async fn serve_allowed(
     if client.write_all(reply).await.is_err() {
         return;
     }
+    let expect = Expect {
+        host,
+        allowed: cfg.policy.tunnel_use(host, port),
+    };
     let end = run(
         client,
         &mut opened.stream,
         client_prefix,
         Vec::new(),
-        Some(host),
+        Some(expect),
         &link,
         cfg.limits.idle_timeout,
     )
     .await;
-    if let End::Refused(why) = end {
-        allowed(false, "sni-mismatch");
-        tracing::debug!(session = %cfg.session, host = %shown, port, why = %why, "proxy: tunnel refused");
+    if let End::Refused(code, why) = end {
+        allowed(false, code);
+        tracing::debug!(session = %cfg.session, host = %shown, port, code, why = %why, "proxy: tunnel refused");
     }
 }
 
 /// Splices `client` and `upstream` until both directions end, one fails, or
 /// nothing moves for `idle`. `client_prefix` (bytes the client already sent) and
-/// `upstream_prefix` (bytes the upstream already sent) go first. With
-/// `expect_sni`, the client's first bytes are held until they are known not to be
-/// a ClientHello naming another host.
+/// `upstream_prefix` (bytes the upstream already sent) go first. With `expect`,
+/// the client's first bytes are held until they are known to be a ClientHello
+/// naming the host, or something else `expect.allowed` permits.
 pub(crate) async fn run(
     client: &mut TcpStream,
     upstream: &mut TcpStream,
     client_prefix: Vec<u8>,
     upstream_prefix: Vec<u8>,
-    expect_sni: Option<&Host>,
+    expect: Option<Expect<'_>>,
     link: &Link,
     idle: Duration,
 ) -> End {
@@ -153,7 +167,12 @@ pub(crate) async fn run(
     };
     let up = async {
         let mut prefix = client_prefix;
-        if let Some(expected) = expect_sni {
+        if let Some(Expect {
+            host: expected,
+            allowed,
+        }) = expect
+        {
+            const SNI: &str = "sni-mismatch";
             loop {
                 match tls::sniff(&prefix) {
                     Ok(Sniff::NeedMore) => {
@@ -164,29 +183,47 @@ pub(crate) async fn run(
                                 return Ok(Up::Done);
                             }
                             return Ok(Up::Refused(
+                                SNI,
                                 "the client closed inside its TLS ClientHello".into(),
                             ));
                         }
                         activity.touch();
                     }
-                    Ok(Sniff::NotTls) | Ok(Sniff::ClientHello { sni: None, .. }) => break,
+                    Ok(Sniff::NotTls) if allowed.plain => break,
+                    Ok(Sniff::NotTls) => {
+                        return Ok(Up::Refused(
+                            "plain-tunnel",
+                            format!(
+                                "the tunnel to {expected} carries no TLS, and no network.allow \
+                                 entry lists this port for it explicitly"
+                            ),
+                        ))
+                    }
+                    Ok(Sniff::ClientHello { sni: None, .. }) if allowed.no_sni => break,
+                    Ok(Sniff::ClientHello { sni: None, .. }) => {
+                        return Ok(Up::Refused(
+                            "no-sni",
+                            format!("the TLS ClientHello to {expected} names no server"),
+                        ))
+                    }
                     Ok(Sniff::ClientHello {
                         sni: Some(name), ..
                     }) => match parse_host(&name) {
                         Ok(h) if &h == expected => break,
                         Ok(h) => {
-                            return Ok(Up::Refused(format!(
-                                "TLS server name {h} is not the tunnel's host {expected}"
-                            )))
+                            return Ok(Up::Refused(
+                                SNI,
+                                format!("TLS server name {h} is not the tunnel's host {expected}"),
+                            ))
                         }
                         Err(e) => {
-                            return Ok(Up::Refused(format!(
-                                "TLS server name {}: {e}",
-                                printable(name.as_bytes())
-                            )))
+                            return Ok(Up::Refused(
+                                SNI,
+                                format!("TLS server name {}: {e}", printable(name.as_bytes())),
+                            ))
                         }
                     },
-                    Err(e) => return Ok(Up::Refused(format!("TLS ClientHello refused: {e}"))),
+                    Err(e) => return Ok(Up::Refused(SNI, format!("TLS ClientHello refused: {e}"))),
                 }
             }
         }
@@ -206,7 +243,7 @@ pub(crate) async fn run(
         tokio::select! {
             r = &mut up, if !up_done => match r {
                 Ok(Up::Done) => up_done = true,
-                Ok(Up::Refused(why)) => return End::Refused(why),
+                Ok(Up::Refused(code, why)) => return End::Refused(code, why),
                 Err(_) => return End::Done,
             },
             r = &mut down, if !down_done => match r {

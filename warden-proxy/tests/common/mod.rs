@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use warden_core::policy::net::NetworkPolicy;
 use warden_proxy::{
-    BoxFuture, Closed, Connector, Decision, EventSink, Limits, ProxyConfig, Resolver,
+    AcceptFailure, BoxFuture, Closed, Connector, Decision, EventSink, Limits, ProxyConfig, Resolver,
 };
 
 /// A generous bound that only catches hangs.
@@ -25,6 +25,7 @@ pub const HANG: Duration = Duration::from_secs(20);
 pub struct Sink {
     pub decisions: Mutex<Vec<Decision>>,
     pub closed: Mutex<Vec<Closed>>,
+    pub accept_failures: Mutex<Vec<AcceptFailure>>,
 }
 
 impl EventSink for Sink {
@@ -37,6 +38,9 @@ impl EventSink for Sink {
     }
     fn closed(&self, c: &Closed) {
         self.closed.lock().unwrap().push(c.clone());
+    }
+    fn accept_failed(&self, f: &AcceptFailure) {
+        self.accept_failures.lock().unwrap().push(f.clone());
     }
 }
 
