@@ -116,6 +116,7 @@ impl Fixture {
             cwd: PathBuf::from("/tmp"),
             read: vec![],
             write: vec![],
+            allow_git_init: false,
             env_allow: vec![],
             network: Default::default(),
             limits: Limits::default(),
@@ -1086,5 +1087,24 @@ fn sandbox_landlock_min_abi() {
     assert_eq!(
         f.err("command: [server]\nsandbox:\n  landlock: 4\n"),
         vec!["$T/proj/policy.yaml:3:3: sandbox.landlock: unknown key `landlock`, did you mean `landlock_min_abi`?".to_string()]
+    );
+}
+
+#[test]
+fn allow_git_init_is_a_filesystem_boolean() {
+    let f = Fixture::new();
+    let text = "command: [server]\nfilesystem:\n  allow_git_init: true\n";
+    let got = f.ok(text);
+    assert_eq!(
+        got,
+        CompiledPolicy {
+            allow_git_init: true,
+            ..f.base(text)
+        }
+    );
+    let errs = f.err("command: [server]\nfilesystem:\n  allow_git_init: yes please\n");
+    assert!(
+        errs.iter().any(|e| e.contains("filesystem.allow_git_init")),
+        "{errs:?}"
     );
 }
