@@ -305,6 +305,41 @@ fn refused() -> Vec<Probe> {
             "EAFNOSUPPORT",
         ),
     ];
+    // NUMA memory policy (the host accepts these no-op forms: MPOL_DEFAULT,
+    // zero lengths and counts), and process_madvise on a bad pidfd (EBADF).
+    v.extend([
+        probe("mbind", SYS_mbind, "0, 0, 0, 0, 0, 0", "ENOSYS"),
+        probe("set_mempolicy", SYS_set_mempolicy, "0, 0, 0", "ENOSYS"),
+        probe(
+            "get_mempolicy",
+            SYS_get_mempolicy,
+            "0, 0, 0, 0, 0",
+            "ENOSYS",
+        ),
+        probe("move_pages", SYS_move_pages, "0, 0, 0, 0, 0, 0", "ENOSYS"),
+        probe("migrate_pages", SYS_migrate_pages, "0, 0, 0, 0", "ENOSYS"),
+        probe(
+            "set_mempolicy_home_node",
+            SYS_set_mempolicy_home_node,
+            "0, 0, 0, 0",
+            "ENOSYS",
+        ),
+        probe(
+            "process_madvise",
+            SYS_process_madvise,
+            "-1, 0, 0, 0, 0",
+            "EPERM",
+        ),
+        // Set-id bits on a pipe (the host changes the pipe inode's mode).
+        probe("fchmod_setuid", SYS_fchmod, "fd, 0o4755", "EPERM"),
+        probe("fchmod_setgid", SYS_fchmod, "fd, 0o2755", "EPERM"),
+        probe(
+            "fchmod_setuid_high",
+            SYS_fchmod,
+            &format!("fd, {}", HI | 0o4755),
+            "EPERM",
+        ),
+    ]);
     #[cfg(target_arch = "x86_64")]
     v.extend([
         probe("iopl", SYS_iopl, "99", "EPERM"),
@@ -359,6 +394,28 @@ fn allowed() -> Vec<Probe> {
             &format!("{AF_INET6}, {SOCK_DGRAM}, 0"),
             "ok",
         ),
+        probe(
+            "socket_tcp_flags",
+            SYS_socket,
+            &format!(
+                "{AF_INET}, {}, {IPPROTO_TCP}",
+                SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC
+            ),
+            "ok",
+        ),
+        probe(
+            "socket_udp6",
+            SYS_socket,
+            &format!("{AF_INET6}, {SOCK_DGRAM}, {IPPROTO_UDP}"),
+            "ok",
+        ),
+        probe(
+            "socket_unix_seqpacket",
+            SYS_socket,
+            &format!("{AF_UNIX}, {SOCK_SEQPACKET}, 0"),
+            "ok",
+        ),
+        probe("fchmod_plain", SYS_fchmod, "fd, 0o600", "ok"),
         probe(
             "socketpair_unix",
             SYS_socketpair,
