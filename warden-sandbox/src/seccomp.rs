@@ -82,8 +82,10 @@ pub(crate) enum ArgCond {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum When {
     Always,
-    /// Only when the creation guard is off ([`program`]'s `guard` is false):
-    /// a refusal the guard makes unnecessary by performing the call itself.
+    /// Only with write grants and without the creation guard ([`program`]'s
+    /// `writes` and not `guard`): a refusal the guard makes unnecessary by
+    /// performing the call itself (and that nothing needs without a write
+    /// grant: the private tmpfs mounts are gone with the session).
     /// Always a plain errno (never notified), so the notifier never needs it.
     Unguarded,
 }
@@ -312,11 +314,12 @@ pub(crate) static RULES: &[Rule] = &[
     rule!(SYS_mknod, NOTIFY_EPERM, Some(set_id(1)), "creating a setuid/setgid file (mknod S_IFREG)"),
     rule!(SYS_mknodat, NOTIFY_EPERM, Some(set_id(2)), "creating a setuid/setgid file (mknodat S_IFREG)"),
     // openat2's mode is in memory the filter cannot read. With the creation
-    // guard, the guard performs its creations and clears those bits; without
-    // it, openat2 is refused as if the kernel predated it (5.6), and callers
-    // fall back to openat, whose mode the rule above reads.
+    // guard, the guard performs its creations and clears those bits; with
+    // write grants but without it, openat2 is refused as if the kernel
+    // predated it (5.6), and callers fall back to openat, whose mode the rule
+    // above reads.
     rule!(SYS_openat2, ENOSYS, None, When::Unguarded,
-        "its mode (setuid/setgid bits) is in memory the filter cannot read; only without the creation guard"),
+        "its mode (setuid/setgid bits) is in memory the filter cannot read; only with write grants and no creation guard"),
 ];
 
 /// What a watched call does to the paths it names: the operation the file
@@ -690,10 +693,13 @@ fn rule_body(rule: &Rule, notify: bool) -> Result<Vec<libc::sock_filter>, Failur
 /// calls notify too; otherwise they are allowed without a round trip.
 /// `guard` (only with `notify`): the calls that can create a name notify
 /// ([`creates`]; `open`/`openat` only with `O_CREAT`), for the creation guard.
+/// `writes`: the sandbox has write grants, so the [`When::Unguarded`] rules
+/// apply when the guard does not run.
 pub(crate) fn program(
     notify: bool,
     watch_files: bool,
     guard: bool,
+    writes: bool,
 ) -> Result<Vec<libc::sock_filter>, Failure> {
     let arch = native_arch().ok_or_else(|| {
         Failure::msg(
@@ -717,7 +723,7 @@ pub(crate) fn program(
         prog.push(stmt(RET, ENOSYS.ret(notify)));
     }
     // One block per syscall, in table order of first appearance.
-    let compiled = |r: &&Rule| r.when == When::Always || !guard;
+    let compiled = |r: &&Rule| r.when == When::Always || (writes && !guard);
     let mut seen: Vec<libc::c_long> = Vec::new();
     for first in RULES.iter().filter(compiled) {
         if seen.contains(&first.nr) {
@@ -839,7 +845,7 @@ mod tests {
     /// The filter as installed with a listener.
     fn native(nr: libc::c_long, args: [u64; 6]) -> u32 {
         run(
-            &program(true, false, false).unwrap(),
+            &program(true, false, false, true).unwrap(),
             native_arch().unwrap(),
             nr as u32,
             args,
@@ -849,7 +855,7 @@ mod tests {
     /// The filter as installed without one (no user notification).
     fn plain(nr: libc::c_long, args: [u64; 6]) -> u32 {
         run(
-            &program(false, false, false).unwrap(),
+            &program(false, false, false, true).unwrap(),
             native_arch().unwrap(),
             nr as u32,
             args,
@@ -1015,10 +1021,15 @@ mod tests {
     /// of the call that is compiled in and holds; else, with a listener, the
     /// watched calls (all of them with `watch`; the creating ones with
     /// `guard`, opens only with O_CREAT) notify; else allow.
-    fn model(notify: bool, watch: bool, guard: bool, nr: libc::c_long, args: &[u64; 6]) -> u32 {
+    fn model(
+        notify: bool,
+        (watch, guard, writes): (bool, bool, bool),
+        nr: libc::c_long,
+        args: &[u64; 6],
+    ) -> u32 {
         let rule = RULES
             .iter()
-            .filter(|r| r.nr == nr && (r.when == When::Always || !guard))
+            .filter(|r| r.nr == nr && (r.when == When::Always || (writes && !guard)))
             .find(|r| r.cond.is_none_or(|c| c.holds(args)));
         if let Some(r) = rule {
             return r.action.ret(notify);
@@ -1054,15 +1065,15 @@ mod tests {
         let arch = native_arch().unwrap();
         for notify in [false, true] {
             for watch in [false, true] {
-                for guard in [false, true] {
-                    let prog = program(notify, watch, guard).unwrap();
+                for (guard, writes) in [(false, false), (false, true), (true, true)] {
+                    let prog = program(notify, watch, guard, writes).unwrap();
                     let (watch, guard) = (notify && watch, notify && guard);
                     for &nr in &nrs {
                         for args in grid(nr) {
                             assert_eq!(
                                 run(&prog, arch, nr as u32, args),
-                                model(notify, watch, guard, nr, &args),
-                                "syscall {nr} {args:x?} notify={notify} watch={watch} guard={guard}"
+                                model(notify, (watch, guard, writes), nr, &args),
+                                "syscall {nr} {args:x?} notify={notify} watch={watch} guard={guard} writes={writes}"
                             );
                         }
                     }
@@ -1191,8 +1202,8 @@ mod tests {
     /// Everything else stays allowed, watched or guarded as before.
     #[test]
     fn set_id_bits_are_refused_in_every_mode_argument() {
-        let watching = program(true, true, false).unwrap();
-        let guarded = program(true, false, true).unwrap();
+        let watching = program(true, true, false, true).unwrap();
+        let guarded = program(true, false, true, true).unwrap();
         let arch = native_arch().unwrap();
         let dir = (libc::S_IFDIR | 0o2755) as u64;
         let mut chmods = vec![(libc::SYS_fchmod, 1), (libc::SYS_fchmodat, 2)];
@@ -1290,6 +1301,12 @@ mod tests {
         );
         assert_eq!(run(&guarded, arch, libc::SYS_openat2 as u32, [0; 6]), NOTIF);
         assert!(rule_for(libc::SYS_openat2, &[0; 6]).is_none());
+        // Without a write grant nothing the server makes outlives it: allowed.
+        let no_grant = program(true, false, false, false).unwrap();
+        assert_eq!(
+            run(&no_grant, arch, libc::SYS_openat2 as u32, [0; 6]),
+            RET_ALLOW
+        );
     }
 
     /// IP sockets: stream and datagram, TCP or UDP, nothing else; Unix
@@ -1587,7 +1604,7 @@ mod tests {
         assert!(rule_for(libc::SYS_clone, &arg0(newuser)).is_some());
         assert!(rule_for(libc::SYS_clone, &arg0(high)).is_none());
         // Every condition loads a low word, never a high one.
-        let prog = program(true, false, false).unwrap();
+        let prog = program(true, false, false, true).unwrap();
         for ins in prog.iter().filter(|i| i.code == LD_ABS && i.k >= OFF_ARGS) {
             assert_eq!((ins.k - OFF_ARGS) % 8, arg_low(0) - OFF_ARGS, "{}", ins.k);
         }
@@ -1627,7 +1644,7 @@ mod tests {
 
     #[test]
     fn foreign_abi_kills_and_x32_is_enosys() {
-        let prog = program(true, false, false).unwrap();
+        let prog = program(true, false, false, true).unwrap();
         // i386, x32-less x86_64 build of another arch, AArch32: killed whatever the call.
         for arch in [0x4000_0003u32, 0x4000_0028, 0xC000_003E, 0xC000_00B7] {
             if Some(arch) == native_arch() {
@@ -1692,8 +1709,8 @@ mod tests {
     /// same errno as before. The two programs differ in nothing else.
     #[test]
     fn without_a_listener_recorded_rules_return_their_errno() {
-        let with = program(true, false, false).unwrap();
-        let without = program(false, false, false).unwrap();
+        let with = program(true, false, false, true).unwrap();
+        let without = program(false, false, false, true).unwrap();
         assert_eq!(with.len(), without.len());
         for (a, b) in with.iter().zip(&without) {
             assert_eq!((a.code, a.jt, a.jf), (b.code, b.jt, b.jf));
@@ -1728,7 +1745,7 @@ mod tests {
     /// refusals answer as before.
     #[test]
     fn guard_notifies_exactly_the_creating_calls() {
-        let prog = program(true, false, true).unwrap();
+        let prog = program(true, false, true, true).unwrap();
         let at = |nr: libc::c_long, args| run(&prog, native_arch().unwrap(), nr as u32, args);
         let creat = libc::O_CREAT as u64;
         for w in WATCHED {
@@ -1778,8 +1795,8 @@ mod tests {
         }
         // Without a listener there is nothing to notify.
         assert_eq!(
-            program(false, false, true).unwrap().len(),
-            program(false, false, false).unwrap().len()
+            program(false, false, true, true).unwrap().len(),
+            program(false, false, false, true).unwrap().len()
         );
     }
 
@@ -1789,7 +1806,7 @@ mod tests {
     /// allowed calls.
     #[test]
     fn watched_calls_notify_only_when_files_are_audited() {
-        let watching = program(true, true, false).unwrap();
+        let watching = program(true, true, false, true).unwrap();
         let at = |prog: &[libc::sock_filter], nr: libc::c_long, args| {
             run(prog, native_arch().unwrap(), nr as u32, args)
         };
@@ -1810,8 +1827,8 @@ mod tests {
             }
         }
         assert_eq!(
-            program(false, true, false).unwrap().len(),
-            program(false, false, false).unwrap().len()
+            program(false, true, false, true).unwrap().len(),
+            program(false, false, false, true).unwrap().len()
         );
         for nr in [
             libc::SYS_read,
@@ -1923,7 +1940,7 @@ mod tests {
 
     #[test]
     fn program_is_small_and_ends_in_allow() {
-        let prog = program(true, false, false).unwrap();
+        let prog = program(true, false, false, true).unwrap();
         assert!(prog.len() < 512, "{}", prog.len());
         assert_eq!(prog.last().map(|i| (i.code, i.k)), Some((RET, RET_ALLOW)));
         assert_eq!(native(libc::SYS_getpid, [0; 6]), RET_ALLOW);
