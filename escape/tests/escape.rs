@@ -648,6 +648,221 @@ fn socket_xdp() {
     socket_family("xdp");
 }
 
+/// IP sockets other than TCP and UDP (F12): a type other than stream or
+/// datagram (EPERM, what a raw socket gets without CAP_NET_RAW) or a protocol
+/// other than TCP/UDP (EPROTONOSUPPORT, what a kernel without that protocol
+/// says). Control: the host, or for raw sockets a user namespace with its own
+/// network namespace; a kernel without the protocol answers alike and skips.
+fn ip_protocol(name: &str, errno: i32) {
+    let sb = Sandbox::new();
+    let inside = sb.probe(&[], &["socket", name]);
+    assert_blocked(&inside, Some(errno));
+    let control = host(&sb.env, &["socket", name]);
+    if control.escaped() || control.errno != inside.errno {
+        return;
+    }
+    if userns_ok() {
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--user", "--map-root-user", "--net"])
+            .arg(probe_bin())
+            .args(["socket", name]);
+        let ns = parse(
+            &run(&mut cmd, RUN),
+            &format!("host userns+netns: socket {name}"),
+        );
+        eprintln!("host-ns socket {name}: {}", ns.json);
+        control_or_skip(
+            &ns,
+            &inside,
+            &format!("this kernel has no {name} sockets, so the host refuses them too"),
+        );
+    } else {
+        control_or_skip(
+            &control,
+            &inside,
+            &format!("this kernel has no {name} sockets"),
+        );
+    }
+}
+
+#[test]
+fn socket_sctp() {
+    ip_protocol("sctp", libc::EPROTONOSUPPORT);
+}
+
+#[test]
+fn socket_sctp_seqpacket() {
+    ip_protocol("sctp6-seqpacket", libc::EPERM);
+}
+
+#[test]
+fn socket_mptcp() {
+    ip_protocol("mptcp", libc::EPROTONOSUPPORT);
+    ip_protocol("mptcp6", libc::EPROTONOSUPPORT);
+}
+
+#[test]
+fn socket_udplite() {
+    ip_protocol("udplite", libc::EPROTONOSUPPORT);
+}
+
+#[test]
+fn socket_smc_over_inet() {
+    ip_protocol("smc", libc::EPROTONOSUPPORT);
+}
+
+#[test]
+fn socket_dccp() {
+    ip_protocol("dccp", libc::EPERM);
+}
+
+#[test]
+fn socket_raw() {
+    ip_protocol("raw", libc::EPERM);
+    ip_protocol("raw6", libc::EPERM);
+}
+
+/// The legitimate-use control: TCP, UDP (v4 and v6, with type flags) and Unix
+/// sockets of every type are made inside as on the host.
+#[test]
+fn tcp_udp_and_unix_sockets_still_work() {
+    let sb = Sandbox::new();
+    for name in ["tcp", "udp", "tcp6", "udp6", "unix-seqpacket"] {
+        let inside = sb.probe(&[], &["socket", name]);
+        assert!(inside.escaped(), "{name} refused inside: {}", inside.json);
+        let control = host(&sb.env, &["socket", name]);
+        assert!(control.escaped(), "{name} on the host: {}", control.json);
+    }
+}
+
+/// The NUMA memory-policy family: ENOSYS inside (a kernel without NUMA);
+/// the host accepts the same no-op calls.
+#[test]
+fn numa_memory_policy() {
+    for call in ["mbind", "set-mempolicy", "get-mempolicy", "move-pages"] {
+        let sb = Sandbox::new();
+        let inside = sb.probe(&[], &["numa", call]);
+        assert_blocked(&inside, Some(libc::ENOSYS));
+        assert_control(&host(&sb.env, &["numa", call]), &inside);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Set-user-ID and set-group-ID bits in a write grant (F9): no call sets them
+// on a file the host will see, and no creation carries them. Control: the
+// same steps on the host leave a setuid or setgid file.
+
+/// A write grant `proj/` with an ordinary executable `tool` and a directory `sub`.
+fn setid_grant() -> (Sandbox, PathBuf) {
+    let sb = Sandbox::new();
+    let w = sb.env.mkdir("proj");
+    sb.env.write("proj/tool", "#!/bin/sh\necho tool\n");
+    std::fs::set_permissions(w.join("tool"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    sb.env.mkdir("proj/sub");
+    (sb, w)
+}
+
+fn setid_steps(w: &Path, steps: &[(&str, &str, &str)]) -> Vec<String> {
+    let v: Vec<Vec<String>> = steps
+        .iter()
+        .map(|(call, rel, mode)| step(&["setid", call, s(&w.join(rel)), mode]))
+        .collect();
+    joined(&v)
+}
+
+fn run_setid(sb: &Sandbox, w: &Path, argv: &[String]) -> Vec<Probe> {
+    let args: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let out = sb.run(&sb.env.minimal_policy(), &["--write", s(w)], &args);
+    let lines = parse_lines(&out, "inside");
+    for p in &lines {
+        eprintln!("inside  {}", p.json);
+    }
+    assert_eq!(
+        exit_code(out.status),
+        0,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lines
+}
+
+fn host_lines(sb: &Sandbox, argv: &[String]) -> Vec<Probe> {
+    let mut cmd = Command::new(probe_bin());
+    cmd.args(argv)
+        .envs(sb.env.env_vars())
+        .current_dir(&sb.env.root);
+    let lines = parse_lines(&run(&mut cmd, RUN), "host");
+    for p in &lines {
+        eprintln!("host    {}", p.json);
+    }
+    lines
+}
+
+/// The set-id bits of `p` on the host (0 when it is absent).
+fn host_setid(p: &Path) -> u32 {
+    p.symlink_metadata()
+        .map_or(0, |m| m.permissions().mode() & 0o6000)
+}
+
+#[test]
+fn setuid_setgid_chmod_in_a_write_grant() {
+    let (sb, w) = setid_grant();
+    let steps = [
+        ("chmod", "tool", "4755"),
+        ("chmod", "tool", "2755"),
+        ("fchmod", "tool", "6755"),
+        ("fchmodat2", "tool", "4755"),
+        ("chmod", "sub", "2775"),
+    ];
+    let argv = setid_steps(&w, &steps);
+    for (p, st) in run_setid(&sb, &w, &argv).iter().zip(&steps) {
+        assert_blocked(p, Some(libc::EPERM));
+        assert_eq!(host_setid(&w.join(st.1)), 0, "{st:?}: {}", p.json);
+    }
+    // Ordinary modes still change.
+    let plain = setid_steps(&w, &[("chmod", "tool", "700"), ("fchmod", "tool", "755")]);
+    for p in run_setid(&sb, &w, &plain) {
+        assert!(p.errno.is_none(), "{}", p.json);
+    }
+    // Control: on the host, each step leaves the bit.
+    for (p, st) in host_lines(&sb, &argv).iter().zip(&steps) {
+        if st.0 == "fchmodat2" && p.errno == Some(libc::ENOSYS) {
+            println!("skipping the fchmodat2 control: this kernel predates it (6.6)");
+            continue;
+        }
+        assert!(p.escaped(), "control {st:?}: {}", p.json);
+        std::fs::set_permissions(w.join(st.1), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+#[test]
+fn setuid_file_created_in_a_write_grant() {
+    let (sb, w) = setid_grant();
+    let steps = [
+        ("open", "made-open", "4755"),
+        ("open", "made-open-gid", "2755"),
+        ("mknod", "made-mknod", "4755"),
+        ("tmpfile", "made-tmpfile", "6755"),
+        ("openat2", "made-openat2", "4755"),
+    ];
+    let argv = setid_steps(&w, &steps);
+    for (p, st) in run_setid(&sb, &w, &argv).iter().zip(&steps) {
+        // Refused, or (the creation guard, for openat2) made without the bits.
+        assert!(!p.escaped(), "{st:?}: {}", p.json);
+        assert_eq!(host_setid(&w.join(st.1)), 0, "{st:?}: {}", p.json);
+        if st.0 != "openat2" {
+            assert_blocked(p, Some(libc::EPERM));
+        }
+    }
+    for st in &steps {
+        let _ = std::fs::remove_file(w.join(st.1));
+    }
+    for (p, st) in host_lines(&sb, &argv).iter().zip(&steps) {
+        assert!(p.escaped(), "control {st:?}: {}", p.json);
+        assert_ne!(host_setid(&w.join(st.1)), 0, "control {st:?}");
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Files
 
@@ -1179,7 +1394,9 @@ fn icmp_raw_socket() {
 }
 
 /// An ICMP "ping" socket (no capability needed where net.ipv4.ping_group_range
-/// allows the group): the sandbox's namespace allows no group, and has no route.
+/// allows the group): refused by the filter (EPROTONOSUPPORT: IP protocols are
+/// TCP and UDP only); the sandbox's namespace would allow no group anyway, and
+/// has no route.
 #[test]
 fn icmp_ping_socket() {
     let Some(ip) = host_ipv4() else {
@@ -1189,7 +1406,7 @@ fn icmp_ping_socket() {
     let ip = ip.to_string();
     let sb = Sandbox::new();
     let inside = sb.probe(&[], &["icmp-ping", &ip]);
-    assert_blocked(&inside, None);
+    assert_blocked(&inside, Some(libc::EPROTONOSUPPORT));
     let control = host(&sb.env, &["icmp-ping", &ip]);
     control_or_skip(
         &control,
@@ -1401,6 +1618,81 @@ fn memory_bomb_under_limits_memory_mb() {
     );
     let control = parse(&sb.run(&roomy, &[], &["mem-bomb", "128"]), "control");
     assert!(control.escaped(), "{}", control.json);
+}
+
+/// /dev/shm is a tmpfs of `tmp_mb` (F6): filling it past that fails with
+/// ENOSPC. Control: the same fill under a larger `tmp_mb` completes.
+#[test]
+fn dev_shm_fill_beyond_tmp_mb() {
+    let sb = Sandbox::new();
+    let small = sb.env.policy(
+        "shm.yaml",
+        "version: 1\nname: escape-shm\nlimits:\n  tmp_mb: 16\n  timeout_s: 60\n",
+    );
+    let inside = parse(&sb.run(&small, &[], &["shm-fill", "64"]), "shm fill");
+    assert_blocked(&inside, Some(libc::ENOSPC));
+    assert!(
+        inside.json["written_mb"].as_u64().unwrap() <= 16,
+        "{}",
+        inside.json
+    );
+    let roomy = sb.env.policy(
+        "roomy.yaml",
+        "version: 1\nname: escape-shm\nlimits:\n  tmp_mb: 128\n  timeout_s: 60\n",
+    );
+    let control = parse(&sb.run(&roomy, &[], &["shm-fill", "64"]), "control");
+    assert!(control.escaped(), "{}", control.json);
+}
+
+/// Memory that belongs to no process's RSS (F6) counts in `memory_mb`: a
+/// memfd written and never mapped, and a file in /dev/shm, each end the
+/// session (exit 137, a limit.breach record naming what it counted).
+/// Control: the same under a limit that fits.
+fn shared_memory_under_memory_mb(attack: &str) {
+    let sb = Sandbox::new();
+    let policy = sb.env.policy(
+        "mem.yaml",
+        "version: 1\nname: escape-shmem\nlimits:\n  memory_mb: 64\n  tmp_mb: 1024\n  timeout_s: 60\n",
+    );
+    let out = sb.run(&policy, &[], &[attack, "512"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        exit_code(out.status),
+        EXIT_KILLED,
+        "stderr:\n{stderr}\nstdout:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(try_parse(&out.stdout).is_none(), "the fill finished");
+    assert!(stderr.contains("limits.memory_mb exceeded"), "{stderr}");
+    let breach = audit_records(&sb.env)
+        .into_iter()
+        .find(|r| r["type"] == "limit" && r["action"] == "breach")
+        .expect("a limit.breach record");
+    let field = if attack == "memfd-fill" {
+        "memfd_bytes"
+    } else {
+        "tmpfs_bytes"
+    };
+    assert!(
+        breach["details"][field].as_u64().unwrap_or(0) > 32 << 20,
+        "{field} not counted: {breach}"
+    );
+    let roomy = sb.env.policy(
+        "roomy.yaml",
+        "version: 1\nname: escape-shmem\nlimits:\n  memory_mb: 1024\n  tmp_mb: 1024\n  timeout_s: 60\n",
+    );
+    let control = parse(&sb.run(&roomy, &[], &[attack, "128"]), "control");
+    assert!(control.escaped(), "{}", control.json);
+}
+
+#[test]
+fn memfd_fill_under_limits_memory_mb() {
+    shared_memory_under_memory_mb("memfd-fill");
+}
+
+#[test]
+fn dev_shm_fill_under_limits_memory_mb() {
+    shared_memory_under_memory_mb("shm-fill");
 }
 
 // ---------------------------------------------------------------------------

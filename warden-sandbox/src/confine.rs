@@ -56,6 +56,7 @@ impl Confinement {
                 notify,
                 notify && !spec.audit_files.is_off(),
                 guard,
+                !spec.write.is_empty(),
             )?),
             notify,
             wait_killable: guard && crate::guard::kernel_at_least(5, 19),

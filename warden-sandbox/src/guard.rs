@@ -377,7 +377,7 @@ impl Guard {
                     "SYS_mknod" => n.data.args[2],
                     _ => n.data.args[3],
                 };
-                let m = kind | ((mode & 0o7777) & !umask);
+                let m = kind | ((mode & 0o7777 & !seccomp::SET_ID) & !umask);
                 // SAFETY: as for mkdirat.
                 let r = unsafe {
                     libc::mknodat(new.dir.as_raw_fd(), name.as_ptr(), m, dev as libc::dev_t)
@@ -490,7 +490,9 @@ impl Guard {
         };
         let flags = c.flags as libc::c_int;
         let ours = (flags | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC) & !libc::O_NOCTTY;
-        let perm = (mode & 0o7777) & !umask;
+        // Never a setuid/setgid file (the filter refuses such modes where it
+        // can read them; openat2's is read here).
+        let perm = (mode & 0o7777 & !seccomp::SET_ID) & !umask;
         // SAFETY: a NUL-terminated single component under a directory fd we
         // own; O_NOFOLLOW: never through a symlink that appeared meanwhile.
         let fd = unsafe { libc::openat(new.dir.as_raw_fd(), name.as_ptr(), ours, perm) };
@@ -637,7 +639,7 @@ impl Guard {
                 dir.as_raw_fd(),
                 c".".as_ptr(),
                 flags,
-                (mode & 0o7777) & !umask,
+                (mode & 0o7777 & !seccomp::SET_ID) & !umask,
             )
         };
         if fd < 0 {
@@ -759,8 +761,18 @@ impl Guard {
         match &src {
             // A named file linked through an fd the caller holds (otherwise a
             // CAP_DAC_READ_SEARCH privilege): its names are unknown here, it
-            // could be one git runs. Unnamed (O_TMPFILE) files are fine.
+            // could be one git runs. Unnamed (O_TMPFILE) files are fine, but
+            // not setuid/setgid ones: an O_TMPFILE made with those bits by
+            // openat2 (whose mode the filter cannot read) stays unnamed.
             Ok(fd) => {
+                if fstat(fd.as_fd()).is_ok_and(|st| {
+                    st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_mode & seccomp::SET_ID != 0
+                }) {
+                    return Answer::Refused {
+                        errno: libc::EPERM,
+                        why: "a setuid/setgid file gets no name in a write grant",
+                    };
+                }
                 if fstat(fd.as_fd()).is_ok_and(|st| st.st_nlink > 0) {
                     return Answer::Error(libc::ENOENT);
                 }

@@ -85,6 +85,14 @@ enum Late {
 /// and triggers guarded only by uid checks (see the comment in `build_root`).
 const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
 
+/// The inode budget of a writable tmpfs of `mb` MiB: one inode per 4 KiB of
+/// it (at least 1024). An empty file costs about 1 KiB of unreclaimable kernel
+/// memory (inode and dentry), so a tmpfs full of empty files holds at most a
+/// quarter of its size again.
+pub(crate) fn tmpfs_inodes(mb: u64) -> u64 {
+    mb.max(1).saturating_mul(256).max(1024)
+}
+
 fn depth(p: &Path) -> usize {
     p.components().count()
 }
@@ -609,11 +617,17 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
         symlinkat(Path::new(to), dev_mnt.as_fd(), Path::new(name))
             .map_err(|e| Failure::os(format!("symlink /dev/{name}"), e))?;
     }
+    // Every writable tmpfs of the sandbox (/dev/shm, /tmp, $HOME) is memory
+    // the host cannot reclaim: each gets `tmp_mb` of pages and an inode budget
+    // (empty files cost kernel memory too), and the daemon's memory sampler
+    // adds what they hold to the session's total.
+    let size = format!("{}m", spec.tmp_size_mb.max(1));
+    let inodes = tmpfs_inodes(spec.tmp_size_mb).to_string();
     fresh(
         r,
         Path::new("/dev/shm"),
         c"tmpfs",
-        &[("mode", "1777")],
+        &[("mode", "1777"), ("size", &size), ("nr_inodes", &inodes)],
         RW | MOUNT_ATTR_NOEXEC,
     )?;
 
@@ -653,7 +667,6 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
     }
 
     // Private /tmp, private $HOME, then the grants, parents first.
-    let size = format!("{}m", spec.tmp_size_mb.max(1));
     let (uid, gid) = (spec.uid.to_string(), spec.gid.to_string());
     // The file systems private to the sandbox: nothing on them is the host's.
     let mut private = Vec::new();
@@ -668,7 +681,7 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
                     r,
                     Path::new("/tmp"),
                     c"tmpfs",
-                    &[("mode", "1777"), ("size", &size)],
+                    &[("mode", "1777"), ("size", &size), ("nr_inodes", &inodes)],
                     RW,
                 )?;
                 private.push(dev_of(&tmp, "/tmp")?);
@@ -681,6 +694,7 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
                     &[
                         ("mode", "0700"),
                         ("size", &size),
+                        ("nr_inodes", &inodes),
                         ("uid", &uid),
                         ("gid", &gid),
                     ],
@@ -773,6 +787,14 @@ mod tests {
         assert!(check_abs("grant", Path::new("rel/x")).is_err());
         assert!(check_abs("grant", Path::new("/a/../etc")).is_err());
         assert!(check_abs("grant", Path::new("/a/b")).is_ok());
+    }
+
+    #[test]
+    fn tmpfs_inode_budget_scales_with_its_size() {
+        assert_eq!(tmpfs_inodes(256), 65536);
+        assert_eq!(tmpfs_inodes(1), 1024);
+        assert_eq!(tmpfs_inodes(0), 1024);
+        assert!(tmpfs_inodes(u64::MAX) > 0);
     }
 
     #[test]

@@ -248,7 +248,12 @@ fn serve(
         }
         if pfd.revents & libc::POLLIN != 0 {
             if let Some(n) = receive(fd) {
-                if let Some(w) = seccomp::watched(n.data.nr as libc::c_long) {
+                let nr = n.data.nr as libc::c_long;
+                // A refusing rule first: a watched call can also be refused
+                // on some arguments (chmod with a set-id bit), and the filter
+                // then notified it as a refusal, on these same arguments.
+                let refused = seccomp::rule_for(nr, &n.data.args).is_some();
+                if let Some(w) = seccomp::watched(nr).filter(|_| !refused) {
                     // Observed, never refused: read, check, continue, then
                     // queue. Continued even if nobody captures (cannot
                     // happen: the filter watches only when asked to).
@@ -403,5 +408,18 @@ mod tests {
 
         let c = RefusedCall::from_notif(&notif(libc::SYS_getpid, [0; 6]));
         assert_eq!((c.syscall, c.errno), ("unknown", libc::EPERM));
+
+        // A watched call refused on its arguments: a refusal with the mode.
+        let suid = notif(libc::SYS_fchmodat, [3, 0, 0o4755, 0, 0, 0]);
+        let c = RefusedCall::from_notif(&suid);
+        assert_eq!(
+            (c.syscall, c.checked_arg, c.errno),
+            ("fchmodat", Some((2, 0o4755)), libc::EPERM)
+        );
+        assert!(c.reason.contains("setuid"), "{}", c.reason);
+        let creat = libc::O_CREAT as u64 | libc::O_WRONLY as u64;
+        let c = RefusedCall::from_notif(&notif(libc::SYS_openat, [3, 0, creat, 0o2755, 0, 0]));
+        assert_eq!((c.syscall, c.checked_arg), ("openat", Some((3, 0o2755))));
+        assert!(seccomp::rule_for(libc::SYS_fchmodat, &[3, 0, 0o755, 0, 0, 0]).is_none());
     }
 }

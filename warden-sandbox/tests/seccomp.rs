@@ -305,6 +305,41 @@ fn refused() -> Vec<Probe> {
             "EAFNOSUPPORT",
         ),
     ];
+    // NUMA memory policy (the host accepts these no-op forms: MPOL_DEFAULT,
+    // zero lengths and counts), and process_madvise on a bad pidfd (EBADF).
+    v.extend([
+        probe("mbind", SYS_mbind, "0, 0, 0, 0, 0, 0", "ENOSYS"),
+        probe("set_mempolicy", SYS_set_mempolicy, "0, 0, 0", "ENOSYS"),
+        probe(
+            "get_mempolicy",
+            SYS_get_mempolicy,
+            "0, 0, 0, 0, 0",
+            "ENOSYS",
+        ),
+        probe("move_pages", SYS_move_pages, "0, 0, 0, 0, 0, 0", "ENOSYS"),
+        probe("migrate_pages", SYS_migrate_pages, "0, 0, 0, 0", "ENOSYS"),
+        probe(
+            "set_mempolicy_home_node",
+            SYS_set_mempolicy_home_node,
+            "0, 0, 0, 0",
+            "ENOSYS",
+        ),
+        probe(
+            "process_madvise",
+            SYS_process_madvise,
+            "-1, 0, 0, 0, 0",
+            "EPERM",
+        ),
+        // Set-id bits on a pipe (the host changes the pipe inode's mode).
+        probe("fchmod_setuid", SYS_fchmod, "fd, 0o4755", "EPERM"),
+        probe("fchmod_setgid", SYS_fchmod, "fd, 0o2755", "EPERM"),
+        probe(
+            "fchmod_setuid_high",
+            SYS_fchmod,
+            &format!("fd, {}", HI | 0o4755),
+            "EPERM",
+        ),
+    ]);
     #[cfg(target_arch = "x86_64")]
     v.extend([
         probe("iopl", SYS_iopl, "99", "EPERM"),
@@ -359,6 +394,28 @@ fn allowed() -> Vec<Probe> {
             &format!("{AF_INET6}, {SOCK_DGRAM}, 0"),
             "ok",
         ),
+        probe(
+            "socket_tcp_flags",
+            SYS_socket,
+            &format!(
+                "{AF_INET}, {}, {IPPROTO_TCP}",
+                SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC
+            ),
+            "ok",
+        ),
+        probe(
+            "socket_udp6",
+            SYS_socket,
+            &format!("{AF_INET6}, {SOCK_DGRAM}, {IPPROTO_UDP}"),
+            "ok",
+        ),
+        probe(
+            "socket_unix_seqpacket",
+            SYS_socket,
+            &format!("{AF_UNIX}, {SOCK_SEQPACKET}, 0"),
+            "ok",
+        ),
+        probe("fchmod_plain", SYS_fchmod, "fd, 0o600", "ok"),
         probe(
             "socketpair_unix",
             SYS_socketpair,
@@ -528,4 +585,38 @@ new Worker('require("worker_threads").parentPort.postMessage(6*7)', { eval: true
 "#;
     let (rc, out, err) = sandboxed(&format!("node -e {}", shell_quote(code)));
     assert_eq!((rc, out.as_str()), (0, "child 0 42\n"), "{err}");
+}
+
+/// The set-id rules leave ordinary file tools alone: `mkdir -p`, `install`,
+/// `cp -a`, `tar` out and back in, and (where installed) `git init` and a
+/// commit, in the private /tmp; only asking for a set-id bit is refused.
+#[test]
+fn ordinary_file_tools_work_and_only_set_id_bits_are_refused() {
+    if !userns_available() {
+        return;
+    }
+    let script = r#"
+set -e
+export PATH=/usr/local/bin:$PATH
+cd /tmp
+mkdir -p a/b/c && echo x > a/b/c/f && chmod 0750 a/b && chmod u+x a/b/c/f
+install -d -m 0755 inst && install -m 0644 a/b/c/f inst/f
+cp -a a copy && test -x copy/b/c/f
+tar cf t.tar a && mkdir x && tar xf t.tar -C x && test -f x/a/b/c/f
+tar xpf t.tar -C x
+if command -v git >/dev/null; then
+  git init -q g && cd g && echo hi > r && git add r
+  git -c user.email=t@e -c user.name=t commit -qm m && cd ..
+  echo "git ok"
+fi
+if chmod 4755 copy/b/c/f 2>/dev/null; then echo "chmod 4755 passed"; exit 1; fi
+if chmod g+s copy/b 2>/dev/null; then echo "chmod g+s passed"; exit 1; fi
+echo ok
+"#;
+    let (rc, out, err) = sandboxed(script);
+    assert_eq!((rc, out.lines().last()), (0, Some("ok")), "{out}{err}");
+    let git = ["/usr/bin/git", "/usr/local/bin/git"]
+        .iter()
+        .any(|g| std::path::Path::new(g).exists());
+    assert_eq!(out.contains("git ok"), git, "{out}{err}");
 }

@@ -580,10 +580,11 @@ impl Daemon {
         while !session.ended.load(Ordering::SeqCst) && session.cause().is_none() {
             tick.tick().await;
             let pid = session.pid;
-            let rss = tokio::task::spawn_blocking(move || crate::limits::tree_rss(pid))
+            let mem = tokio::task::spawn_blocking(move || crate::limits::tree_memory(pid))
                 .await
-                .unwrap_or(0);
-            if rss > limit && session.request_end(EndCause::Memory) {
+                .unwrap_or_default();
+            let total = mem.total();
+            if total > limit && session.request_end(EndCause::Memory) {
                 self.audit.record(
                     Record::new(
                         RecordType::Limit,
@@ -591,9 +592,20 @@ impl Daemon {
                         Some(&session.id),
                         "memory_mb",
                         Decision::Deny,
-                        format!("resident memory {} MiB exceeds memory_mb={limit_mb}", rss >> 20),
+                        format!(
+                            "memory {} MiB (resident, tmpfs and memfd) exceeds memory_mb={limit_mb}",
+                            total >> 20
+                        ),
                     )
-                    .with_details(json!({ "rss_bytes": rss, "limit_bytes": limit, "mechanism": "rss-sampling" })),
+                    .with_details(json!({
+                        "rss_bytes": total,
+                        "resident_bytes": mem.resident,
+                        "shmem_mapped_bytes": mem.shmem_mapped,
+                        "tmpfs_bytes": mem.tmpfs,
+                        "memfd_bytes": mem.memfd,
+                        "limit_bytes": limit,
+                        "mechanism": "rss-sampling",
+                    })),
                 );
                 return;
             }

@@ -226,6 +226,31 @@ const ATTACKS: &[(&str, &str, &str)] = &[
         "allocate and touch MB MiB in 16 MiB steps; prints only if it finishes",
     ),
     (
+        "numa",
+        "CALL",
+        "mbind|set-mempolicy|get-mempolicy|move-pages|migrate-pages: the no-op form the kernel \
+         accepts (MPOL_DEFAULT, zero lengths)",
+    ),
+    (
+        "setid",
+        "CALL PATH MODE",
+        "set-id bits in a mode (octal): chmod|fchmod|fchmodat2 on PATH, or create PATH with \
+         open|openat2|mknod|tmpfile (O_TMPFILE in its directory, then linked); escaped if PATH \
+         ends up with S_ISUID or S_ISGID",
+    ),
+    (
+        "shm-fill",
+        "MB [DIR]",
+        "write MB MiB into DIR (/dev/shm)/warden-fill in 1 MiB steps; blocked with the errno \
+         of the write that failed",
+    ),
+    (
+        "memfd-fill",
+        "MB",
+        "memfd_create, then write MB MiB into it in 16 MiB steps, never mapped; prints only \
+         if it finishes",
+    ),
+    (
         "plant",
         "CALL ARGS...",
         "create one name with one raw syscall; escaped if it was created. CALL ARGS: \
@@ -866,6 +891,26 @@ fn socket(args: &[String]) -> Report {
         "xdp" => (libc::AF_XDP, libc::SOCK_RAW, 0),
         "can" => (libc::AF_CAN, libc::SOCK_RAW, 1), // CAN_RAW
         "tipc" => (libc::AF_TIPC, libc::SOCK_RDM, 0),
+        // IP sockets by protocol.
+        "tcp" => (
+            libc::AF_INET,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK,
+            libc::IPPROTO_TCP,
+        ),
+        "udp" => (libc::AF_INET, libc::SOCK_DGRAM, 0),
+        "tcp6" => (libc::AF_INET6, libc::SOCK_STREAM, 0),
+        "udp6" => (libc::AF_INET6, libc::SOCK_DGRAM, libc::IPPROTO_UDP),
+        "unix-seqpacket" => (libc::AF_UNIX, libc::SOCK_SEQPACKET, 0),
+        "sctp" => (libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_SCTP),
+        "sctp6-seqpacket" => (libc::AF_INET6, libc::SOCK_SEQPACKET, libc::IPPROTO_SCTP),
+        "mptcp" => (libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_MPTCP),
+        "mptcp6" => (libc::AF_INET6, libc::SOCK_STREAM, libc::IPPROTO_MPTCP),
+        "udplite" => (libc::AF_INET, libc::SOCK_DGRAM, libc::IPPROTO_UDPLITE),
+        "smc" => (libc::AF_INET, libc::SOCK_STREAM, 256), // IPPROTO_SMC
+        "dccp" => (libc::AF_INET, 6, libc::IPPROTO_DCCP), // SOCK_DCCP
+        "raw" => (libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP),
+        "raw6" => (libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_ICMPV6),
+        "ping" => (libc::AF_INET, libc::SOCK_DGRAM, libc::IPPROTO_ICMP),
         "rds" => (libc::AF_RDS, libc::SOCK_SEQPACKET, 0),
         other => match other.parse::<libc::c_int>() {
             Ok(n) => (n, libc::SOCK_RAW, 0),
@@ -1422,6 +1467,201 @@ fn fork_bomb(args: &[String]) -> Report {
     };
     rep.extra.push(("forked", json!(n)));
     rep
+}
+
+fn numa(args: &[String]) -> Report {
+    let call = arg(args, 0, "CALL");
+    let (nr, a): (libc::c_long, [libc::c_long; 6]) = match call {
+        "mbind" => (libc::SYS_mbind, [0; 6]),
+        "set-mempolicy" => (libc::SYS_set_mempolicy, [0; 6]),
+        "get-mempolicy" => (libc::SYS_get_mempolicy, [0; 6]),
+        "move-pages" => (libc::SYS_move_pages, [0; 6]),
+        "migrate-pages" => (libc::SYS_migrate_pages, [0; 6]),
+        other => {
+            eprintln!("warden-escape-probe: unknown NUMA call {other}");
+            std::process::exit(2)
+        }
+    };
+    // SAFETY: every pointer argument is NULL with a zero count or length.
+    let r = unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) };
+    let e = if r < 0 { errno() } else { 0 };
+    gated(&format!("{call}(0, ...)"), r, e, &[libc::ENOSYS])
+}
+
+/// The mode bits of `path` (not followed), if it exists.
+fn set_mode_of(path: &str) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| m.permissions().mode() & 0o7777)
+}
+
+fn setid(args: &[String]) -> Report {
+    let call = arg(args, 0, "CALL");
+    let path = arg(args, 1, "PATH");
+    let mode = u32::from_str_radix(arg(args, 2, "MODE"), 8).unwrap_or_else(|_| {
+        eprintln!("warden-escape-probe: MODE is octal");
+        std::process::exit(2)
+    });
+    let p = cstr(path);
+    let m = mode as libc::c_long;
+    let creat = (libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC) as libc::c_long;
+    let (r, e) = match call {
+        "chmod" => sys(libc::SYS_fchmodat, [AT_FDCWD, ptr(&p), m, 0, 0]),
+        "fchmodat2" => sys(libc::SYS_fchmodat2, [AT_FDCWD, ptr(&p), m, 0, 0]),
+        "fchmod" => {
+            let (fd, e) = sys(
+                libc::SYS_openat,
+                [AT_FDCWD, ptr(&p), libc::O_RDONLY as _, 0, 0],
+            );
+            if fd < 0 {
+                (fd, e)
+            } else {
+                let r = sys(libc::SYS_fchmod, [fd, m, 0, 0, 0]);
+                // SAFETY: our fd.
+                unsafe { libc::close(fd as i32) };
+                r
+            }
+        }
+        "open" => {
+            let r = sys(libc::SYS_openat, [AT_FDCWD, ptr(&p), creat, m, 0]);
+            if r.0 >= 0 {
+                // SAFETY: our fd.
+                unsafe { libc::close(r.0 as i32) };
+            }
+            r
+        }
+        "openat2" => {
+            let how: [u64; 3] = [creat as u64, u64::from(mode), 0];
+            let r = sys(
+                libc::SYS_openat2,
+                [AT_FDCWD, ptr(&p), how.as_ptr() as libc::c_long, 24, 0],
+            );
+            if r.0 >= 0 {
+                // SAFETY: our fd.
+                unsafe { libc::close(r.0 as i32) };
+            }
+            r
+        }
+        "mknod" => sys(
+            libc::SYS_mknodat,
+            [
+                AT_FDCWD,
+                ptr(&p),
+                (libc::S_IFREG | mode) as libc::c_long,
+                0,
+                0,
+            ],
+        ),
+        "tmpfile" => {
+            let dir = std::path::Path::new(path)
+                .parent()
+                .map(|d| d.to_string_lossy().into_owned())
+                .unwrap_or_else(|| ".".into());
+            let d = cstr(&dir);
+            let flags = (libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC) as libc::c_long;
+            let (fd, e) = sys(libc::SYS_openat, [AT_FDCWD, ptr(&d), flags, m, 0]);
+            if fd < 0 {
+                (fd, e)
+            } else {
+                let link = cstr(&format!("/proc/self/fd/{fd}"));
+                let follow = libc::AT_SYMLINK_FOLLOW as libc::c_long;
+                let r = sys(
+                    libc::SYS_linkat,
+                    [AT_FDCWD, ptr(&link), AT_FDCWD, ptr(&p), follow],
+                );
+                // SAFETY: our fd.
+                unsafe { libc::close(fd as i32) };
+                r
+            }
+        }
+        other => {
+            eprintln!("warden-escape-probe: unknown setid call {other}");
+            std::process::exit(2)
+        }
+    };
+    let got = set_mode_of(path);
+    let shown = got.map_or("absent".to_string(), |m| format!("{m:04o}"));
+    let mut rep = match got {
+        Some(m) if m & (libc::S_ISUID | libc::S_ISGID) != 0 => {
+            escaped(format!("{call} {path} {mode:o}: now mode {shown}"))
+        }
+        _ if r < 0 => blocked(
+            Some(e),
+            format!("{call} {path} {mode:o}: {}; mode {shown}", describe(e)),
+        ),
+        _ => blocked(
+            None,
+            format!("{call} {path} {mode:o} succeeded without set-id bits: mode {shown}"),
+        ),
+    };
+    rep.extra.push(("mode", json!(shown)));
+    rep
+}
+
+/// Writes `mb` MiB of non-zero bytes to `fd` in `step` MiB writes; the MiB
+/// written, or the errno of the write that failed and the MiB before it.
+fn fill(fd: i32, mb: usize, step: usize) -> Result<usize, (i32, usize)> {
+    let chunk = vec![0x5au8; step << 20];
+    let mut done = 0;
+    while done < mb {
+        let mut off = 0;
+        while off < chunk.len() {
+            // SAFETY: a buffer we own, its length.
+            let n = unsafe { libc::write(fd, chunk[off..].as_ptr().cast(), chunk.len() - off) };
+            if n < 0 {
+                return Err((errno(), done));
+            }
+            off += n as usize;
+        }
+        done += step;
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Ok(done)
+}
+
+fn shm_fill(args: &[String]) -> Report {
+    let mb: usize = arg(args, 0, "MB").parse().unwrap_or(64);
+    let dir = args.get(1).map(String::as_str).unwrap_or("/dev/shm");
+    let path = format!("{dir}/warden-fill");
+    let file = match std::fs::File::create(&path) {
+        Ok(f) => f,
+        Err(e) => return io_err(&format!("create {path}"), e),
+    };
+    use std::os::fd::AsRawFd;
+    let r = fill(file.as_raw_fd(), mb, 1);
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    let mut rep = match r {
+        Ok(n) => escaped(format!("wrote {n} MiB into {path}")),
+        Err((e, n)) => blocked(
+            Some(e),
+            format!("write {path} after {n} MiB: {}", describe(e)),
+        ),
+    };
+    rep.extra
+        .push(("written_mb", json!(r.unwrap_or_else(|(_, n)| n))));
+    rep
+}
+
+fn memfd_fill(args: &[String]) -> Report {
+    let mb: usize = arg(args, 0, "MB").parse().unwrap_or(1024);
+    // SAFETY: a NUL-terminated name.
+    let fd = unsafe { libc::memfd_create(c"warden-fill".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        let e = errno();
+        return blocked(Some(e), format!("memfd_create: {}", describe(e)));
+    }
+    let r = fill(fd, mb, 16);
+    // SAFETY: our fd.
+    unsafe { libc::close(fd) };
+    match r {
+        Ok(n) => escaped(format!("wrote {n} MiB into a memfd")),
+        Err((e, n)) => blocked(
+            Some(e),
+            format!("memfd write after {n} MiB: {}", describe(e)),
+        ),
+    }
 }
 
 fn mem_bomb(args: &[String]) -> Report {
@@ -2864,6 +3104,10 @@ fn run(step: &[String]) {
         "kmod" => kmod(),
         "reboot" => reboot(),
         "personality" => personality(),
+        "numa" => numa(args),
+        "setid" => setid(args),
+        "shm-fill" => shm_fill(args),
+        "memfd-fill" => memfd_fill(args),
         "socket" => socket(args),
         "read" => read_file(args),
         "write" => write_file(args),
