@@ -1050,7 +1050,7 @@ mod tests {
         if guard && creates(w) {
             return match (w.op, w.flags) {
                 (FileOp::Open, Flags::Arg(i))
-                    if args[usize::from(i)] & libc::O_CREAT as u64 == 0 =>
+                    if args[usize::from(i)] & u64::from(GUARDED_OPEN_FLAGS) == 0 =>
                 {
                     RET_ALLOW
                 }
@@ -1265,13 +1265,14 @@ mod tests {
                 assert_eq!(native(nr, at(flags, 0o755)), RET_ALLOW);
             }
             // Without O_CREAT/O_TMPFILE the mode is ignored by the kernel:
-            // whatever a runtime leaves in that register, the open passes.
-            for flags in [
-                libc::O_RDONLY as u64,
-                libc::O_RDWR as u64 | libc::O_TRUNC as u64,
+            // whatever a runtime leaves in that register, the open passes
+            // (to the guard when it opens for writing).
+            for (flags, guard_ret) in [
+                (libc::O_RDONLY as u64, RET_ALLOW),
+                (libc::O_RDWR as u64 | libc::O_TRUNC as u64, NOTIF),
             ] {
                 assert_eq!(native(nr, at(flags, 0o4755)), RET_ALLOW, "{nr} {flags:o}");
-                assert_eq!(run(&guarded, arch, nr as u32, at(flags, 0o4755)), RET_ALLOW);
+                assert_eq!(run(&guarded, arch, nr as u32, at(flags, 0o4755)), guard_ret);
             }
             // An ordinary creation still goes to the guard.
             assert_eq!(run(&guarded, arch, nr as u32, at(creat, 0o644)), NOTIF);
