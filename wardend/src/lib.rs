@@ -7,7 +7,8 @@
 //!   single-instance lock, binds the socket and calls it. Tests start a real
 //!   daemon the same way.
 //! - [`conn`]: accepting connections and the stdio preamble (fd passing).
-//! - [`service`]: the gRPC methods and the peer-uid check.
+//! - [`service`]: the gRPC methods and the peer checks (uid; [`peer`]: not
+//!   inside a sandbox).
 //! - [`session`]: policy → audit → sandbox → stdio pumps → exit.
 //! - [`egress`]: the per-session egress proxy (crate `warden-proxy`) wired to
 //!   the session's listener, the audit store and the `ps` counters.
@@ -27,6 +28,7 @@ pub mod features;
 pub mod files;
 pub mod limits;
 pub mod logs;
+pub mod peer;
 pub mod service;
 pub mod session;
 pub mod syscalls;
@@ -96,6 +98,9 @@ pub async fn run(
         ),
         Err(why) => tracing::info!(%why, "no delegated cgroup: limits use the fallbacks"),
     }
+    // Every peer must share these (a sandboxed process never does).
+    let own_ns = peer::own()
+        .map_err(|e| anyhow::anyhow!("cannot read the daemon's own namespaces in /proc/self/ns: {e}"))?;
     let audit = AuditStore::open_with(&config.state_dir, config.audit.clone())?;
     let daemon = Arc::new(Daemon {
         config,
@@ -128,7 +133,12 @@ pub async fn run(
         service::check_peer(&checker, &req)?;
         Ok(req)
     });
-    let incoming = ReceiverStream::new(conn::incoming(listener));
+    let auditor = daemon.clone();
+    let on_refused: conn::OnRefused = Arc::new(move |info, refusal| {
+        tracing::warn!(pid = ?info.pid, reason = %refusal.reason, "refused a peer");
+        service::audit_refused_peer(&auditor, info, refusal);
+    });
+    let incoming = ReceiverStream::new(conn::incoming(listener, own_ns, on_refused));
     let d2 = daemon.clone();
     let stopped = Arc::new(tokio::sync::Notify::new());
     let stopped2 = stopped.clone();
