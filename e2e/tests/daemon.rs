@@ -2,6 +2,7 @@
 //! directory checks, the peer-uid check, sd_notify, SIGTERM shutdown, refused
 //! spawns on record, and the systemd unit.
 
+use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
@@ -396,4 +397,95 @@ fn an_idle_client_connection_does_not_block_shutdown() {
     let status = daemon.stop(Duration::from_secs(20)).expect("daemon exits");
     assert!(status.success(), "{status:?}\n{}", daemon.log());
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+}
+
+/// How many records of `type.action` the store holds.
+fn count(records: &[serde_json::Value], ty: &str, action: &str) -> usize {
+    records
+        .iter()
+        .filter(|r| r["type"] == ty && r["action"] == action)
+        .collect::<Vec<_>>()
+        .len()
+}
+
+/// F2: a grant that exposes the daemon's socket directory (read-only is
+/// enough: `connect` works on a read-only bind) must not let a sandboxed
+/// server start a session of its own. The server here is `/bin/sh` running the
+/// real `warden-shim` against the real socket: the daemon refuses it because
+/// it lives in another user and pid namespace (the uid is the same), audits
+/// it, and the outer session goes on to exit with its own code. Control: the
+/// same command on the host starts a session.
+#[test]
+fn a_sandboxed_server_cannot_use_the_daemon_even_through_an_exposed_socket() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let shim = bin("warden-shim");
+    let shim_dir = shim.parent().unwrap();
+    let socket_dir = env.socket.parent().unwrap();
+    let inner = format!(
+        "{} --socket {} --no-autostart -- /bin/true",
+        shim.display(),
+        env.socket.display()
+    );
+    let script = format!("{inner}; echo \"inner shim exited $?\" >&2; exit 7");
+    let policy = env.policy(
+        "expose-socket.yaml",
+        &format!(
+            "version: 1\nname: inner-shim\ncommand: [\"/bin/sh\", \"-c\", {script:?}]\n\
+             filesystem:\n  read: [{socket_dir:?}, {shim_dir:?}]\n  \
+             dangerously_expose: [{socket_dir:?}]\nlimits:\n  timeout_s: 60\n"
+        ),
+    );
+    let out = run(
+        &mut env.shim([OsStr::new("--policy"), policy.as_os_str()]),
+        Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The outer session ran to its own end: the server's exit code.
+    assert_eq!(exit_code(out.status), 7, "{stderr}");
+    assert!(stderr.contains("inner shim exited 125"), "{stderr}");
+    assert!(
+        stderr.contains("warden: permission denied: peer is inside a sandbox: its user and pid namespaces are not the daemon's"),
+        "{stderr}"
+    );
+    let records = audit_records(&env);
+    let peers: Vec<_> = records
+        .iter()
+        .filter(|r| r["type"] == "daemon" && r["action"] == "peer")
+        .collect();
+    assert_eq!(peers.len(), 1, "{records:#?}");
+    let p = peers[0];
+    assert_eq!(p["decision"], "deny");
+    assert_eq!(
+        p["reason"],
+        "peer is inside a sandbox: its user and pid namespaces are not the daemon's"
+    );
+    let d = &p["details"];
+    assert_ne!(d["peer_userns"], d["daemon_userns"], "{p}");
+    assert_ne!(d["peer_pidns"], d["daemon_pidns"], "{p}");
+    assert_eq!(d["peer_uid"], d["daemon_uid"], "same uid: {p}");
+    assert!(d["peer_pid"].as_i64().is_some_and(|p| p > 0), "{p}");
+    // Only the outer session started; it ended by itself with code 7.
+    assert_eq!(count(&records, "session", "start"), 1, "{records:#?}");
+    let exit = records
+        .iter()
+        .find(|r| r["type"] == "session" && r["action"] == "exit")
+        .expect("session.exit");
+    assert_eq!(exit["details"]["code"], 7, "{exit}");
+    assert_eq!(exit["reason"], "", "{exit}");
+
+    // Control: the same command outside a sandbox is served.
+    let out = run(
+        Command::new("/bin/sh")
+            .arg("-c")
+            .arg(&inner)
+            .envs(env.env_vars())
+            .env_remove("WARDEN_SOCKET"),
+        Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(exit_code(out.status), 0, "{stderr}");
+    let records = audit_records(&env);
+    assert_eq!(count(&records, "session", "start"), 2, "{records:#?}");
+    assert_eq!(count(&records, "daemon", "peer"), 1, "{records:#?}");
 }

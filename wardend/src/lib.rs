@@ -99,8 +99,9 @@ pub async fn run(
         Err(why) => tracing::info!(%why, "no delegated cgroup: limits use the fallbacks"),
     }
     // Every peer must share these (a sandboxed process never does).
-    let own_ns = peer::own()
-        .map_err(|e| anyhow::anyhow!("cannot read the daemon's own namespaces in /proc/self/ns: {e}"))?;
+    let own_ns = peer::own().map_err(|e| {
+        anyhow::anyhow!("cannot read the daemon's own namespaces in /proc/self/ns: {e}")
+    })?;
     let audit = AuditStore::open_with(&config.state_dir, config.audit.clone())?;
     let daemon = Arc::new(Daemon {
         config,

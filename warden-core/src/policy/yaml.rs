@@ -247,7 +247,12 @@ enum Ty {
     Map(&'static [(&'static str, Ty)]),
 }
 
-const FILESYSTEM: &[(&str, Ty)] = &[("read", Ty::StrList), ("write", Ty::StrList)];
+const FILESYSTEM: &[(&str, Ty)] = &[
+    ("read", Ty::StrList),
+    ("write", Ty::StrList),
+    ("dangerously_expose", Ty::StrList),
+    ("allow_home_write", Ty::Bool),
+];
 const NETWORK: &[(&str, Ty)] = &[("allow", Ty::StrList), ("allow_private", Ty::Bool)];
 const ENV: &[(&str, Ty)] = &[("allow", Ty::StrList)];
 const LIMITS: &[(&str, Ty)] = &[
@@ -258,7 +263,10 @@ const LIMITS: &[(&str, Ty)] = &[
     ("cpu", Ty::Num),
     ("best_effort", Ty::Bool),
 ];
-const SANDBOX: &[(&str, Ty)] = &[("landlock_min_abi", Ty::Int)];
+const SANDBOX: &[(&str, Ty)] = &[
+    ("landlock_min_abi", Ty::Int),
+    ("best_effort_write_protection", Ty::Bool),
+];
 const AUDIT: &[(&str, Ty)] = &[("files", Ty::Str)];
 const TOP: &[(&str, Ty)] = &[
     ("version", Ty::Int),
