@@ -76,6 +76,8 @@ pub struct Daemon {
     pub shutting_down: AtomicBool,
     /// The delegated cgroup v2 subtree the daemon manages, or why there is none.
     pub cgroup: Result<cgroup::Delegation, String>,
+    /// What protects write grants on this kernel (probed once at start).
+    pub write_protection: features::WriteProtection,
 }
 
 /// Serves on `listener` until `shutdown` resolves, then ends every session
@@ -98,6 +100,15 @@ pub async fn run(
         ),
         Err(why) => tracing::info!(%why, "no delegated cgroup: limits use the fallbacks"),
     }
+    let pretend = std::env::var(features::PRETEND_MISSING_VAR).ok();
+    let write_protection = features::WriteProtection::probe(pretend.as_deref());
+    if write_protection.pretended {
+        tracing::warn!(
+            var = features::PRETEND_MISSING_VAR,
+            missing = ?write_protection.missing(),
+            "treating protections as unavailable (a test setting)"
+        );
+    }
     // Every peer must share these (a sandboxed process never does).
     let own_ns = peer::own().map_err(|e| {
         anyhow::anyhow!("cannot read the daemon's own namespaces in /proc/self/ns: {e}")
@@ -111,6 +122,7 @@ pub async fn run(
         started: Instant::now(),
         shutting_down: AtomicBool::new(false),
         cgroup,
+        write_protection,
     });
     daemon.audit.append(
         Record::new(

@@ -308,6 +308,12 @@ impl Daemon {
                 )));
             }
         }
+        if let Some(why) = self.write_protection.refusal(
+            !policy.write.is_empty(),
+            policy.sandbox.best_effort_write_protection,
+        ) {
+            return Err(DaemonError::Policy(why));
+        }
         if let Some(why) = crate::files::refusal(
             policy.audit.files,
             policy.audit.files_explicit,
@@ -419,6 +425,8 @@ impl Daemon {
                 },
                 "file_audit": crate::files::level_in_use(spec.audit_files),
                 "create_guard": warden_sandbox::guard::active(&spec, warden_sandbox::notify::available()),
+                "write_protection": self.write_protection.record(!policy.write.is_empty()),
+                "best_effort_write_protection": policy.sandbox.best_effort_write_protection,
             },
         }));
         // Audit-before-execute: the start record is on disk before the server runs.
