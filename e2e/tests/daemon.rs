@@ -489,3 +489,128 @@ fn a_sandboxed_server_cannot_use_the_daemon_even_through_an_exposed_socket() {
     assert_eq!(count(&records, "session", "start"), 2, "{records:#?}");
     assert_eq!(count(&records, "daemon", "peer"), 1, "{records:#?}");
 }
+
+/// `wardend --socket SOCKET --state-dir STATE` with the env's variables, as
+/// `sh -c 'PRELUDE; exec wardend ...'`, run to completion or until it listens.
+fn wardend_cmd(env: &TestEnv, socket: &std::path::Path, prelude: &str) -> Command {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(format!("{prelude}\nexec \"$0\" \"$@\""))
+        .arg(bin("wardend"))
+        .arg("--socket")
+        .arg(socket)
+        .arg("--state-dir")
+        .arg(&env.state)
+        .envs(env.env_vars())
+        .env_remove("WARDEN_SOCKET")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// F16: an explicit socket must sit in a private directory (in a shared one
+/// another user could squat the name or plant the lock file), and the lock
+/// file is never followed through a symlink. Control: a private directory
+/// without the symlink works.
+#[test]
+fn explicit_sockets_need_a_private_dir_and_the_lock_file_is_not_followed() {
+    let env = TestEnv::new();
+    let shared = env.mkdir("shared");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let out = run(
+        &mut wardend_cmd(&env, &shared.join("wardend.sock"), ":"),
+        Duration::from_secs(20),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the socket's directory {} must be private to you (owned by you, mode 0700)",
+            shared.display()
+        )) && stderr.contains("loose permissions 1777"),
+        "{stderr}"
+    );
+    assert!(!shared.join("wardend.sock").exists());
+
+    let private = env.mkdir("private");
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let victim = env.write("victim.txt", "precious");
+    let lock = private.join("wardend.sock.lock");
+    std::os::unix::fs::symlink(&victim, &lock).unwrap();
+    let out = run(
+        &mut wardend_cmd(&env, &private.join("wardend.sock"), ":"),
+        Duration::from_secs(20),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{} is a symlink; refusing to follow it",
+            lock.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+
+    // Control: without the symlink the same directory serves.
+    std::fs::remove_file(&lock).unwrap();
+    let socket = private.join("wardend.sock");
+    let mut child = wardend_cmd(&env, &socket, ":")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "wardend did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(std::fs::symlink_metadata(&lock).unwrap().is_file());
+    send_signal(child.id() as i32, libc::SIGTERM);
+    let _ = child.wait();
+}
+
+/// F10: the daemon raises its soft RLIMIT_NOFILE to the hard limit, so that
+/// a few sessions cannot exhaust its descriptors. Started here with a soft
+/// limit of 256 (control: the shell really lowered it).
+#[test]
+fn the_daemon_raises_its_soft_nofile_limit() {
+    let env = TestEnv::new();
+    let socket_dir = env.socket.parent().unwrap();
+    std::fs::create_dir_all(socket_dir).unwrap();
+    std::fs::set_permissions(socket_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = run(
+        Command::new("/bin/sh")
+            .arg("-c")
+            .arg("ulimit -Sn 256; ulimit -Sn"),
+        Duration::from_secs(10),
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "256");
+    let log = env.root.join("nofile.log");
+    let mut child = wardend_cmd(&env, &env.socket, "ulimit -Sn 256 || exit 99")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(&env.socket).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "wardend did not listen: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    // "Max open files  SOFT  HARD  files"
+    assert_eq!(fields[3], fields[4], "{line}");
+    assert_ne!(fields[3], "256", "{line}");
+    send_signal(child.id() as i32, libc::SIGTERM);
+    let _ = child.wait();
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("raised the soft RLIMIT_NOFILE"), "{log}");
+}

@@ -90,10 +90,12 @@ impl AsyncWrite for Conn {
 pub type OnRefused = Arc<dyn Fn(&ConnInfo, &crate::peer::Refusal) + Send + Sync>;
 
 /// Accepts connections forever, sniffing each in its own task, and yields the
-/// ready ones. `own` are the daemon's namespaces, which every peer must share.
-/// Ends when the returned receiver is dropped.
+/// ready ones. `own` are the daemon's namespaces, which every peer of the
+/// daemon's uid (`uid`) must share; a peer of another uid is refused by the
+/// uid check on every call instead. Ends when the returned receiver is dropped.
 pub fn incoming(
     listener: UnixListener,
+    uid: u32,
     own: crate::peer::Namespaces,
     refused: OnRefused,
 ) -> mpsc::Receiver<io::Result<Conn>> {
@@ -114,7 +116,7 @@ pub fn incoming(
             let tx = tx.clone();
             let refused = refused.clone();
             tokio::spawn(async move {
-                match tokio::time::timeout(SNIFF_TIMEOUT, sniff(stream, own, refused)).await {
+                match tokio::time::timeout(SNIFF_TIMEOUT, sniff(stream, uid, own, refused)).await {
                     Ok(Ok(Some(conn))) => {
                         let _ = tx.send(Ok(conn)).await;
                     }
@@ -130,15 +132,23 @@ pub fn incoming(
 
 async fn sniff(
     stream: UnixStream,
+    uid: u32,
     own: crate::peer::Namespaces,
     on_refused: OnRefused,
 ) -> io::Result<Option<Conn>> {
     let cred = stream.peer_cred()?;
-    let peer = crate::peer::inspect(&stream, cred.pid());
-    let refusal = crate::peer::judge(&own, &peer).map(Arc::new);
+    // Another uid cannot even be inspected (its /proc/PID/ns is not ours to
+    // read); the uid check refuses it, and audits it, on every call.
+    let (pid, refusal) = if cred.uid() == uid {
+        let peer = crate::peer::inspect(&stream, cred.pid());
+        let refusal = crate::peer::judge(&own, &peer).map(Arc::new);
+        (peer.pid.or(cred.pid()), refusal)
+    } else {
+        (cred.pid(), None)
+    };
     let mut info = ConnInfo {
         uid: cred.uid(),
-        pid: peer.pid.or(cred.pid()),
+        pid,
         refused: refusal.clone(),
         stdio: Arc::new(Mutex::new(None)),
     };

@@ -151,7 +151,7 @@ pub async fn run(
         tracing::warn!(pid = ?info.pid, reason = %refusal.reason, "refused a peer");
         service::audit_refused_peer(&auditor, info, refusal);
     });
-    let incoming = ReceiverStream::new(conn::incoming(listener, own_ns, on_refused));
+    let incoming = ReceiverStream::new(conn::incoming(listener, daemon.uid, own_ns, on_refused));
     let d2 = daemon.clone();
     let stopped = Arc::new(tokio::sync::Notify::new());
     let stopped2 = stopped.clone();
