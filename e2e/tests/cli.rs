@@ -1,6 +1,7 @@
 //! `wardenctl`, daemon autostart and Warden's own errors (exit 125 with one `warden:`
 //! line on stderr, DESIGN.md §4; policy errors name file:line:col, §10).
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -182,7 +183,11 @@ fn shim_autostarts_the_daemon_on_the_default_socket() {
 #[test]
 fn shim_autostarts_the_daemon_on_an_explicit_socket() {
     let env = TestEnv::new();
-    std::fs::create_dir_all(env.socket.parent().unwrap()).unwrap();
+    // An explicit socket's directory must be private (F16; the refusal is
+    // tested in daemon.rs).
+    let dir = env.socket.parent().unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     let policy = env.minimal_policy();
     let mut cmd = env.shim(["--policy", policy.to_str().unwrap(), "--"]);
     cmd.arg(fixture());

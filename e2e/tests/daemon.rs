@@ -2,6 +2,7 @@
 //! directory checks, the peer-uid check, sd_notify, SIGTERM shutdown, refused
 //! spawns on record, and the systemd unit.
 
+use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
@@ -396,4 +397,220 @@ fn an_idle_client_connection_does_not_block_shutdown() {
     let status = daemon.stop(Duration::from_secs(20)).expect("daemon exits");
     assert!(status.success(), "{status:?}\n{}", daemon.log());
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+}
+
+/// How many records of `type.action` the store holds.
+fn count(records: &[serde_json::Value], ty: &str, action: &str) -> usize {
+    records
+        .iter()
+        .filter(|r| r["type"] == ty && r["action"] == action)
+        .collect::<Vec<_>>()
+        .len()
+}
+
+/// F2: a grant that exposes the daemon's socket directory (read-only is
+/// enough: `connect` works on a read-only bind) must not let a sandboxed
+/// server start a session of its own. The server here is `/bin/sh` running the
+/// real `warden-shim` against the real socket: the daemon refuses it because
+/// it lives in another user and pid namespace (the uid is the same), audits
+/// it, and the outer session goes on to exit with its own code. Control: the
+/// same command on the host starts a session.
+#[test]
+fn a_sandboxed_server_cannot_use_the_daemon_even_through_an_exposed_socket() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let shim = bin("warden-shim");
+    let shim_dir = shim.parent().unwrap();
+    let socket_dir = env.socket.parent().unwrap();
+    let inner = format!(
+        "{} --socket {} --no-autostart -- /bin/true",
+        shim.display(),
+        env.socket.display()
+    );
+    let script = format!("{inner}; echo \"inner shim exited $?\" >&2; exit 7");
+    let policy = env.policy(
+        "expose-socket.yaml",
+        &format!(
+            "version: 1\nname: inner-shim\ncommand: [\"/bin/sh\", \"-c\", {script:?}]\n\
+             filesystem:\n  read: [{socket_dir:?}, {shim_dir:?}]\n  \
+             dangerously_expose: [{socket_dir:?}]\nlimits:\n  timeout_s: 60\n"
+        ),
+    );
+    let out = run(
+        &mut env.shim([OsStr::new("--policy"), policy.as_os_str()]),
+        Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The outer session ran to its own end: the server's exit code.
+    assert_eq!(exit_code(out.status), 7, "{stderr}");
+    assert!(stderr.contains("inner shim exited 125"), "{stderr}");
+    assert!(
+        stderr.contains("warden: permission denied: peer is inside a sandbox: its user and pid namespaces are not the daemon's"),
+        "{stderr}"
+    );
+    let records = audit_records(&env);
+    let peers: Vec<_> = records
+        .iter()
+        .filter(|r| r["type"] == "daemon" && r["action"] == "peer")
+        .collect();
+    assert_eq!(peers.len(), 1, "{records:#?}");
+    let p = peers[0];
+    assert_eq!(p["decision"], "deny");
+    assert_eq!(
+        p["reason"],
+        "peer is inside a sandbox: its user and pid namespaces are not the daemon's"
+    );
+    let d = &p["details"];
+    assert_ne!(d["peer_userns"], d["daemon_userns"], "{p}");
+    assert_ne!(d["peer_pidns"], d["daemon_pidns"], "{p}");
+    assert_eq!(d["peer_uid"], d["daemon_uid"], "same uid: {p}");
+    assert!(d["peer_pid"].as_i64().is_some_and(|p| p > 0), "{p}");
+    // Only the outer session started; it ended by itself with code 7.
+    assert_eq!(count(&records, "session", "start"), 1, "{records:#?}");
+    let exit = records
+        .iter()
+        .find(|r| r["type"] == "session" && r["action"] == "exit")
+        .expect("session.exit");
+    assert_eq!(exit["details"]["code"], 7, "{exit}");
+    assert_eq!(exit["reason"], "", "{exit}");
+
+    // Control: the same command outside a sandbox is served.
+    let out = run(
+        Command::new("/bin/sh")
+            .arg("-c")
+            .arg(&inner)
+            .envs(env.env_vars())
+            .env_remove("WARDEN_SOCKET"),
+        Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(exit_code(out.status), 0, "{stderr}");
+    let records = audit_records(&env);
+    assert_eq!(count(&records, "session", "start"), 2, "{records:#?}");
+    assert_eq!(count(&records, "daemon", "peer"), 1, "{records:#?}");
+}
+
+/// `wardend --socket SOCKET --state-dir STATE` with the env's variables, as
+/// `sh -c 'PRELUDE; exec wardend ...'`, run to completion or until it listens.
+fn wardend_cmd(env: &TestEnv, socket: &std::path::Path, prelude: &str) -> Command {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(format!("{prelude}\nexec \"$0\" \"$@\""))
+        .arg(bin("wardend"))
+        .arg("--socket")
+        .arg(socket)
+        .arg("--state-dir")
+        .arg(&env.state)
+        .envs(env.env_vars())
+        .env_remove("WARDEN_SOCKET")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// F16: an explicit socket must sit in a private directory (in a shared one
+/// another user could squat the name or plant the lock file), and the lock
+/// file is never followed through a symlink. Control: a private directory
+/// without the symlink works.
+#[test]
+fn explicit_sockets_need_a_private_dir_and_the_lock_file_is_not_followed() {
+    let env = TestEnv::new();
+    let shared = env.mkdir("shared");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let out = run(
+        &mut wardend_cmd(&env, &shared.join("wardend.sock"), ":"),
+        Duration::from_secs(20),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the socket's directory {} must be private to you (owned by you, mode 0700)",
+            shared.display()
+        )) && stderr.contains("loose permissions 1777"),
+        "{stderr}"
+    );
+    assert!(!shared.join("wardend.sock").exists());
+
+    let private = env.mkdir("private");
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let victim = env.write("victim.txt", "precious");
+    let lock = private.join("wardend.sock.lock");
+    std::os::unix::fs::symlink(&victim, &lock).unwrap();
+    let out = run(
+        &mut wardend_cmd(&env, &private.join("wardend.sock"), ":"),
+        Duration::from_secs(20),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{} is a symlink; refusing to follow it",
+            lock.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+
+    // Control: without the symlink the same directory serves.
+    std::fs::remove_file(&lock).unwrap();
+    let socket = private.join("wardend.sock");
+    let mut child = wardend_cmd(&env, &socket, ":")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "wardend did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(std::fs::symlink_metadata(&lock).unwrap().is_file());
+    send_signal(child.id() as i32, libc::SIGTERM);
+    let _ = child.wait();
+}
+
+/// F10: the daemon raises its soft RLIMIT_NOFILE to the hard limit, so that
+/// a few sessions cannot exhaust its descriptors. Started here with a soft
+/// limit of 256 (control: the shell really lowered it).
+#[test]
+fn the_daemon_raises_its_soft_nofile_limit() {
+    let env = TestEnv::new();
+    let socket_dir = env.socket.parent().unwrap();
+    std::fs::create_dir_all(socket_dir).unwrap();
+    std::fs::set_permissions(socket_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = run(
+        Command::new("/bin/sh")
+            .arg("-c")
+            .arg("ulimit -Sn 256; ulimit -Sn"),
+        Duration::from_secs(10),
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "256");
+    let log = env.root.join("nofile.log");
+    let mut child = wardend_cmd(&env, &env.socket, "ulimit -Sn 256 || exit 99")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(&env.socket).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "wardend did not listen: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    // "Max open files  SOFT  HARD  files"
+    assert_eq!(fields[3], fields[4], "{line}");
+    assert_ne!(fields[3], "256", "{line}");
+    send_signal(child.id() as i32, libc::SIGTERM);
+    let _ = child.wait();
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("raised the soft RLIMIT_NOFILE"), "{log}");
 }

@@ -53,7 +53,7 @@ fn fixture_example_reads_sandbox_data() {
     let _daemon = env.start_daemon();
     let mut cmd = env.shim(["--policy", examples.join("fixture.yaml").to_str().unwrap()]);
     cmd.env("PATH", path_with_bin_dir())
-        .env("WARDEN_FIXTURE_GREETING", "hello");
+        .env("FIXTURE_GREETING", "hello");
     let mut c = McpClient::spawn(cmd);
     c.initialize();
     let readme = examples.join("sandbox-data/README.txt");
@@ -62,7 +62,7 @@ fn fixture_example_reads_sandbox_data() {
         SANDBOX_README
     );
     assert_eq!(
-        c.tool_json("getenv", json!({"name": "WARDEN_FIXTURE_GREETING"})),
+        c.tool_json("getenv", json!({"name": "FIXTURE_GREETING"})),
         json!("hello")
     );
     let r = c.call_tool(

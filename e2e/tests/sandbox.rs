@@ -163,37 +163,34 @@ fn write_grant_changes_land_on_the_host() {
 #[test]
 fn environment_is_filtered_by_allow_env() {
     let env = TestEnv::new();
-    let _daemon = env.start_daemon_with_env(&[("WARDEN_E2E_DAEMON_ONLY", "daemon-value")]);
-    let policy = env.policy(
-        "env.yaml",
-        "version: 1\nenv:\n  allow: [WARDEN_E2E_FROM_POLICY]\n",
-    );
+    let _daemon = env.start_daemon_with_env(&[("E2E_DAEMON_ONLY", "daemon-value")]);
+    let policy = env.policy("env.yaml", "version: 1\nenv:\n  allow: [E2E_FROM_POLICY]\n");
     let mut cmd = env.shim([
         "--policy",
         policy.to_str().unwrap(),
         "--allow-env",
-        "WARDEN_E2E_ALLOWED",
+        "E2E_ALLOWED",
         "--",
     ]);
     cmd.arg(fixture());
-    cmd.env("WARDEN_E2E_SECRET", "must-not-leak")
-        .env("WARDEN_E2E_ALLOWED", "allowed-value")
-        .env("WARDEN_E2E_FROM_POLICY", "policy-value");
+    cmd.env("E2E_SECRET", "must-not-leak")
+        .env("E2E_ALLOWED", "allowed-value")
+        .env("E2E_FROM_POLICY", "policy-value");
     let mut c = McpClient::spawn(cmd);
     c.initialize();
     let get = |c: &mut McpClient, name: &str| c.tool_json("getenv", json!({"name": name}));
     assert_eq!(
-        get(&mut c, "WARDEN_E2E_SECRET"),
+        get(&mut c, "E2E_SECRET"),
         json!(null),
         "a variable that is not allowed leaked"
     );
     assert_eq!(
-        get(&mut c, "WARDEN_E2E_DAEMON_ONLY"),
+        get(&mut c, "E2E_DAEMON_ONLY"),
         json!(null),
         "the daemon's environment leaked"
     );
-    assert_eq!(get(&mut c, "WARDEN_E2E_ALLOWED"), json!("allowed-value"));
-    assert_eq!(get(&mut c, "WARDEN_E2E_FROM_POLICY"), json!("policy-value"));
+    assert_eq!(get(&mut c, "E2E_ALLOWED"), json!("allowed-value"));
+    assert_eq!(get(&mut c, "E2E_FROM_POLICY"), json!("policy-value"));
     for name in ["XDG_RUNTIME_DIR", "XDG_STATE_HOME"] {
         assert_eq!(get(&mut c, name), json!(null), "{name} leaked");
     }

@@ -1156,29 +1156,28 @@ fn proc_leak() {
 #[test]
 fn env_of_daemon_and_client() {
     let env = TestEnv::new();
-    let _daemon = env.start_daemon_with_env(&[("WARDEN_ESCAPE_CANARY", "daemon-secret")]);
+    let _daemon = env.start_daemon_with_env(&[("ESCAPE_CANARY", "daemon-secret")]);
     let sb_probe = |flags: &[&str]| {
         let mut argv: Vec<OsString> = vec!["--policy".into(), env.minimal_policy().into()];
         argv.extend(flags.iter().map(OsString::from));
         argv.extend(["--".into(), probe_bin().into()]);
-        argv.extend(["env".into(), "WARDEN_ESCAPE_CANARY".into()]);
+        argv.extend(["env".into(), "ESCAPE_CANARY".into()]);
         let mut cmd = env.shim(argv);
-        cmd.env("WARDEN_ESCAPE_CANARY", "client-secret");
+        cmd.env("ESCAPE_CANARY", "client-secret");
         parse(&run(&mut cmd, RUN), "inside")
     };
     let inside = sb_probe(&[]);
     assert_blocked(&inside, None);
     // Controls: allowed by name it arrives (the client's value, never the daemon's);
     // on the host the probe sees it.
-    let allowed = sb_probe(&["--allow-env", "WARDEN_ESCAPE_CANARY"]);
+    let allowed = sb_probe(&["--allow-env", "ESCAPE_CANARY"]);
     assert!(
         allowed.escaped() && allowed.detail().contains("client-secret"),
         "{}",
         allowed.json
     );
     let mut cmd = Command::new(probe_bin());
-    cmd.args(["env", "WARDEN_ESCAPE_CANARY"])
-        .env("WARDEN_ESCAPE_CANARY", "x");
+    cmd.args(["env", "ESCAPE_CANARY"]).env("ESCAPE_CANARY", "x");
     assert!(parse(&run(&mut cmd, RUN), "host").escaped());
 }
 

@@ -114,10 +114,38 @@ pub fn default_state_dir() -> Result<PathBuf, PathError> {
 
 /// `$XDG_CONFIG_HOME/warden/policies`, default `~/.config/warden/policies`.
 pub fn profiles_dir() -> Result<PathBuf, PathError> {
-    match non_empty("XDG_CONFIG_HOME") {
-        Some(s) => Ok(PathBuf::from(s).join("warden/policies")),
-        None => Ok(home_dir()?.join(".config/warden/policies")),
+    Ok(config_dir()?.join("policies"))
+}
+
+/// `$XDG_CONFIG_HOME/warden`, default `~/.config/warden`.
+pub fn config_dir() -> Result<PathBuf, PathError> {
+    config_dir_from(|k| env::var_os(k))
+}
+
+/// [`config_dir`] for another process's environment (the daemon computes the
+/// client's from the environment the shim sent).
+pub fn config_dir_from(get: impl Fn(&str) -> Option<OsString>) -> Result<PathBuf, PathError> {
+    let get = |k: &str| get(k).filter(|v| !v.is_empty());
+    match get("XDG_CONFIG_HOME") {
+        Some(s) => Ok(PathBuf::from(s).join("warden")),
+        None => Ok(PathBuf::from(get("HOME").ok_or(PathError::NoHome)?).join(".config/warden")),
     }
+}
+
+/// The paths a client (the shim, `wardenctl policy check`) refuses to grant
+/// when it compiles a policy: Warden's socket (`socket`), the state and
+/// config directories this environment implies, and the user's runtime
+/// directory and agent sockets ([`crate::policy::reserved`]). The daemon
+/// builds its own list from its real paths.
+pub fn client_reserved(socket: Option<&Path>) -> Vec<crate::policy::Reserved> {
+    use crate::policy::reserved;
+    let mut out = reserved::warden(
+        socket,
+        default_state_dir().ok().as_deref(),
+        config_dir().ok().as_deref(),
+    );
+    out.extend(reserved::user(|k| env::var_os(k), current_uid()));
+    out
 }
 
 /// Creates `dir` (and parents) with mode 0700 when missing, then verifies it is

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use warden_core::policy::net::{HostPattern, NetRule, NetworkPolicy, PortSpec};
 use warden_core::policy::{
-    compile, digest, load_file, CompileContext, CompiledPolicy, Limits, Overrides, PolicyError,
-    PolicyInput, SandboxReq,
+    compile, digest, load_file, reserved, CompileContext, CompiledPolicy, Limits, Overrides,
+    PolicyError, PolicyInput, Reserved, SandboxReq,
 };
 
 /// A temp tree:
@@ -43,6 +43,9 @@ impl Fixture {
             "opt",
             "proj/data",
             "proj/output/work",
+            "run/warden",
+            "state/warden/audit",
+            "config/warden",
         ] {
             fs::create_dir_all(root.join(d)).unwrap();
         }
@@ -65,7 +68,25 @@ impl Fixture {
                 "{}:/nonexistent",
                 self.p("bin").display()
             ))),
+            reserved: self.reserved(),
         }
+    }
+
+    /// Warden's paths as the daemon would pass them, inside the fixture:
+    /// `$T/run/warden/wardend.sock`, `$T/state/warden`, `$T/config/warden`,
+    /// and `$T/run` as the runtime directory.
+    fn reserved(&self) -> Vec<Reserved> {
+        let mut out = reserved::warden(
+            Some(&self.p("run/warden/wardend.sock")),
+            Some(&self.p("state/warden")),
+            Some(&self.p("config/warden")),
+        );
+        let rt = self.p("run");
+        out.extend(reserved::user(
+            |k| (k == "XDG_RUNTIME_DIR").then(|| rt.clone().into_os_string()),
+            4242,
+        ));
+        out
     }
 
     fn policy_path(&self) -> PathBuf {
@@ -122,6 +143,8 @@ impl Fixture {
             limits: Limits::default(),
             sandbox: SandboxReq::default(),
             audit: Default::default(),
+            exposed: vec![],
+            warnings: vec![],
         }
     }
 }
@@ -1075,7 +1098,8 @@ fn sandbox_landlock_min_abi() {
         f.ok(text),
         CompiledPolicy {
             sandbox: SandboxReq {
-                landlock_min_abi: 4
+                landlock_min_abi: 4,
+                ..SandboxReq::default()
             },
             ..f.base(text)
         }
@@ -1087,6 +1111,220 @@ fn sandbox_landlock_min_abi() {
     assert_eq!(
         f.err("command: [server]\nsandbox:\n  landlock: 4\n"),
         vec!["$T/proj/policy.yaml:3:3: sandbox.landlock: unknown key `landlock`, did you mean `landlock_min_abi`?".to_string()]
+    );
+}
+
+// Reserved paths (F2): Warden's socket, state and config directories, the
+// user's runtime directory and the system's socket directories.
+
+#[test]
+fn grants_that_expose_reserved_paths_are_refused() {
+    let f = Fixture::new();
+    let t = f.root.display().to_string();
+    let text = format!(
+        "command: [server]\nfilesystem:\n  read:\n    - {t}/run/warden\n    - {t}/run\n    - /proc/1\n    - /sys/kernel\n    - /tmp\n    - {t}/config\n  write:\n    - {t}/state/warden/audit\n"
+    );
+    let tail = "granting it, even read-only, hands the server what it holds (a Unix socket in a grant hands over its service: connect works on a read-only mount); grant a narrower path, or list";
+    let rest = "in filesystem.dangerously_expose to grant it anyway";
+    assert_eq!(
+        f.err(&text),
+        vec![
+            format!("{P}:4:7: filesystem.read[0]: $T/run/warden is Warden's control socket directory; {tail} `$T/run/warden` {rest}"),
+            format!("{P}:5:7: filesystem.read[1]: $T/run is the user's runtime directory ($XDG_RUNTIME_DIR), which holds the session's sockets (D-Bus, Wayland, PulseAudio, gpg-agent, Warden); {tail} `$T/run`, `$T/run/warden` {rest}"),
+            format!("{P}:6:7: filesystem.read[2]: /proc/1 lies inside /proc (the host's /proc (the sandbox has its own): other processes, their environment and fds); {tail} `/proc/1` {rest}"),
+            format!("{P}:7:7: filesystem.read[3]: /sys/kernel lies inside /sys (the host's kernel and device interface); {tail} `/sys/kernel` {rest}"),
+            // The fixture lives in /tmp: so do its Warden directories.
+            format!("{P}:8:7: filesystem.read[4]: /tmp is the shared temp directory, which holds other programs' sockets (X11, ssh-agent, Warden's fallback socket directory); the sandbox has a private /tmp; {tail} `/tmp`, `$T/run/warden`, `$T/state/warden`, `$T/config/warden`, `$T/run` {rest}"),
+            format!("{P}:9:7: filesystem.read[5]: $T/config holds $T/config/warden (Warden's config directory (the profiles warden-shim --profile loads)); {tail} `$T/config/warden` {rest}"),
+            format!("{P}:11:7: filesystem.write[0]: $T/state/warden/audit lies inside $T/state/warden (Warden's state directory (the audit store)); {tail} `$T/state/warden/audit` {rest}"),
+        ]
+    );
+    // Control: grants next to them, and below the shared /tmp (where this
+    // fixture lives), are fine.
+    let text = format!(
+        "command: [server]\nfilesystem:\n  read: [{t}/proj/data, {t}/opt]\n  write: [{t}/proj/output]\n"
+    );
+    assert_eq!(
+        f.ok(&text),
+        CompiledPolicy {
+            read: vec![f.p("opt"), f.p("proj/data")],
+            write: vec![f.p("proj/output")],
+            cwd: f.p("proj/output"),
+            ..f.base(&text)
+        }
+    );
+}
+
+#[test]
+fn the_same_reserved_paths_are_refused_from_flags() {
+    let f = Fixture::new();
+    let overrides = Overrides {
+        read: strings(&["/proc/1"]),
+        write: strings(&[&f.p("run").display().to_string()]),
+        ..Overrides::default()
+    };
+    let tail = "granting it, even read-only, hands the server what it holds (a Unix socket in a grant hands over its service: connect works on a read-only mount); grant a narrower path, or list";
+    let rest = "in filesystem.dangerously_expose to grant it anyway";
+    assert_eq!(
+        f.err_with("command: [server]\n", &overrides),
+        vec![
+            format!("--write: $T/run is the user's runtime directory ($XDG_RUNTIME_DIR), which holds the session's sockets (D-Bus, Wayland, PulseAudio, gpg-agent, Warden); {tail} `$T/run`, `$T/run/warden` {rest}"),
+            format!("--read: /proc/1 lies inside /proc (the host's /proc (the sandbox has its own): other processes, their environment and fds); {tail} `/proc/1` {rest}"),
+        ]
+    );
+}
+
+#[test]
+fn dangerously_expose_names_reserved_paths_one_by_one() {
+    let f = Fixture::new();
+    let t = f.root.display().to_string();
+    // The runtime directory holds the socket directory: naming only the
+    // grant is not enough, the socket directory must be named too.
+    let text = format!(
+        "command: [server]\nfilesystem:\n  read: [{t}/run]\n  dangerously_expose: [{t}/run]\n"
+    );
+    assert_eq!(
+        f.err(&text),
+        vec![format!("{P}:3:10: filesystem.read[0]: $T/run holds $T/run/warden (Warden's control socket directory); granting it, even read-only, hands the server what it holds (a Unix socket in a grant hands over its service: connect works on a read-only mount); grant a narrower path, or list `$T/run/warden` in filesystem.dangerously_expose to grant it anyway")]
+    );
+    let text = format!(
+        "command: [server]\nfilesystem:\n  read: [{t}/run]\n  dangerously_expose: [{t}/run, {t}/run/warden, {t}/proj/data]\n"
+    );
+    let got = f.ok(&text);
+    let root = f.root.display().to_string();
+    let warnings: Vec<String> = got
+        .warnings
+        .iter()
+        .map(|w| w.replace(&root, "$T"))
+        .collect();
+    assert_eq!(
+        CompiledPolicy {
+            warnings: vec![],
+            ..got
+        },
+        CompiledPolicy {
+            read: vec![f.p("run")],
+            exposed: vec![f.p("run"), f.p("run/warden")],
+            ..f.base(&text)
+        }
+    );
+    assert_eq!(
+        warnings,
+        vec![
+            format!("{P}:3:10: filesystem.read[0]: dangerously exposed to the server: $T/run holds $T/run/warden (Warden's control socket directory)"),
+            format!("{P}:3:10: filesystem.read[0]: dangerously exposed to the server: $T/run is the user's runtime directory ($XDG_RUNTIME_DIR), which holds the session's sockets (D-Bus, Wayland, PulseAudio, gpg-agent, Warden)"),
+            // Positions count the real path's characters.
+            format!("{P}:4:{}: filesystem.dangerously_expose[2]: $T/proj/data exposes nothing Warden refuses to grant (it is not a granted reserved path, nor one a grant holds); remove it", 43 + 2 * t.len()),
+        ]
+    );
+}
+
+#[test]
+fn a_policy_inside_its_own_write_grant_is_refused() {
+    let f = Fixture::new();
+    assert_eq!(
+        f.err("command: [server]\nfilesystem:\n  write: [\".\", ./output]\n"),
+        vec![format!("{P}:3:11: filesystem.write[0]: the policy file $T/proj/policy.yaml lies inside this write grant ($T/proj): the server could rewrite its own policy for its next session; keep the policy outside the directories it grants for writing")]
+    );
+    // Control: a read grant of the same directory is fine.
+    let text = "command: [server]\nfilesystem:\n  read: [\".\"]\n";
+    assert_eq!(
+        f.ok(text),
+        CompiledPolicy {
+            read: vec![f.p("proj")],
+            ..f.base(text)
+        }
+    );
+}
+
+#[test]
+fn home_write_grants_need_allow_home_write_and_warn() {
+    let f = Fixture::new();
+    let msg = "a server that can write there can change what your shell, git, editors and Warden itself run next; grant only the directories the server needs, or set filesystem.allow_home_write: true";
+    assert_eq!(
+        f.err("command: [server]\nfilesystem:\n  write: [\"~\"]\n"),
+        vec![format!(
+            "{P}:3:11: filesystem.write[0]: $T/home is your home directory: {msg}"
+        )]
+    );
+    let overrides = Overrides {
+        write: strings(&[&f.p("home/..").display().to_string()]),
+        ..Overrides::default()
+    };
+    let errors = f.err_with("command: [server]\n", &overrides);
+    assert_eq!(
+        errors.last().unwrap(),
+        &format!("--write: $T holds your home directory $T/home: {msg}")
+    );
+    let text = "command: [server]\nfilesystem:\n  write: [\"~\"]\n  allow_home_write: true\n";
+    let got = f.ok(text);
+    assert_eq!(
+        got,
+        CompiledPolicy {
+            write: vec![f.p("home")],
+            cwd: f.p("home"),
+            warnings: vec![format!(
+                "{}:3:11: filesystem.write[0]: write grant {} is your home directory: the server can change what your shell, git, editors and Warden itself run next (filesystem.allow_home_write: true)",
+                f.policy_path().display(),
+                f.p("home").display()
+            )],
+            ..f.base(text)
+        }
+    );
+    // Control: a directory inside home needs no opt-in and warns of nothing.
+    let text = "command: [server]\nfilesystem:\n  write: [\"~/.npm\"]\n";
+    assert_eq!(
+        f.ok(text),
+        CompiledPolicy {
+            write: vec![f.p("home/.npm")],
+            cwd: f.p("home/.npm"),
+            ..f.base(text)
+        }
+    );
+}
+
+#[test]
+fn loader_and_warden_variables_are_refused_in_env_allow() {
+    let f = Fixture::new();
+    let overrides = Overrides {
+        allow_env: strings(&["WARDEN_SOCKET"]),
+        ..Overrides::default()
+    };
+    assert_eq!(
+        f.err_with(
+            "command: [server]\nenv:\n  allow: [LD_PRELOAD, GITHUB_TOKEN, GCONV_PATH]\n",
+            &overrides
+        ),
+        vec![
+            format!("{P}:3:11: env.allow[0]: `LD_PRELOAD` cannot be passed through: LD_* variables steer the dynamic loader (which libraries every program in the sandbox loads, and from where)"),
+            format!("{P}:3:37: env.allow[2]: `GCONV_PATH` cannot be passed through: it makes glibc load shared objects (iconv modules) from the directory it names"),
+            "--allow-env: `WARDEN_SOCKET` cannot be passed through: WARDEN_* variables configure Warden itself (its socket, its logs), not the server".to_string(),
+        ]
+    );
+    // Control: ordinary names and TMPDIR pass.
+    let text = "command: [server]\nenv:\n  allow: [GITHUB_TOKEN, TMPDIR]\n";
+    assert_eq!(
+        f.ok(text),
+        CompiledPolicy {
+            env_allow: strings(&["GITHUB_TOKEN", "TMPDIR"]),
+            ..f.base(text)
+        }
+    );
+}
+
+#[test]
+fn best_effort_write_protection_is_compiled() {
+    let f = Fixture::new();
+    let text = "command: [server]\nsandbox:\n  best_effort_write_protection: true\n";
+    assert_eq!(
+        f.ok(text),
+        CompiledPolicy {
+            sandbox: SandboxReq {
+                best_effort_write_protection: true,
+                ..SandboxReq::default()
+            },
+            ..f.base(text)
+        }
     );
 }
 

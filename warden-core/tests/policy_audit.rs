@@ -35,6 +35,7 @@ impl Fixture {
             home: self.root.join("home"),
             cwd: self.root.clone(),
             path_env: Some(OsString::from("/usr/bin:/bin")),
+            reserved: vec![],
         };
         compile(&input, &Overrides::default(), &ctx)
     }

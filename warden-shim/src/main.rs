@@ -146,13 +146,17 @@ async fn run(args: Args) -> Result<ShimExit, Fail> {
         name: args.name.clone(),
         command: args.command.clone(),
     };
-    // Fail fast here; the daemon compiles the same text again and is the authority.
+    let socket = warden_core::paths::socket_path(args.socket.as_deref())?;
+    let socket = absolute(&socket, &cwd);
+    // Fail fast here; the daemon compiles the same text again, with its own
+    // paths, and is the authority.
     let ctx = CompileContext {
         home: warden_core::paths::home_dir()?,
         cwd: cwd.clone(),
         path_env: std::env::var_os("PATH"),
+        reserved: warden_core::paths::client_reserved(Some(&socket)),
     };
-    policy::compile(
+    let compiled = policy::compile(
         &PolicyInput {
             path: policy_path.as_deref(),
             text: &text,
@@ -160,9 +164,9 @@ async fn run(args: Args) -> Result<ShimExit, Fail> {
         &overrides,
         &ctx,
     )?;
-
-    let socket = warden_core::paths::socket_path(args.socket.as_deref())?;
-    let socket = absolute(&socket, &cwd);
+    for w in &compiled.warnings {
+        eprintln!("warden: warning: {w}");
+    }
     let stream = match warden_client::connect_raw(&socket) {
         Ok(s) => s,
         Err(warden_client::ClientError::NotRunning { .. }) if !args.no_autostart => {

@@ -123,7 +123,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         cmd: PolicyCmd::Check { file },
     } = &cli.cmd
     {
-        return policy_check(file, cli.json);
+        return policy_check(file, cli.socket.as_deref(), cli.json);
     }
     if let Cmd::Logs(args) = &cli.cmd {
         return logs::run(args, cli.socket.as_deref(), cli.json);
@@ -343,7 +343,7 @@ fn print_status(s: &StatusOut) {
     }
 }
 
-fn policy_check(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
+fn policy_check(file: &Path, socket: Option<&Path>, json: bool) -> anyhow::Result<ExitCode> {
     let cwd = std::env::current_dir()?;
     let path = if file.is_absolute() {
         file.to_path_buf()
@@ -359,8 +359,16 @@ fn policy_check(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
     };
     let ctx = CompileContext {
         home: warden_core::paths::home_dir()?,
-        cwd,
+        cwd: cwd.clone(),
         path_env: std::env::var_os("PATH"),
+        // Warden's socket, to refuse grants that expose it; none if it cannot
+        // be determined (the daemon checks again with its real paths).
+        reserved: warden_core::paths::client_reserved(
+            warden_core::paths::socket_path(socket)
+                .ok()
+                .map(|s| cwd.join(s))
+                .as_deref(),
+        ),
     };
     let input = PolicyInput {
         path: Some(&path),
@@ -368,6 +376,9 @@ fn policy_check(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
     };
     match policy::compile(&input, &Overrides::default(), &ctx) {
         Ok(p) => {
+            for w in &p.warnings {
+                eprintln!("warning: {w}");
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&p)?);
             } else {

@@ -6,6 +6,13 @@
 //! puts into every request's extensions, so `Spawn` on that connection can
 //! take them. Any other first bytes (HTTP/2's `PRI *`) go straight to gRPC.
 //! The peer's credentials (SO_PEERCRED) travel the same way.
+//!
+//! A peer inside a sandbox (another user or pid namespace, see [`crate::peer`])
+//! is judged at accept time, before the preamble is read: its fds are never
+//! received (the preamble is read without a control buffer, so the kernel
+//! discards them), the refusal is reported once per connection through the
+//! `refused` callback (the audit record), and every call on the connection
+//! then fails with PermissionDenied (`service::check_peer`).
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -27,6 +34,9 @@ const SNIFF_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct ConnInfo {
     pub uid: u32,
     pub pid: Option<i32>,
+    /// Why this peer is refused whatever its uid: it is inside a sandbox, or
+    /// its namespaces could not be read.
+    pub refused: Option<Arc<crate::peer::Refusal>>,
     stdio: Arc<Mutex<Option<[OwnedFd; 3]>>>,
 }
 
@@ -76,9 +86,19 @@ impl AsyncWrite for Conn {
     }
 }
 
+/// Called once for each connection whose peer is refused at accept time.
+pub type OnRefused = Arc<dyn Fn(&ConnInfo, &crate::peer::Refusal) + Send + Sync>;
+
 /// Accepts connections forever, sniffing each in its own task, and yields the
-/// ready ones. Ends when the returned receiver is dropped.
-pub fn incoming(listener: UnixListener) -> mpsc::Receiver<io::Result<Conn>> {
+/// ready ones. `own` are the daemon's namespaces, which every peer of the
+/// daemon's uid (`uid`) must share; a peer of another uid is refused by the
+/// uid check on every call instead. Ends when the returned receiver is dropped.
+pub fn incoming(
+    listener: UnixListener,
+    uid: u32,
+    own: crate::peer::Namespaces,
+    refused: OnRefused,
+) -> mpsc::Receiver<io::Result<Conn>> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         loop {
@@ -94,8 +114,9 @@ pub fn incoming(listener: UnixListener) -> mpsc::Receiver<io::Result<Conn>> {
                 _ = tx.closed() => return,
             };
             let tx = tx.clone();
+            let refused = refused.clone();
             tokio::spawn(async move {
-                match tokio::time::timeout(SNIFF_TIMEOUT, sniff(stream)).await {
+                match tokio::time::timeout(SNIFF_TIMEOUT, sniff(stream, uid, own, refused)).await {
                     Ok(Ok(Some(conn))) => {
                         let _ = tx.send(Ok(conn)).await;
                     }
@@ -109,13 +130,31 @@ pub fn incoming(listener: UnixListener) -> mpsc::Receiver<io::Result<Conn>> {
     rx
 }
 
-async fn sniff(stream: UnixStream) -> io::Result<Option<Conn>> {
+async fn sniff(
+    stream: UnixStream,
+    uid: u32,
+    own: crate::peer::Namespaces,
+    on_refused: OnRefused,
+) -> io::Result<Option<Conn>> {
     let cred = stream.peer_cred()?;
+    // Another uid cannot even be inspected (its /proc/PID/ns is not ours to
+    // read); the uid check refuses it, and audits it, on every call.
+    let (pid, refusal) = if cred.uid() == uid {
+        let peer = crate::peer::inspect(&stream, cred.pid());
+        let refusal = crate::peer::judge(&own, &peer).map(Arc::new);
+        (peer.pid.or(cred.pid()), refusal)
+    } else {
+        (cred.pid(), None)
+    };
     let mut info = ConnInfo {
         uid: cred.uid(),
-        pid: cred.pid(),
+        pid,
+        refused: refusal.clone(),
         stdio: Arc::new(Mutex::new(None)),
     };
+    if let Some(r) = &refusal {
+        on_refused(&info, r);
+    }
     let mut head = [0u8; STDIO_PREAMBLE.len()];
     loop {
         stream.readable().await?;
@@ -136,6 +175,21 @@ async fn sniff(stream: UnixStream) -> io::Result<Option<Conn>> {
             continue;
         }
         let mut buf = [0u8; STDIO_PREAMBLE.len()];
+        if info.refused.is_some() {
+            // Consume the preamble without a control buffer: the kernel
+            // discards the fds it carried, so none ever enters the daemon.
+            let mut got = 0;
+            while got < buf.len() {
+                stream.readable().await?;
+                match stream.try_read(&mut buf[got..]) {
+                    Ok(0) => return Ok(None),
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            break;
+        }
         let (got, fds) = loop {
             stream.readable().await?;
             match stream.try_io(Interest::READABLE, || {

@@ -6,6 +6,8 @@ use tonic::{Code, Status};
 pub enum DaemonError {
     #[error("permission denied: peer uid {peer} is not the daemon's uid {daemon}")]
     PeerUid { peer: u32, daemon: u32 },
+    #[error("permission denied: {0}: a sandboxed server cannot use wardend (if a grant exposes the control socket, remove it)")]
+    PeerSandboxed(String),
     #[error("{0}")]
     Policy(String),
     #[error("spawn needs the client's stdin, stdout and stderr: connect with the stdio preamble (use warden-shim)")]
@@ -29,7 +31,7 @@ pub enum DaemonError {
 impl From<DaemonError> for Status {
     fn from(e: DaemonError) -> Status {
         let code = match &e {
-            DaemonError::PeerUid { .. } => Code::PermissionDenied,
+            DaemonError::PeerUid { .. } | DaemonError::PeerSandboxed(_) => Code::PermissionDenied,
             DaemonError::Policy(_) | DaemonError::BadRequest(_) | DaemonError::NoStdio => {
                 Code::InvalidArgument
             }

@@ -15,7 +15,10 @@ fn feature(name: &str, available: bool, detail: String) -> KernelFeature {
     }
 }
 
-pub fn probe(cgroup_state: &Result<crate::cgroup::Delegation, String>) -> Vec<KernelFeature> {
+pub fn probe(
+    cgroup_state: &Result<crate::cgroup::Delegation, String>,
+    writes: &WriteProtection,
+) -> Vec<KernelFeature> {
     let mut out = Vec::new();
     let max_userns = read("/proc/sys/user/max_user_namespaces").and_then(|s| s.parse::<u64>().ok());
     let clone_knob = read("/proc/sys/kernel/unprivileged_userns_clone");
@@ -93,13 +96,16 @@ pub fn probe(cgroup_state: &Result<crate::cgroup::Delegation, String>) -> Vec<Ke
         "create_guard",
         guard,
         if guard {
-            "protected names (.git, .bashrc, .mcp.json...) missing from a write grant              cannot be created: the daemon performs every creation after checking the name"
+            "protected names (.git, .bashrc, .mcp.json...) missing from a write grant \
+             cannot be created: the daemon performs every creation after checking the name"
                 .into()
         } else {
-            "not available (needs seccomp user notification, Landlock and Linux 5.14):              protected names missing from a write grant can be created"
+            "not available (needs seccomp user notification, Landlock and Linux 5.14): \
+             protected names missing from a write grant can be created"
                 .into()
         },
     ));
+    out.push(writes.feature());
     out.push(cgroup(cgroup_state));
     out
 }
@@ -146,5 +152,264 @@ fn cgroup(d: &Result<crate::cgroup::Delegation, String>) -> KernelFeature {
             false,
             format!("{why}; limits use {uses}"),
         ),
+    }
+}
+
+/// The daemon environment variable that makes it treat protections as
+/// missing (a comma-separated list of `landlock`, `create_guard`). For tests
+/// only: it can only make the daemon refuse more (a session that opts into
+/// best-effort write protection still gets the real protections), so the
+/// refusal and the opt-in can be exercised on a kernel that has everything.
+pub const PRETEND_MISSING_VAR: &str = "WARDEN_TEST_PRETEND_MISSING";
+
+/// What protects write grants on this kernel (DESIGN.md §5 "Fail closed";
+/// `docs/security-model.md`): the creation guard and Landlock. The mount
+/// layer (existing protected names bound read-only) needs nothing the kernel
+/// could lack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteProtection {
+    /// The Landlock ABI, or why there is none.
+    pub landlock: Result<u32, String>,
+    /// Why the creation guard cannot run, if it cannot.
+    pub create_guard: Result<(), String>,
+    /// Set when [`PRETEND_MISSING_VAR`] made a protection look missing.
+    pub pretended: bool,
+}
+
+impl WriteProtection {
+    /// Probes the kernel, then applies `pretend` (the value of
+    /// [`PRETEND_MISSING_VAR`], if set).
+    pub fn probe(pretend: Option<&str>) -> WriteProtection {
+        let release = nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Self::judge(
+            warden_sandbox::landlock_abi(),
+            warden_sandbox::notify::available(),
+            &release,
+            pretend,
+        )
+    }
+
+    /// The decision, from what the kernel offers.
+    pub fn judge(
+        landlock_abi: Option<u32>,
+        user_notif: bool,
+        release: &str,
+        pretend: Option<&str>,
+    ) -> WriteProtection {
+        let pretend: Vec<&str> = pretend
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        let pretended_landlock = pretend.contains(&"landlock");
+        let pretended_guard = pretend.contains(&"create_guard");
+        let landlock = match landlock_abi {
+            _ if pretended_landlock => Err(format!(
+                "Landlock is treated as unavailable ({PRETEND_MISSING_VAR})"
+            )),
+            Some(abi) => Ok(abi),
+            None => Err(
+                "Landlock is not available: the kernel was built without it, or it \
+                         is not in the `lsm=` boot list (see /sys/kernel/security/lsm)"
+                    .into(),
+            ),
+        };
+        let mut why = Vec::new();
+        if pretended_guard {
+            why.push(format!("treated as unavailable ({PRETEND_MISSING_VAR})"));
+        }
+        if !user_notif {
+            why.push(
+                "seccomp user notification is not available (/proc/sys/kernel/seccomp/\
+                 actions_avail has no user_notif; Linux 5.0+)"
+                    .to_string(),
+            );
+        }
+        if landlock.is_err() {
+            why.push("it needs Landlock".into());
+        }
+        if !release_at_least(release, 5, 14) {
+            why.push(format!(
+                "Linux {release} is older than 5.14 (SECCOMP_ADDFD_FLAG_SEND)"
+            ));
+        }
+        WriteProtection {
+            landlock,
+            create_guard: if why.is_empty() {
+                Ok(())
+            } else {
+                Err(why.join("; "))
+            },
+            pretended: pretended_landlock || pretended_guard,
+        }
+    }
+
+    /// The protections write grants rely on that are missing, one line each.
+    pub fn missing(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Err(why) = &self.create_guard {
+            out.push(format!(
+                "the creation guard (which keeps protected names such as .git, .bashrc and \
+                 .mcp.json from being created in a write grant): {why}"
+            ));
+        }
+        if let Err(why) = &self.landlock {
+            out.push(format!("Landlock (the second filesystem layer): {why}"));
+        }
+        out
+    }
+
+    /// The protections write grants get, for `session.start` and `status`.
+    pub fn active(&self) -> Vec<String> {
+        let mut out = vec!["protected names bound read-only".to_string()];
+        if self.create_guard.is_ok() {
+            out.push("creation guard".into());
+        }
+        if let Ok(abi) = &self.landlock {
+            out.push(format!("Landlock ABI {abi}"));
+        }
+        out
+    }
+
+    /// Why a policy with write grants is refused here, if it is.
+    pub fn refusal(&self, has_writes: bool, best_effort: bool) -> Option<String> {
+        let missing = self.missing();
+        if !has_writes || best_effort || missing.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "this policy has write grants, but protections they rely on are missing on this \
+             kernel: {}; without them a server can create the names the host runs or trusts \
+             (.git, .bashrc, .mcp.json...) where they are missing; set \
+             sandbox.best_effort_write_protection: true to run anyway with weaker protection \
+             (recorded in session.start), or use a kernel that has them",
+            missing.join("; ")
+        ))
+    }
+
+    /// `details.sandbox.write_protection` of `session.start`.
+    pub fn record(&self, has_writes: bool) -> serde_json::Value {
+        let missing = self.missing();
+        let mode = match (has_writes, missing.is_empty()) {
+            (false, _) => "no write grants",
+            (true, true) => "full",
+            (true, false) => "best effort",
+        };
+        serde_json::json!({
+            "mode": mode,
+            "active": self.active(),
+            "missing": missing,
+        })
+    }
+
+    /// The `write_protection` line of `wardenctl status`.
+    pub fn feature(&self) -> KernelFeature {
+        let missing = self.missing();
+        let detail = if missing.is_empty() {
+            format!("write grants get: {}", self.active().join(", "))
+        } else {
+            format!(
+                "missing: {}; sessions with write grants are refused unless the policy sets \
+                 sandbox.best_effort_write_protection: true",
+                missing.join("; ")
+            )
+        };
+        feature("write_protection", missing.is_empty(), detail)
+    }
+}
+
+/// `release` (`6.1.0-18-amd64`) is at least `major.minor`.
+fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
+    let mut it = release.split(|c: char| !c.is_ascii_digit());
+    let a: u32 = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let b: u32 = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    (a, b) >= (major, minor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn everything_present() {
+        let w = WriteProtection::judge(Some(7), true, "6.1.0-18-amd64", None);
+        assert_eq!(
+            w,
+            WriteProtection {
+                landlock: Ok(7),
+                create_guard: Ok(()),
+                pretended: false
+            }
+        );
+        assert_eq!(w.refusal(true, false), None);
+        assert_eq!(
+            w.record(true),
+            serde_json::json!({"mode": "full", "active": ["protected names bound read-only", "creation guard", "Landlock ABI 7"], "missing": []})
+        );
+    }
+
+    #[test]
+    fn each_missing_piece_is_named() {
+        let w = WriteProtection::judge(None, false, "5.10.0", None);
+        assert_eq!(
+            w.missing(),
+            vec![
+                "the creation guard (which keeps protected names such as .git, .bashrc and \
+                 .mcp.json from being created in a write grant): seccomp user notification is \
+                 not available (/proc/sys/kernel/seccomp/actions_avail has no user_notif; \
+                 Linux 5.0+); it needs Landlock; Linux 5.10.0 is older than 5.14 \
+                 (SECCOMP_ADDFD_FLAG_SEND)"
+                    .to_string(),
+                "Landlock (the second filesystem layer): Landlock is not available: the kernel \
+                 was built without it, or it is not in the `lsm=` boot list (see \
+                 /sys/kernel/security/lsm)"
+                    .to_string(),
+            ]
+        );
+        assert_eq!(
+            w.record(true),
+            serde_json::json!({"mode": "best effort", "active": ["protected names bound read-only"], "missing": w.missing()})
+        );
+    }
+
+    #[test]
+    fn refused_only_with_write_grants_and_without_the_opt_in() {
+        let w = WriteProtection::judge(Some(7), true, "6.1", Some("create_guard"));
+        assert!(w.pretended);
+        let why = w.refusal(true, false).expect("refused");
+        assert_eq!(
+            why,
+            "this policy has write grants, but protections they rely on are missing on this \
+             kernel: the creation guard (which keeps protected names such as .git, .bashrc and \
+             .mcp.json from being created in a write grant): treated as unavailable \
+             (WARDEN_TEST_PRETEND_MISSING); without them a server can create the names the \
+             host runs or trusts (.git, .bashrc, .mcp.json...) where they are missing; set \
+             sandbox.best_effort_write_protection: true to run anyway with weaker protection \
+             (recorded in session.start), or use a kernel that has them"
+        );
+        assert_eq!(w.refusal(false, false), None, "no write grant");
+        assert_eq!(w.refusal(true, true), None, "opted in");
+        assert_eq!(w.record(false)["mode"], "no write grants");
+    }
+
+    #[test]
+    fn pretending_landlock_missing_takes_the_guard_too() {
+        let w = WriteProtection::judge(Some(7), true, "6.1", Some(" landlock ,"));
+        assert_eq!(
+            w.landlock,
+            Err("Landlock is treated as unavailable (WARDEN_TEST_PRETEND_MISSING)".into())
+        );
+        assert_eq!(w.create_guard, Err("it needs Landlock".into()));
+    }
+
+    #[test]
+    fn releases() {
+        assert!(release_at_least("5.14.0", 5, 14));
+        assert!(release_at_least("6.18.44-fc", 5, 14));
+        assert!(!release_at_least("5.4.0-150-generic", 5, 14));
+        assert!(!release_at_least("", 5, 14));
     }
 }

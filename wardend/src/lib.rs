@@ -7,7 +7,8 @@
 //!   single-instance lock, binds the socket and calls it. Tests start a real
 //!   daemon the same way.
 //! - [`conn`]: accepting connections and the stdio preamble (fd passing).
-//! - [`service`]: the gRPC methods and the peer-uid check.
+//! - [`service`]: the gRPC methods and the peer checks (uid; [`peer`]: not
+//!   inside a sandbox).
 //! - [`session`]: policy → audit → sandbox → stdio pumps → exit.
 //! - [`egress`]: the per-session egress proxy (crate `warden-proxy`) wired to
 //!   the session's listener, the audit store and the `ps` counters.
@@ -28,6 +29,7 @@ pub mod files;
 pub mod limits;
 pub mod logs;
 pub mod ratelimit;
+pub mod peer;
 pub mod service;
 pub mod session;
 pub mod syscalls;
@@ -75,6 +77,8 @@ pub struct Daemon {
     pub shutting_down: AtomicBool,
     /// The delegated cgroup v2 subtree the daemon manages, or why there is none.
     pub cgroup: Result<cgroup::Delegation, String>,
+    /// What protects write grants on this kernel (probed once at start).
+    pub write_protection: features::WriteProtection,
 }
 
 /// Serves on `listener` until `shutdown` resolves, then ends every session
@@ -97,6 +101,19 @@ pub async fn run(
         ),
         Err(why) => tracing::info!(%why, "no delegated cgroup: limits use the fallbacks"),
     }
+    let pretend = std::env::var(features::PRETEND_MISSING_VAR).ok();
+    let write_protection = features::WriteProtection::probe(pretend.as_deref());
+    if write_protection.pretended {
+        tracing::warn!(
+            var = features::PRETEND_MISSING_VAR,
+            missing = ?write_protection.missing(),
+            "treating protections as unavailable (a test setting)"
+        );
+    }
+    // Every peer must share these (a sandboxed process never does).
+    let own_ns = peer::own().map_err(|e| {
+        anyhow::anyhow!("cannot read the daemon's own namespaces in /proc/self/ns: {e}")
+    })?;
     let audit = AuditStore::open_with(&config.state_dir, config.audit.clone())?;
     let daemon = Arc::new(Daemon {
         config,
@@ -106,6 +123,7 @@ pub async fn run(
         started: Instant::now(),
         shutting_down: AtomicBool::new(false),
         cgroup,
+        write_protection,
     });
     daemon.audit.append(
         Record::new(
@@ -129,7 +147,12 @@ pub async fn run(
         service::check_peer(&checker, &req)?;
         Ok(req)
     });
-    let incoming = ReceiverStream::new(conn::incoming(listener));
+    let auditor = daemon.clone();
+    let on_refused: conn::OnRefused = Arc::new(move |info, refusal| {
+        tracing::warn!(pid = ?info.pid, reason = %refusal.reason, "refused a peer");
+        service::audit_refused_peer(&auditor, info, refusal);
+    });
+    let incoming = ReceiverStream::new(conn::incoming(listener, daemon.uid, own_ns, on_refused));
     let d2 = daemon.clone();
     let stopped = Arc::new(tokio::sync::Notify::new());
     let stopped2 = stopped.clone();

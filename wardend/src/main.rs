@@ -72,7 +72,9 @@ fn init_tracing() {
 }
 
 /// Takes the single-instance lock next to the socket, holding it for the
-/// daemon's life.
+/// daemon's life. The lock file is opened with `O_NOFOLLOW`: a symlink
+/// planted there (by whoever can write the directory) must not make the
+/// daemon truncate another file (F16).
 fn lock_instance(socket: &Path) -> anyhow::Result<Flock<File>> {
     let lock_path = PathBuf::from(format!("{}.lock", socket.display()));
     let file = OpenOptions::new()
@@ -81,8 +83,19 @@ fn lock_instance(socket: &Path) -> anyhow::Result<Flock<File>> {
         .read(true)
         .write(true)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&lock_path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => anyhow::anyhow!(
+                "{} is a symlink; refusing to follow it (remove it if it is not yours)",
+                lock_path.display()
+            ),
+            _ => anyhow::Error::new(e),
+        })
         .with_context(|| format!("cannot open lock file {}", lock_path.display()))?;
+    if !file.metadata()?.is_file() {
+        bail!("lock file {} is not a regular file", lock_path.display());
+    }
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(mut lock) => {
             lock.set_len(0).ok();
@@ -132,13 +145,47 @@ fn bind(socket: &Path) -> anyhow::Result<std::os::unix::net::UnixListener> {
     Ok(listener)
 }
 
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit: every session holds
+/// descriptors in the daemon (stdio pipes, the proxy's tunnels, the notifier),
+/// and the usual soft limit of 1024 lets a few sessions starve the others and
+/// the control socket (F10).
+fn raise_nofile() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => tracing::info!(from = soft, to = hard, "raised the soft RLIMIT_NOFILE"),
+            Err(e) => tracing::warn!(soft, hard, error = %e, "cannot raise RLIMIT_NOFILE"),
+        },
+        Ok((soft, _)) => tracing::info!(limit = soft, "RLIMIT_NOFILE is already at the hard limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot read RLIMIT_NOFILE"),
+    }
+}
+
 fn real_main(args: Args) -> anyhow::Result<()> {
+    raise_nofile();
+    // An explicit socket (--socket, $WARDEN_SOCKET) must sit in a private
+    // directory, like the default one: in a shared directory another user
+    // could plant the lock file or squat the name (F16).
+    let explicit =
+        args.socket.is_some() || std::env::var_os("WARDEN_SOCKET").is_some_and(|s| !s.is_empty());
     let socket = warden_core::paths::socket_path(args.socket.as_deref())?;
     let socket = if socket.is_absolute() {
         socket
     } else {
         std::env::current_dir()?.join(socket)
     };
+    if explicit {
+        let parent = socket
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("/"));
+        warden_core::paths::verify_private(parent, 0o700, true).with_context(|| {
+            format!(
+                "the socket's directory {} must be private to you (owned by you, mode 0700)",
+                parent.display()
+            )
+        })?;
+    }
     let state_dir = match args.state_dir {
         Some(d) => d,
         None => warden_core::paths::default_state_dir()?,

@@ -32,12 +32,18 @@ pub struct Service {
 }
 
 /// Every call: the peer's uid (SO_PEERCRED, taken at accept) must be the
-/// daemon's own. Others get PermissionDenied and an audit record.
+/// daemon's own, and the peer must not be inside a sandbox (its user and pid
+/// namespaces, judged at accept, see [`crate::peer`]). Others get
+/// PermissionDenied; the uid refusal is audited here, the sandbox refusal
+/// once per connection when it was accepted ([`audit_refused_peer`]).
 pub fn check_peer(daemon: &Daemon, req: &Request<()>) -> Result<(), Status> {
     let Some(info) = req.extensions().get::<ConnInfo>() else {
         return Err(DaemonError::Internal("connection without credentials".into()).into());
     };
     if info.uid == daemon.uid {
+        if let Some(r) = &info.refused {
+            return Err(DaemonError::PeerSandboxed(r.reason.clone()).into());
+        }
         return Ok(());
     }
     daemon.audit.record(
@@ -58,6 +64,27 @@ pub fn check_peer(daemon: &Daemon, req: &Request<()>) -> Result<(), Status> {
         daemon: daemon.uid,
     }
     .into())
+}
+
+/// The `daemon.peer` deny record of a connection refused at accept time.
+pub fn audit_refused_peer(daemon: &Daemon, info: &ConnInfo, r: &crate::peer::Refusal) {
+    let mut details = r.details.clone();
+    details["peer_uid"] = info.uid.into();
+    details["daemon_uid"] = daemon.uid.into();
+    daemon.audit.record(
+        Record::new(
+            RecordType::Daemon,
+            "peer",
+            None,
+            match info.pid {
+                Some(pid) => format!("pid {pid}"),
+                None => format!("uid {}", info.uid),
+            },
+            Decision::Deny,
+            r.reason.clone(),
+        )
+        .with_details(details),
+    );
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<pb::SpawnEvent, Status>> + Send>>;
@@ -158,7 +185,7 @@ impl Warden for Service {
             audit_path: d.audit.path().display().to_string(),
             sessions: d.sessions.len() as u32,
             uptime_ms: d.started.elapsed().as_millis() as u64,
-            features: crate::features::probe(&self.daemon.cgroup),
+            features: crate::features::probe(&self.daemon.cgroup, &self.daemon.write_protection),
         }))
     }
 

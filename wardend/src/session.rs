@@ -204,6 +204,26 @@ impl Daemon {
         }
     }
 
+    /// The paths no grant may expose, from the daemon's real paths (its
+    /// socket, state directory and config directory) and from both the
+    /// daemon's and the client's environment (runtime directory, agent and
+    /// bus sockets, the client's config directory).
+    fn reserved(&self, client_env: &[pb::EnvVar]) -> Vec<policy::Reserved> {
+        use warden_core::policy::reserved;
+        let client = |k: &str| env_get(client_env, k).map(|v| OsString::from_vec(v.to_vec()));
+        let mut out = reserved::warden(
+            Some(&self.config.socket),
+            Some(&self.config.state_dir),
+            warden_core::paths::config_dir().ok().as_deref(),
+        );
+        if let Ok(c) = warden_core::paths::config_dir_from(client) {
+            out.extend(reserved::warden(None, None, Some(&c)));
+        }
+        out.extend(reserved::user(client, self.uid));
+        out.extend(reserved::user(|k| std::env::var_os(k), self.uid));
+        out
+    }
+
     /// Compiles the request's policy; a refusal is audited.
     /// Warden's own files, protected inside every write grant that covers
     /// them: the state directory (audit store), the policies directory, the
@@ -290,6 +310,7 @@ impl Daemon {
             home: home.clone(),
             cwd,
             path_env: env_get(&req.env, "PATH").map(|p| OsString::from_vec(p.to_vec())),
+            reserved: self.reserved(&req.env),
         };
         let input = PolicyInput {
             path: policy_path.as_deref(),
@@ -319,6 +340,12 @@ impl Daemon {
                     self.cgroup.as_ref().err().map(String::as_str).unwrap_or("the cpu controller is not delegated")
                 )));
             }
+        }
+        if let Some(why) = self.write_protection.refusal(
+            !policy.write.is_empty(),
+            policy.sandbox.best_effort_write_protection,
+        ) {
+            return Err(DaemonError::Policy(why));
         }
         if let Some(why) = crate::files::refusal(
             policy.audit.files,
@@ -420,6 +447,8 @@ impl Daemon {
             "read": policy.read,
             "write": policy.write,
             "protected": protected,
+            "exposed": policy.exposed,
+            "warnings": policy.warnings,
             "network_allow": policy.network.allow.iter().map(|r| r.source.as_str()).collect::<Vec<_>>(),
             "env_names": env_names,
             "limits": limits,
@@ -436,6 +465,8 @@ impl Daemon {
                 },
                 "file_audit": crate::files::level_in_use(spec.audit_files),
                 "create_guard": warden_sandbox::guard::active(&spec, warden_sandbox::notify::available()),
+                "write_protection": self.write_protection.record(!policy.write.is_empty()),
+                "best_effort_write_protection": policy.sandbox.best_effort_write_protection,
             },
         }));
         // Audit-before-execute: the start record is on disk before the server runs.

@@ -14,6 +14,7 @@
 
 mod diagnostic;
 pub mod net;
+pub mod reserved;
 mod rules;
 mod yaml;
 
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub use diagnostic::{Diagnostic, PolicyError};
+pub use reserved::Reserved;
 use rules::Invalid;
 use yaml::Locations;
 
@@ -68,6 +70,11 @@ pub struct CompileContext {
     pub cwd: PathBuf,
     /// The client's `PATH`, searched for a bare command name.
     pub path_env: Option<OsString>,
+    /// Paths no grant may expose (Warden's socket, state and config
+    /// directories, the user's runtime directory and agent sockets), on top
+    /// of [`reserved::system`], which is always applied. The daemon passes
+    /// its real paths; see [`reserved::warden`] and [`reserved::user`].
+    pub reserved: Vec<Reserved>,
 }
 
 /// Resource limits; `None` means no limit beyond the daemon's defaults.
@@ -128,6 +135,15 @@ pub struct CompiledPolicy {
     /// `audit:` — what is recorded beyond the session's own records.
     #[serde(default)]
     pub audit: AuditPolicy,
+    /// `filesystem.dangerously_expose` entries that let a grant through the
+    /// reserved-path check: sorted, deduplicated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exposed: Vec<PathBuf>,
+    /// Loud warnings (a write grant of `$HOME`, an exposed reserved path),
+    /// one `file:line:col: key: message` line each, shown by `policy check`,
+    /// the shim and `session.start`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// The v1 schema as serde sees it; every field optional.
@@ -156,6 +172,7 @@ struct RawAudit {
 #[serde(deny_unknown_fields)]
 struct RawSandbox {
     landlock_min_abi: Option<i64>,
+    best_effort_write_protection: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -164,6 +181,8 @@ struct RawFilesystem {
     read: Option<Vec<String>>,
     write: Option<Vec<String>>,
     allow_git_init: Option<bool>,
+    dangerously_expose: Option<Vec<String>>,
+    allow_home_write: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -197,6 +216,10 @@ pub struct SandboxReq {
     /// (0: no requirement; Landlock is used whenever available anyway).
     #[serde(default)]
     pub landlock_min_abi: u32,
+    /// Run write grants even when a protection they rely on (the creation
+    /// guard, Landlock) is missing on this kernel. Default false: refuse.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub best_effort_write_protection: bool,
 }
 
 /// `audit:` — what the audit trail records of the server's activity.
@@ -282,6 +305,7 @@ struct Sink<'a> {
     file: Option<PathBuf>,
     locations: &'a Locations,
     diagnostics: Vec<Diagnostic>,
+    warnings: Vec<Diagnostic>,
 }
 
 /// Where a value came from.
@@ -295,7 +319,17 @@ enum Origin {
 
 impl Sink<'_> {
     fn report(&mut self, origin: &Origin, err: Invalid) {
-        let d = match origin {
+        let d = self.diagnostic(origin, err.to_string());
+        self.diagnostics.push(d);
+    }
+
+    fn warn(&mut self, origin: &Origin, message: String) {
+        let d = self.diagnostic(origin, message);
+        self.warnings.push(d);
+    }
+
+    fn diagnostic(&self, origin: &Origin, message: String) -> Diagnostic {
+        match origin {
             Origin::Key(key) => {
                 let mark = self.locations.get(key);
                 Diagnostic {
@@ -303,7 +337,7 @@ impl Sink<'_> {
                     line: mark.map(|m| m.line),
                     column: mark.map(|m| m.column),
                     key: Some(key.clone()),
-                    message: err.to_string(),
+                    message,
                 }
             }
             Origin::Flag(flag) => Diagnostic {
@@ -311,10 +345,9 @@ impl Sink<'_> {
                 line: None,
                 column: None,
                 key: Some((*flag).to_owned()),
-                message: err.to_string(),
+                message,
             },
-        };
-        self.diagnostics.push(d);
+        }
     }
 
     fn check<T>(&mut self, origin: &Origin, result: Result<T, Invalid>) -> Option<T> {
@@ -402,6 +435,7 @@ pub fn compile(
         file: source.clone(),
         locations: &checked.locations,
         diagnostics: Vec::new(),
+        warnings: Vec::new(),
     };
     let policy_dir = source
         .as_deref()
@@ -471,26 +505,70 @@ pub fn compile(
         let mut out = Vec::new();
         for (origin, value) in sourced(key, from_file, flag, from_flags) {
             match sink.check(&origin, rules::grant(value, base(&origin), &ctx.home)) {
-                Some(p) => out.push(p),
+                Some(p) => out.push((origin, p)),
                 None => grant_failed = true,
             }
         }
         out
     };
-    let write_in_order = grants(
+    let write_sourced = grants(
         "filesystem.write",
         fs_raw.and_then(|f| f.write.as_ref()),
         "--write",
         &overrides.write,
         &mut sink,
     );
-    let read = grants(
+    let read_sourced = grants(
         "filesystem.read",
         fs_raw.and_then(|f| f.read.as_ref()),
         "--read",
         &overrides.read,
         &mut sink,
     );
+    let expose_sourced = grants(
+        "filesystem.dangerously_expose",
+        fs_raw.and_then(|f| f.dangerously_expose.as_ref()),
+        "",
+        &[],
+        &mut sink,
+    );
+    let allow_home_write = fs_raw.and_then(|f| f.allow_home_write).unwrap_or(false);
+    let exposed = check_exposure(
+        &mut sink,
+        &write_sourced,
+        &read_sourced,
+        &expose_sourced,
+        &ctx.reserved,
+    );
+    for (origin, g) in &write_sourced {
+        if let Some(src) = source.as_deref().filter(|s| s.starts_with(g)) {
+            let err = Invalid::PolicyInsideWrite {
+                policy: src.display().to_string(),
+                grant: g.display().to_string(),
+            };
+            sink.report(origin, err);
+        }
+        if ctx.home.starts_with(g) {
+            let what = if *g == ctx.home {
+                "is your home directory".to_owned()
+            } else {
+                format!("holds your home directory {}", ctx.home.display())
+            };
+            if allow_home_write {
+                let msg = format!(
+                    "write grant {} {what}: the server can change what your shell, git, \
+                     editors and Warden itself run next (filesystem.allow_home_write: true)",
+                    g.display()
+                );
+                sink.warn(origin, msg);
+            } else {
+                let grant = g.display().to_string();
+                sink.report(origin, Invalid::HomeWrite { grant, what });
+            }
+        }
+    }
+    let write_in_order: Vec<PathBuf> = write_sourced.into_iter().map(|(_, p)| p).collect();
+    let read: Vec<PathBuf> = read_sourced.into_iter().map(|(_, p)| p).collect();
     let mut write = write_in_order.clone();
     write.sort();
     write.dedup();
@@ -567,6 +645,11 @@ pub fn compile(
         .and_then(|l| l.cpu)
         .and_then(|v| sink.check(&Origin::Key("limits.cpu".into()), rules::cpu(v)));
     let best_effort = limits_raw.and_then(|l| l.best_effort).unwrap_or(false);
+    let best_effort_write_protection = raw
+        .sandbox
+        .as_ref()
+        .and_then(|s| s.best_effort_write_protection)
+        .unwrap_or(false);
     let landlock_min_abi = raw
         .sandbox
         .as_ref()
@@ -616,10 +699,105 @@ pub fn compile(
             cpu,
             best_effort,
         },
-        sandbox: SandboxReq { landlock_min_abi },
+        sandbox: SandboxReq {
+            landlock_min_abi,
+            best_effort_write_protection,
+        },
         audit: AuditPolicy {
             files,
             files_explicit,
         },
+        exposed,
+        warnings: {
+            let mut w = sink.warnings;
+            w.sort_by_key(|d| (d.file.is_none(), d.line.is_none(), d.line, d.column));
+            w.iter().map(ToString::to_string).collect()
+        },
     })
+}
+
+/// The reserved-path rule: every grant (read or write) that is, lies inside
+/// or holds a reserved path is refused, unless `filesystem.dangerously_expose`
+/// names it (the grant itself for "is" and "inside", the reserved path for
+/// "holds"). A waived conflict is a warning; an entry that waives nothing is
+/// one too. Returns the entries that were used, sorted.
+fn check_exposure(
+    sink: &mut Sink,
+    write: &[(Origin, PathBuf)],
+    read: &[(Origin, PathBuf)],
+    expose: &[(Origin, PathBuf)],
+    extra: &[Reserved],
+) -> Vec<PathBuf> {
+    use reserved::Relation;
+    // Warden's and the user's paths first: they say more than `/run`.
+    let all = reserved::expand(&[extra, &reserved::system()].concat());
+    let listed = |p: &Path| expose.iter().any(|(_, e)| e == p);
+    let mut used: Vec<PathBuf> = Vec::new();
+    for (origin, g) in write.iter().chain(read) {
+        // The description shown: "is" over "lies inside" over "holds".
+        let mut first: Option<(Relation, String)> = None;
+        let mut need: Vec<&Path> = Vec::new();
+        for r in &all {
+            let Some(rel) = reserved::relation(g, r) else {
+                continue;
+            };
+            // What is not there yet cannot be exposed by holding it.
+            if rel == Relation::Contains && fs::symlink_metadata(&r.path).is_err() {
+                continue;
+            }
+            let (key, text) = match rel {
+                Relation::Is => (g.as_path(), format!("is {}", r.what)),
+                Relation::Inside => (
+                    g.as_path(),
+                    format!("lies inside {} ({})", r.path.display(), r.what),
+                ),
+                Relation::Contains => (
+                    r.path.as_path(),
+                    format!("holds {} ({})", r.path.display(), r.what),
+                ),
+            };
+            if listed(key) {
+                if !used.iter().any(|u| u == key) {
+                    used.push(key.to_path_buf());
+                    let msg = format!("dangerously exposed to the server: {} {text}", g.display());
+                    sink.warn(origin, msg);
+                }
+                continue;
+            }
+            let rank = |r: Relation| match r {
+                Relation::Is => 0,
+                Relation::Inside => 1,
+                Relation::Contains => 2,
+            };
+            if first.as_ref().is_none_or(|(f, _)| rank(rel) < rank(*f)) {
+                first = Some((rel, text));
+            }
+            if !need.contains(&key) {
+                need.push(key);
+            }
+        }
+        // The grant itself first, then what it holds.
+        need.sort_by_key(|p| *p != g.as_path());
+        if let Some((_, relation)) = first {
+            let need: Vec<String> = need.iter().map(|p| format!("`{}`", p.display())).collect();
+            let err = Invalid::Reserved {
+                grant: g.display().to_string(),
+                relation,
+                need: need.join(", "),
+            };
+            sink.report(origin, err);
+        }
+    }
+    for (origin, e) in expose {
+        if !used.contains(e) {
+            let msg = format!(
+                "{} exposes nothing Warden refuses to grant (it is not a granted reserved path, nor one a grant holds); remove it",
+                e.display()
+            );
+            sink.warn(origin, msg);
+        }
+    }
+    used.sort();
+    used.dedup();
+    used
 }

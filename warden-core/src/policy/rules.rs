@@ -56,6 +56,20 @@ pub(crate) enum Invalid {
     Version(i64),
     #[error("invalid name `{0}`: use 1 to 64 characters from A-Z, a-z, 0-9, `.`, `_` and `-`")]
     Name(String),
+    #[error("{grant} {relation}; granting it, even read-only, hands the server what it holds (a Unix socket in a grant hands over its service: connect works on a read-only mount); grant a narrower path, or list {need} in filesystem.dangerously_expose to grant it anyway")]
+    Reserved {
+        grant: String,
+        /// "is Warden's control socket directory", "lies inside /run (...)".
+        relation: String,
+        /// The paths to list, each in backticks.
+        need: String,
+    },
+    #[error("the policy file {policy} lies inside this write grant ({grant}): the server could rewrite its own policy for its next session; keep the policy outside the directories it grants for writing")]
+    PolicyInsideWrite { policy: String, grant: String },
+    #[error("{grant} {what}: a server that can write there can change what your shell, git, editors and Warden itself run next; grant only the directories the server needs, or set filesystem.allow_home_write: true")]
+    HomeWrite { grant: String, what: String },
+    #[error("`{name}` cannot be passed through: {why}")]
+    EnvRefused { name: String, why: &'static str },
     #[error("variable name is empty")]
     EmptyEnvName,
     #[error("invalid variable name `{0}`: a name cannot contain `=`")]
@@ -330,7 +344,58 @@ pub(crate) fn env_name(n: &str) -> Result<(), Invalid> {
     if n.contains('=') {
         return Err(Invalid::EnvNameEquals(n.to_owned()));
     }
-    no_nul("variable name", n)
+    no_nul("variable name", n)?;
+    if let Some(why) = env_refused(n) {
+        return Err(Invalid::EnvRefused {
+            name: n.to_owned(),
+            why,
+        });
+    }
+    Ok(())
+}
+
+/// Names `env.allow` refuses, and why: the ones that steer the dynamic loader
+/// or make glibc load or run code from a path the value names, and Warden's
+/// own. Compared without regard to ASCII case (no spelling gets through).
+///
+/// The rest of glibc's "unsecure" list (what it strips for setuid programs:
+/// `HOSTALIASES`, `LOCALDOMAIN`, `RES_OPTIONS`, `RESOLV_HOST_CONF`,
+/// `LOCPATH`, `NLSPATH`, `MALLOC_TRACE`, `TZDIR`, `TMPDIR`) is allowed: those
+/// name data the program reads or writes in the sandbox's own view, where
+/// nothing is privileged (no setuid, no capabilities), so they give the server
+/// nothing it could not do itself; the resolver ones have no resolver to steer.
+pub(crate) const ENV_REFUSED: &[(&str, &str)] = &[
+    (
+        "LD_*",
+        "LD_* variables steer the dynamic loader (which libraries every program in the sandbox loads, and from where)",
+    ),
+    (
+        "WARDEN_*",
+        "WARDEN_* variables configure Warden itself (its socket, its logs), not the server",
+    ),
+    (
+        "GCONV_PATH",
+        "it makes glibc load shared objects (iconv modules) from the directory it names",
+    ),
+    (
+        "GETCONF_DIR",
+        "it makes getconf run programs from the directory it names",
+    ),
+    (
+        "GLIBC_TUNABLES",
+        "it is parsed by the dynamic loader itself before any program runs (CVE-2023-4911)",
+    ),
+];
+
+fn env_refused(n: &str) -> Option<&'static str> {
+    let upper = n.to_ascii_uppercase();
+    ENV_REFUSED.iter().find_map(|(pat, why)| {
+        let hit = match pat.strip_suffix('*') {
+            Some(prefix) => upper.starts_with(prefix),
+            None => upper == *pat,
+        };
+        hit.then_some(*why)
+    })
 }
 
 /// `audit.files`: `denied`, `all` or `off`.
@@ -458,6 +523,72 @@ mod tests {
             env_name("A\0B").unwrap_err().to_string(),
             "variable name contains a NUL byte: \"A\\0B\""
         );
+    }
+
+    #[test]
+    fn loader_and_warden_variables_are_refused() {
+        let ld = "LD_* variables steer the dynamic loader (which libraries every program in the sandbox loads, and from where)";
+        for (name, why) in [
+            ("LD_PRELOAD", ld),
+            ("LD_LIBRARY_PATH", ld),
+            ("LD_AUDIT", ld),
+            ("ld_preload", ld),
+            ("LD_", ld),
+            (
+                "WARDEN_SOCKET",
+                "WARDEN_* variables configure Warden itself (its socket, its logs), not the server",
+            ),
+            (
+                "warden_log",
+                "WARDEN_* variables configure Warden itself (its socket, its logs), not the server",
+            ),
+            (
+                "GCONV_PATH",
+                "it makes glibc load shared objects (iconv modules) from the directory it names",
+            ),
+            (
+                "GETCONF_DIR",
+                "it makes getconf run programs from the directory it names",
+            ),
+            (
+                "GLIBC_TUNABLES",
+                "it is parsed by the dynamic loader itself before any program runs (CVE-2023-4911)",
+            ),
+        ] {
+            assert_eq!(
+                env_name(name),
+                Err(Invalid::EnvRefused {
+                    name: name.to_owned(),
+                    why
+                }),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            env_name("LD_PRELOAD").unwrap_err().to_string(),
+            format!("`LD_PRELOAD` cannot be passed through: {ld}")
+        );
+        // Controls: names that only look alike, and the data-path variables
+        // glibc strips for setuid programs, which are allowed.
+        for ok in [
+            "OLD_PATH",
+            "LDFLAGS",
+            "XLD_PRELOAD",
+            "MY_WARDEN_TOKEN",
+            "WARDEN",
+            "TMPDIR",
+            "TZDIR",
+            "LOCPATH",
+            "NLSPATH",
+            "HOSTALIASES",
+            "LOCALDOMAIN",
+            "RES_OPTIONS",
+            "RESOLV_HOST_CONF",
+            "MALLOC_TRACE",
+            "GCONV_PATHS",
+        ] {
+            assert_eq!(env_name(ok), Ok(()), "{ok}");
+        }
     }
 
     #[test]

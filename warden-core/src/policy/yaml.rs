@@ -251,6 +251,8 @@ const FILESYSTEM: &[(&str, Ty)] = &[
     ("read", Ty::StrList),
     ("write", Ty::StrList),
     ("allow_git_init", Ty::Bool),
+    ("dangerously_expose", Ty::StrList),
+    ("allow_home_write", Ty::Bool),
 ];
 const NETWORK: &[(&str, Ty)] = &[("allow", Ty::StrList), ("allow_private", Ty::Bool)];
 const ENV: &[(&str, Ty)] = &[("allow", Ty::StrList)];
@@ -262,7 +264,10 @@ const LIMITS: &[(&str, Ty)] = &[
     ("cpu", Ty::Num),
     ("best_effort", Ty::Bool),
 ];
-const SANDBOX: &[(&str, Ty)] = &[("landlock_min_abi", Ty::Int)];
+const SANDBOX: &[(&str, Ty)] = &[
+    ("landlock_min_abi", Ty::Int),
+    ("best_effort_write_protection", Ty::Bool),
+];
 const AUDIT: &[(&str, Ty)] = &[("files", Ty::Str)];
 const TOP: &[(&str, Ty)] = &[
     ("version", Ty::Int),
