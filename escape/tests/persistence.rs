@@ -399,7 +399,19 @@ fn wardens_own_policies_and_state_cannot_be_changed_through_a_grant() {
              mv warden/policies warden/p2 || echo 'refused: move policies'\n\
              mkdir warden/x || echo 'refused: mkdir'\n\
              echo ok > other.txt && echo 'made: other.txt'\n";
+    // The policy compiler refuses the grant first (it holds Warden's config
+    // directory); exposed by name, the directory is still read-only inside.
     let out = inside(&env, &env.minimal_policy(), &env.config, s);
+    assert_eq!(exit_code(out.status), 125, "{}", text(&out));
+    assert!(text(&out).contains("dangerously_expose"), "{}", text(&out));
+    let policy = env.policy(
+        "expose.yaml",
+        &format!(
+            "version: 1\nname: expose\nfilesystem:\n  dangerously_expose: [\"{}\"]\n",
+            env.config.join("warden").display()
+        ),
+    );
+    let out = inside(&env, &policy, &env.config, s);
     let said = text(&out);
     eprintln!("{said}");
     for r in ["edit policy", "new policy", "move policies", "mkdir"] {
@@ -441,7 +453,15 @@ fn home_grant_keeps_cargo_bin_cargo_config_and_warden_dirs() {
              mkdir -p .config/warden || echo 'refused: config dir'\n\
              echo ok > notes.txt && echo 'made: notes'\n\
              mkdir -p .cargo/registry && echo ok > .cargo/registry/x && echo 'made: registry'\n";
+    // Refused by the policy compiler unless the policy says so; then the
+    // sandbox still keeps these read-only.
     let out = inside(&env, &env.minimal_policy(), &env.home, s);
+    assert_eq!(exit_code(out.status), 125, "{}", text(&out));
+    let policy = env.policy(
+        "home.yaml",
+        "version: 1\nname: home\nfilesystem:\n  allow_home_write: true\n",
+    );
+    let out = inside(&env, &policy, &env.home, s);
     let said = text(&out);
     eprintln!("{said}");
     for r in [
