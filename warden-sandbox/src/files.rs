@@ -242,6 +242,8 @@ pub fn host_has(path: &[u8]) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
     pub id: u64,
+    /// The file system's device number, `major:minor`.
+    pub dev: String,
     /// Where it is mounted, in the sandbox's view.
     pub point: Vec<u8>,
     /// Per-mount `ro`.
@@ -288,6 +290,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
         let opts: Vec<&str> = fields[5].split(',').collect();
         out.push(Mount {
             id,
+            dev: fields[2].to_string(),
             point: unescape(fields[4]),
             read_only: opts.contains(&"ro"),
             noexec: opts.contains(&"noexec"),
@@ -1768,6 +1771,7 @@ mod tests {
             m[0],
             Mount {
                 id: 120,
+                dev: "0:56".into(),
                 point: b"/".to_vec(),
                 read_only: true,
                 noexec: false,
@@ -1799,6 +1803,7 @@ mod tests {
             fd,
             vec![Mount {
                 id: 0,
+                dev: "0:1".into(),
                 point: b"/".to_vec(),
                 read_only: true,
                 noexec: false,
@@ -2058,6 +2063,7 @@ mod tests {
     fn mount(point: &str, fstype: &str, ro: bool) -> Mount {
         Mount {
             id: 1,
+            dev: "0:1".into(),
             point: point.as_bytes().to_vec(),
             read_only: ro,
             noexec: false,

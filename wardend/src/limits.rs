@@ -103,47 +103,20 @@ fn status_kb(status: &str, field: &str) -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-/// The octal escapes (`\040` for a space) of a `mountinfo` path decoded.
-fn unescape(p: &str) -> Vec<u8> {
-    let b = p.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            let digits = std::str::from_utf8(&b[i + 1..i + 4]).unwrap_or("x");
-            if let Ok(v) = u8::from_str_radix(digits, 8) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    out
-}
-
 /// `(device, mount point)` of every tmpfs in a `mountinfo` text.
 fn tmpfs_mounts(mountinfo: &str) -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::new();
-    for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let f: Vec<&str> = left.split(' ').collect();
-        if f.len() < 5 || right.split(' ').next() != Some("tmpfs") {
-            continue;
-        }
-        out.push((f[2].to_string(), unescape(f[4])));
-    }
-    out
+    warden_sandbox::files::parse_mountinfo(mountinfo)
+        .into_iter()
+        .filter(|m| m.fstype == "tmpfs")
+        .map(|m| (m.dev, m.point))
+        .collect()
 }
 
 /// Every device number (`major:minor`) mounted in `mountinfo`.
 fn devices(mountinfo: &str) -> std::collections::HashSet<String> {
-    mountinfo
-        .lines()
-        .filter_map(|l| l.split(' ').nth(2).map(str::to_string))
+    warden_sandbox::files::parse_mountinfo(mountinfo)
+        .into_iter()
+        .map(|m| m.dev)
         .collect()
 }
 
