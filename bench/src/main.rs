@@ -6,7 +6,8 @@
 //! `egress.rs`; `warden-bench audit`: audit store appends, group commit against
 //! an fsync per record, see `audit.rs`; `warden-bench files`: what file-access
 //! auditing costs, see `files.rs`; `warden-bench create` and `write`: what the
-//! creation guard adds to creating files and to opening files for writing)
+//! creation guard adds to creating files and to opening files for writing;
+//! `warden-bench sessions`: many concurrent idle sessions, see `sessions.rs`)
 //! (options: `--launches N` (default 100), `--requests N` (default 1000)).
 //!
 //! - launch: time from spawning the process to the first byte of the reply to
@@ -19,6 +20,7 @@
 mod audit;
 mod egress;
 mod files;
+mod sessions;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -433,6 +435,10 @@ fn main() {
     }
     if std::env::args().nth(1).as_deref() == Some("create") {
         guard_rounds(false);
+        return;
+    }
+    if std::env::args().nth(1).as_deref() == Some("sessions") {
+        sessions::run();
         return;
     }
     if std::env::args().nth(1).as_deref() == Some("write") {

@@ -98,6 +98,9 @@ struct Shared {
     /// Wakes the committer: new unsynced records, an fsync done, shutdown.
     work_cv: Condvar,
     live_tx: broadcast::Sender<Arc<Live>>,
+    /// Held while the head file is rewritten: the committer and
+    /// [`AuditStore::sync`] share one temporary file name.
+    head_lock: Mutex<()>,
 }
 
 struct Inner {
@@ -266,6 +269,7 @@ impl AuditStore {
             synced_cv: Condvar::new(),
             work_cv: Condvar::new(),
             live_tx,
+            head_lock: Mutex::new(()),
         });
         let s2 = shared.clone();
         let committer = std::thread::Builder::new()
@@ -642,6 +646,7 @@ impl Shared {
 
     /// Rewrites `audit.head` if it lags behind what is on disk.
     fn update_head(&self) {
+        let _one_writer = lock(&self.head_lock);
         let head = {
             let st = lock(&self.sync);
             if st.head_seq >= st.synced || st.synced == 0 {

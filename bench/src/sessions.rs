@@ -1,0 +1,164 @@
+//! `warden-bench sessions [--n N] [--hold S]`: many concurrent idle sessions.
+//!
+//! Starts N shims at once, each running `/bin/sleep` for S seconds (default
+//! 25) under an empty policy, against one fresh daemon, and measures, side by
+//! side with N `/bin/sleep` processes started directly: how long until all of
+//! them run (for the shims: until the daemon lists N live sessions), how many
+//! failed and with what, and the daemon's resident memory, threads and open
+//! fds before and with all N running (per session: the difference over N).
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{arg, bin, Daemon};
+
+/// (resident KiB, threads, fds) of a process.
+fn footprint(pid: u32) -> (u64, u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count() as u64)
+        .unwrap_or(0);
+    (field("VmRSS:"), field("Threads:"), fds)
+}
+
+/// Live sessions the daemon lists (`wardenctl ps --json`).
+fn live_sessions(socket: &std::path::Path) -> usize {
+    let out = Command::new(bin("wardenctl"))
+        .arg("--socket")
+        .arg(socket)
+        .args(["ps", "--json"])
+        .output();
+    out.ok()
+        .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
+        .and_then(|v| v.as_array().map(Vec::len))
+        .unwrap_or(0)
+}
+
+fn wait_all(children: Vec<Child>) -> BTreeMap<String, usize> {
+    let mut outcomes = BTreeMap::new();
+    for c in children {
+        let out = c.wait_with_output().expect("wait");
+        let key = if out.status.success() {
+            "exit 0".to_string()
+        } else {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let line = err.lines().find(|l| l.starts_with("warden:")).unwrap_or("");
+            format!("exit {:?}: {line}", out.status.code())
+        };
+        *outcomes.entry(key).or_default() += 1;
+    }
+    outcomes
+}
+
+pub fn run() {
+    let n = arg("--n", 100);
+    let hold = arg("--hold", 25);
+    let sleep = "/bin/sleep";
+
+    // Baseline: N sleeps started directly.
+    let t0 = Instant::now();
+    let direct: Vec<Child> = (0..n)
+        .map(|_| {
+            Command::new(sleep)
+                .arg("2")
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("spawn sleep")
+        })
+        .collect();
+    let direct_start = t0.elapsed();
+    let direct_out = wait_all(direct);
+
+    let daemon = Daemon::start();
+    let pid = daemon.child.id();
+    let policy = tempfile::NamedTempFile::new().expect("policy file");
+    std::fs::write(policy.path(), "version: 1\nname: bench-sessions\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = footprint(pid);
+    let t0 = Instant::now();
+    let shims: Vec<Child> = (0..n)
+        .map(|_| {
+            Command::new(bin("warden-shim"))
+                .arg("--socket")
+                .arg(&daemon.socket)
+                .arg("--no-autostart")
+                .arg("--policy")
+                .arg(policy.path())
+                .arg("--")
+                .arg(sleep)
+                .arg(hold.to_string())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn warden-shim")
+        })
+        .collect();
+    let spawned = t0.elapsed();
+    // Until every session runs (or the shims that failed have exited).
+    let deadline = Instant::now() + Duration::from_secs(hold.saturating_sub(2).max(5) as u64);
+    let mut live = 0;
+    let mut all_up = None;
+    let mut peak = before;
+    while Instant::now() < deadline {
+        live = live_sessions(&daemon.socket);
+        let f = footprint(pid);
+        peak = (peak.0.max(f.0), peak.1.max(f.1), peak.2.max(f.2));
+        if live >= n {
+            all_up = Some(t0.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let with = footprint(pid);
+    let outcomes = wait_all(shims);
+
+    let per = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / n as f64;
+    println!("## {n} concurrent idle sessions (`sleep {hold}`), one daemon\n");
+    println!("| | direct `sleep` | through warden-shim |");
+    println!("| --- | --- | --- |");
+    println!(
+        "| spawn all | {:.1} ms | {:.1} ms |",
+        direct_start.as_secs_f64() * 1e3,
+        spawned.as_secs_f64() * 1e3
+    );
+    println!(
+        "| all running | (at once) | {} |",
+        all_up.map_or(format!("not reached: {live} of {n} live"), |d| format!(
+            "{:.2} s",
+            d.as_secs_f64()
+        ))
+    );
+    println!(
+        "| outcomes | {} | {} |",
+        fmt_outcomes(&direct_out),
+        fmt_outcomes(&outcomes)
+    );
+    println!(
+        "\ndaemon before: {} KiB resident, {} threads, {} fds; with {live} sessions: {} KiB, {} threads, {} fds (peak {} KiB, {} threads, {} fds)",
+        before.0, before.1, before.2, with.0, with.1, with.2, peak.0, peak.1, peak.2
+    );
+    println!(
+        "per session: {:.1} KiB resident, {:.2} threads, {:.2} fds",
+        per(before.0, with.0),
+        per(before.1, with.1),
+        per(before.2, with.2)
+    );
+}
+
+fn fmt_outcomes(o: &BTreeMap<String, usize>) -> String {
+    o.iter()
+        .map(|(k, v)| format!("{v}× {k}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
