@@ -24,6 +24,8 @@ pub enum DaemonError {
     Sandbox(String),
     #[error("wardend is shutting down")]
     ShuttingDown,
+    #[error("too many sessions: {0}")]
+    TooManySessions(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -39,6 +41,7 @@ impl From<DaemonError> for Status {
             DaemonError::AmbiguousSession(_) => Code::InvalidArgument,
             DaemonError::Sandbox(_) => Code::FailedPrecondition,
             DaemonError::ShuttingDown => Code::Unavailable,
+            DaemonError::TooManySessions(_) => Code::ResourceExhausted,
             DaemonError::Audit(_) | DaemonError::Internal(_) => Code::Internal,
         };
         Status::new(code, e.to_string())

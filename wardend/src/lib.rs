@@ -65,6 +65,9 @@ pub struct Config {
     pub dns: Option<std::net::SocketAddr>,
     /// `--audit-max-bytes`, `--audit-keep`: rotation and retention.
     pub audit: audit::Options,
+    /// `--max-sessions`: most sessions at once (0: as many as the file
+    /// descriptors allow, see [`session::capacity`]).
+    pub max_sessions: usize,
 }
 
 /// Shared state of one daemon.

@@ -1,4 +1,4 @@
-//! `wardend [--socket PATH] [--state-dir DIR] [--dns IP:PORT] [--audit-max-bytes N] [--audit-keep N]`
+//! `wardend [--socket PATH] [--state-dir DIR] [--dns IP:PORT] [--audit-max-bytes N] [--audit-keep N] [--max-sessions N]`
 //!
 //! The sandbox init role is checked before anything else: namespaces must be
 //! entered by a single-threaded process, so it runs before any runtime exists.
@@ -39,6 +39,10 @@ struct Args {
     /// Keep N rotated audit files; older ones are deleted (0: only the live file).
     #[arg(long, value_name = "N", default_value_t = wardend::audit::DEFAULT_KEEP)]
     audit_keep: usize,
+    /// Refuse new sessions beyond N at once (default: as many as the file
+    /// descriptor limit allows, keeping a reserve for the audit store).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    max_sessions: usize,
 }
 
 fn main() -> ExitCode {
@@ -222,6 +226,7 @@ fn real_main(args: Args) -> anyhow::Result<()> {
             keep: args.audit_keep,
             ..wardend::audit::Options::default()
         },
+        max_sessions: args.max_sessions,
     };
     let result = rt.block_on(async move {
         let listener = tokio::net::UnixListener::from_std(listener)?;

@@ -184,6 +184,47 @@ pub struct Prepared {
     client: pb::ClientInfo,
 }
 
+/// File descriptors an idle session holds in the daemon (stdio, sandbox
+/// control, pidfd, seccomp listener, proxy listener, cgroup...), rounded up.
+pub const FDS_PER_SESSION: u64 = 24;
+/// File descriptors kept free whatever happens: the audit store's rotation
+/// and head, the control socket's accepts, the proxies' reserve.
+pub const FD_RESERVE: u64 = 128;
+
+/// Whether one more session fits: under `max` (0: the file descriptor limit
+/// decides) and with [`FD_RESERVE`] plus one session's descriptors still free
+/// of `limit` (the soft `RLIMIT_NOFILE`) with `open` in use. `Err`: why not,
+/// naming the limit.
+pub fn capacity(live: usize, max: usize, open: u64, limit: u64) -> Result<(), String> {
+    let by_fds = (limit.saturating_sub(FD_RESERVE) / FDS_PER_SESSION) as usize;
+    let max = if max == 0 { by_fds } else { max };
+    if live >= max {
+        return Err(format!(
+            "{live} are running, the limit is {max} (wardend --max-sessions; \
+             {by_fds} fit in its file descriptor limit of {limit})"
+        ));
+    }
+    if open + FD_RESERVE + FDS_PER_SESSION > limit {
+        return Err(format!(
+            "{open} of the daemon's {limit} file descriptors are in use, and {FD_RESERVE} \
+             stay free for the audit store (raise wardend's RLIMIT_NOFILE, e.g. \
+             LimitNOFILE= in its unit)"
+        ));
+    }
+    Ok(())
+}
+
+/// The daemon's open file descriptors.
+fn open_fds() -> u64 {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64)
+}
+
+/// The soft `RLIMIT_NOFILE`.
+fn nofile_limit() -> u64 {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(1024, |(soft, _)| soft)
+}
+
 impl Daemon {
     /// Audits a spawn that was refused before anything started.
     pub fn refuse(&self, id: Option<&str>, req: &pb::SpawnRequest, reason: &str) {
@@ -271,6 +312,13 @@ impl Daemon {
         if self.shutting_down.load(Ordering::SeqCst) {
             return Err(DaemonError::ShuttingDown);
         }
+        capacity(
+            self.sessions.len(),
+            self.config.max_sessions,
+            open_fds(),
+            nofile_limit(),
+        )
+        .map_err(DaemonError::TooManySessions)?;
         let home = env_get(&req.env, "HOME")
             .filter(|h| !h.is_empty())
             .map(|h| PathBuf::from(OsString::from_vec(h.to_vec())))
@@ -924,5 +972,31 @@ mod tests {
         .collect();
         assert_eq!(got, want);
         assert_eq!(names, vec!["GITHUB_TOKEN".to_string()]);
+    }
+}
+
+#[cfg(test)]
+mod capacity_tests {
+    use super::*;
+
+    #[test]
+    fn sessions_fit_under_the_limit_and_the_descriptor_reserve() {
+        // An explicit limit.
+        assert_eq!(capacity(1, 2, 100, 20000), Ok(()));
+        assert_eq!(
+            capacity(2, 2, 100, 20000).unwrap_err(),
+            "2 are running, the limit is 2 (wardend --max-sessions; 828 fit in its file \
+             descriptor limit of 20000)"
+        );
+        // The default: what the descriptors allow, keeping the reserve.
+        let fit = ((1024 - FD_RESERVE) / FDS_PER_SESSION) as usize;
+        assert_eq!(capacity(fit - 1, 0, 100, 1024), Ok(()));
+        assert!(capacity(fit, 0, 100, 1024)
+            .unwrap_err()
+            .starts_with(&format!("{fit} are running, the limit is {fit}")));
+        // Descriptors taken by something else (a proxy's tunnels): refused
+        // before the reserve is touched.
+        let e = capacity(1, 0, 20000 - FD_RESERVE, 20000).unwrap_err();
+        assert!(e.contains("file descriptors are in use"), "{e}");
     }
 }
