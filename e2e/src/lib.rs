@@ -307,6 +307,13 @@ impl TestEnv {
     }
 
     fn apply_env(&self, cmd: &mut Command) {
+        // A root daemon refuses sessions unless told to run servers as root
+        // (review F8): the root phase of the suite runs them so, and
+        // `e2e/tests/daemon.rs` tests the refusal.
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            cmd.env("WARDEN_DANGEROUSLY_RUN_SERVERS_AS_ROOT", "1");
+        }
         cmd.env_remove("WARDEN_SOCKET");
         cmd.env_remove("NOTIFY_SOCKET");
         cmd.env_remove("JOURNAL_STREAM");

@@ -47,7 +47,7 @@ fn daemon_in(env: &TestEnv, dir: &Path) -> std::process::Child {
     let log = std::fs::File::create(env.root.join("wardend-cg.log")).unwrap();
     let mut child = std::process::Command::new("sh")
         .arg("-c")
-        .arg(r#"echo 0 > "$1/cgroup.procs" && exec "$2" --socket "$3" --state-dir "$4""#)
+        .arg(r#"echo 0 > "$1/cgroup.procs" && exec "$2" --socket "$3" --state-dir "$4" --dangerously-run-servers-as-root"#)
         .arg("sh")
         .arg(dir)
         .arg(bin("wardend"))

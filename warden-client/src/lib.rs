@@ -132,6 +132,7 @@ const DAEMON_ENV: &[&str] = &[
     "XDG_STATE_HOME",
     "XDG_CONFIG_HOME",
     "WARDEN_LOG",
+    "WARDEN_DANGEROUSLY_RUN_SERVERS_AS_ROOT",
 ];
 
 /// Starts `wardend --socket SOCKET` detached (its own session, stdio on

@@ -26,6 +26,8 @@ pub enum DaemonError {
     ShuttingDown,
     #[error("too many sessions: {0}")]
     TooManySessions(String),
+    #[error("wardend runs as root, so the server would run as the host's root user (without capabilities, but owning every root-owned file it can see); run wardend as an unprivileged user (the one the MCP client runs as), or start it with --dangerously-run-servers-as-root")]
+    RootDaemon,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -42,6 +44,7 @@ impl From<DaemonError> for Status {
             DaemonError::Sandbox(_) => Code::FailedPrecondition,
             DaemonError::ShuttingDown => Code::Unavailable,
             DaemonError::TooManySessions(_) => Code::ResourceExhausted,
+            DaemonError::RootDaemon => Code::FailedPrecondition,
             DaemonError::Audit(_) | DaemonError::Internal(_) => Code::Internal,
         };
         Status::new(code, e.to_string())

@@ -68,7 +68,16 @@ pub struct Config {
     /// `--max-sessions`: most sessions at once (0: as many as the file
     /// descriptors allow, see [`session::capacity`]).
     pub max_sessions: usize,
+    /// `--dangerously-run-servers-as-root` (or [`ROOT_SERVERS_ENV`]`=1`): a
+    /// daemon running as root starts sessions, whose servers are then the
+    /// host's root (without capabilities). Off: refused.
+    pub servers_as_root: bool,
 }
+
+/// The environment variable that has the same effect as
+/// `--dangerously-run-servers-as-root` (an autostarted daemon gets it from
+/// the shim's environment).
+pub const ROOT_SERVERS_ENV: &str = "WARDEN_DANGEROUSLY_RUN_SERVERS_AS_ROOT";
 
 /// Shared state of one daemon.
 pub struct Daemon {

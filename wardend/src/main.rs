@@ -1,4 +1,4 @@
-//! `wardend [--socket PATH] [--state-dir DIR] [--dns IP:PORT] [--audit-max-bytes N] [--audit-keep N] [--max-sessions N]`
+//! `wardend [--socket PATH] [--state-dir DIR] [--dns IP:PORT] [--audit-max-bytes N] [--audit-keep N] [--max-sessions N] [--dangerously-run-servers-as-root]`
 //!
 //! The sandbox init role is checked before anything else: namespaces must be
 //! entered by a single-threaded process, so it runs before any runtime exists.
@@ -43,6 +43,12 @@ struct Args {
     /// descriptor limit allows, keeping a reserve for the audit store).
     #[arg(long, value_name = "N", default_value_t = 0)]
     max_sessions: usize,
+    /// When wardend runs as root, start sessions anyway: the servers then run
+    /// as the host's root user (without capabilities, but owning every
+    /// root-owned file they can see). Without it a root daemon refuses every
+    /// session. Also WARDEN_DANGEROUSLY_RUN_SERVERS_AS_ROOT=1.
+    #[arg(long)]
+    dangerously_run_servers_as_root: bool,
 }
 
 fn main() -> ExitCode {
@@ -227,7 +233,16 @@ fn real_main(args: Args) -> anyhow::Result<()> {
             ..wardend::audit::Options::default()
         },
         max_sessions: args.max_sessions,
+        servers_as_root: args.dangerously_run_servers_as_root
+            || std::env::var_os(wardend::ROOT_SERVERS_ENV).is_some_and(|v| v == "1"),
     };
+    if warden_core::paths::current_uid() == 0 {
+        if config.servers_as_root {
+            tracing::warn!("wardend runs as root and --dangerously-run-servers-as-root is set: servers run as the host's root user (without capabilities)");
+        } else {
+            tracing::warn!("wardend runs as root: every session will be refused (servers would be the host's root user); run wardend as an unprivileged user");
+        }
+    }
     let result = rt.block_on(async move {
         let listener = tokio::net::UnixListener::from_std(listener)?;
         let shutdown = async move {

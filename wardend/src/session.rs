@@ -312,6 +312,10 @@ impl Daemon {
         if self.shutting_down.load(Ordering::SeqCst) {
             return Err(DaemonError::ShuttingDown);
         }
+        // Review F8: a root daemon's servers would be the host's root.
+        if warden_core::paths::current_uid() == 0 && !self.config.servers_as_root {
+            return Err(DaemonError::RootDaemon);
+        }
         capacity(
             self.sessions.len(),
             self.config.max_sessions,
@@ -513,6 +517,7 @@ impl Daemon {
                 },
                 "file_audit": crate::files::level_in_use(spec.audit_files),
                 "create_guard": warden_sandbox::guard::active(&spec, warden_sandbox::notify::available()),
+                "host_root": spec.uid == 0,
                 "write_protection": self.write_protection.record(!policy.write.is_empty()),
                 "best_effort_write_protection": policy.sandbox.best_effort_write_protection,
             },
