@@ -91,6 +91,48 @@ pub struct Daemon {
     pub cgroup: Result<cgroup::Delegation, String>,
     /// What protects write grants on this kernel (probed once at start).
     pub write_protection: features::WriteProtection,
+    /// `daemon.peer` refusals: a refused peer may reconnect in a loop.
+    pub peer_records: std::sync::Mutex<PeerLimit>,
+}
+
+/// Refused peers: 10 `daemon.peer` records per second per reason, the rest
+/// counted into a summary (reason, resource `*`, count).
+pub type PeerLimit = ratelimit::Limiter<String, (), (String, u64)>;
+
+impl Daemon {
+    /// Writes a `daemon.peer` record unless refusals of that reason flood in
+    /// (then counted, and summarised once their second is over, or at
+    /// shutdown with `all`).
+    pub fn record_peer(&self, rec: Option<Record>, all: bool) {
+        let now = Instant::now();
+        let (admitted, summaries) = {
+            let mut l = self.peer_records.lock().unwrap_or_else(|p| p.into_inner());
+            let summaries = l.take_summaries(now, all);
+            let admitted = rec.as_ref().is_some_and(|r| {
+                let reason = r.reason.clone();
+                l.admit(
+                    reason.clone(),
+                    (),
+                    now,
+                    |_| (reason, 0),
+                    |s| s.1 += 1,
+                )
+            });
+            (admitted.then_some(rec).flatten(), summaries)
+        };
+        for (reason, count) in summaries {
+            self.audit.record(
+                Record::new(RecordType::Daemon, "peer", None, "*", Decision::Deny, reason)
+                    .with_details(serde_json::json!({
+                        "suppressed": count,
+                        "rate_limit": "10 records per second per reason",
+                    })),
+            );
+        }
+        if let Some(r) = admitted {
+            self.audit.record(r);
+        }
+    }
 }
 
 /// Serves on `listener` until `shutdown` resolves, then ends every session
@@ -136,6 +178,7 @@ pub async fn run(
         shutting_down: AtomicBool::new(false),
         cgroup,
         write_protection,
+        peer_records: std::sync::Mutex::new(PeerLimit::new(10, u32::MAX, Instant::now())),
     });
     daemon.audit.append(
         Record::new(
@@ -188,6 +231,7 @@ pub async fn run(
             tokio::time::sleep(CONNECTION_GRACE).await;
         } => tracing::warn!("clients still connected after shutdown; closing anyway"),
     }
+    daemon.record_peer(None, true);
     daemon.audit.record(Record::new(
         RecordType::Daemon,
         "stop",

@@ -46,8 +46,8 @@ pub fn check_peer(daemon: &Daemon, req: &Request<()>) -> Result<(), Status> {
         }
         return Ok(());
     }
-    daemon.audit.record(
-        Record::new(
+    daemon.record_peer(
+        Some(Record::new(
             RecordType::Daemon,
             "peer",
             None,
@@ -57,7 +57,8 @@ pub fn check_peer(daemon: &Daemon, req: &Request<()>) -> Result<(), Status> {
         )
         .with_details(
             json!({ "peer_uid": info.uid, "peer_pid": info.pid, "daemon_uid": daemon.uid }),
-        ),
+        )),
+        false,
     );
     Err(DaemonError::PeerUid {
         peer: info.uid,
@@ -71,8 +72,8 @@ pub fn audit_refused_peer(daemon: &Daemon, info: &ConnInfo, r: &crate::peer::Ref
     let mut details = r.details.clone();
     details["peer_uid"] = info.uid.into();
     details["daemon_uid"] = daemon.uid.into();
-    daemon.audit.record(
-        Record::new(
+    daemon.record_peer(
+        Some(Record::new(
             RecordType::Daemon,
             "peer",
             None,
@@ -83,7 +84,8 @@ pub fn audit_refused_peer(daemon: &Daemon, info: &ConnInfo, r: &crate::peer::Ref
             Decision::Deny,
             r.reason.clone(),
         )
-        .with_details(details),
+        .with_details(details)),
+        false,
     );
 }
 
