@@ -217,9 +217,49 @@ fn stat_fd(fd: BorrowedFd<'_>) -> Result<(u32, u64), Errno> {
     Ok((u32::from(st.stx_mode) & libc::S_IFMT, mnt))
 }
 
+/// File systems a lookup of a name the server chose must not reach: an
+/// autofs map (`/net`, `-hosts`, LDAP `/home`) turns the name into a DNS
+/// lookup and a mount attempt, a channel past the egress proxy (review F14);
+/// network and FUSE file systems send the name to their server.
+const REMOTE_FSTYPES: &[&str] = &["autofs", "nfs", "nfs4", "cifs", "smb3", "fuse", "9p", "ceph"];
+
+/// The host's mount points of [`REMOTE_FSTYPES`] (and `fuse.*`), read from
+/// the daemon's mount table at most once a second.
+fn remote_mount_points() -> Vec<Vec<u8>> {
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+    static CACHE: Mutex<Option<(Instant, Vec<Vec<u8>>)>> = Mutex::new(None);
+    let mut c = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((at, points)) = c.as_ref() {
+        if at.elapsed() < Duration::from_secs(1) {
+            return points.clone();
+        }
+    }
+    let points: Vec<Vec<u8>> = std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| parse_mountinfo(&t))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| {
+            REMOTE_FSTYPES.contains(&m.fstype.as_str()) || m.fstype.starts_with("fuse.")
+        })
+        .map(|m| m.point)
+        .collect();
+    *c = Some((Instant::now(), points.clone()));
+    points
+}
+
+/// Whether `path` lies at or below one of `points` (component-wise).
+fn below_any(path: &[u8], points: &[Vec<u8>]) -> bool {
+    points.iter().any(|p| under(path, p))
+}
+
 /// Whether `path` names something on the host (as the daemon sees it): the
-/// last component not followed, no automount triggered.
+/// last component not followed, no automount triggered, and never looked up
+/// at all on an automount, network or FUSE file system (`false`: unknown).
 pub fn host_has(path: &[u8]) -> bool {
+    if below_any(path, &remote_mount_points()) {
+        return false;
+    }
     let Ok(c) = cstring(path) else { return false };
     // SAFETY: statx into a struct we own, NUL-terminated path.
     let mut st: libc::statx = unsafe { std::mem::zeroed() };
@@ -1756,6 +1796,21 @@ mod tests {
                 assert_eq!(&buf[..12], b"/parent/path");
             }
         }
+    }
+
+    /// Review F14: a path below an automount (or network, FUSE) mount point
+    /// is never looked up on the host; elsewhere it is.
+    #[test]
+    fn host_paths_below_automounts_are_not_looked_up() {
+        let points = vec![b"/net".to_vec(), b"/home/ldap".to_vec()];
+        assert!(below_any(b"/net/secret.attacker.example/x", &points));
+        assert!(below_any(b"/net", &points));
+        assert!(below_any(b"/home/ldap/u", &points));
+        assert!(!below_any(b"/network/x", &points));
+        assert!(!below_any(b"/home/u", &points));
+        // On this machine: a real path is found, a missing one is not.
+        assert!(host_has(b"/usr/bin"));
+        assert!(!host_has(b"/no/such/path/here"));
     }
 
     #[test]
