@@ -289,3 +289,38 @@ fn a_landlock_minimum_above_the_kernel_is_refused() {
         "{start}"
     );
 }
+
+/// Review F17: a policy without `limits.pids` still gets a process cap where
+/// it can be enforced (4096 tasks, RLIMIT_NPROC in the sandbox's user
+/// namespace for a normal user's daemon), shown in `ps` and `session.start`;
+/// an explicit `limits.pids` wins. As root (exempt from RLIMIT_NPROC, no
+/// cgroup here) there is no default.
+#[test]
+fn a_policy_without_pids_gets_the_default_process_cap() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let mut c = env.fixture_session(&env.minimal_policy(), &[], &[]);
+    c.initialize();
+    let limits = env.sessions()[0]["limits"].to_string();
+    c.close_stdin();
+    assert_eq!(c.wait_code(Duration::from_secs(10)), 0, "{}", c.stderr());
+    if is_root() {
+        assert!(!limits.contains("pids="), "{limits}");
+        println!("skipping the default: a root daemon cannot enforce RLIMIT_NPROC");
+        return;
+    }
+    assert!(
+        limits.contains("pids=4096 (RLIMIT_NPROC in the sandbox's user namespace)"),
+        "{limits}"
+    );
+    let policy = env.policy(
+        "pids.yaml",
+        "version: 1\nname: e2e-pids\nlimits:\n  pids: 64\n",
+    );
+    let mut c = env.fixture_session(&policy, &[], &[]);
+    c.initialize();
+    let limits = env.sessions()[0]["limits"].to_string();
+    c.close_stdin();
+    assert_eq!(c.wait_code(Duration::from_secs(10)), 0);
+    assert!(limits.contains("pids=64 "), "{limits}");
+}

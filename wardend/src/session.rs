@@ -184,6 +184,11 @@ pub struct Prepared {
     client: pb::ClientInfo,
 }
 
+/// `limits.pids` of a policy that sets none: tasks (processes and threads)
+/// of one sandbox, far above what an MCP server runs (a Node server: about
+/// a dozen).
+pub const DEFAULT_PIDS: u64 = 4096;
+
 /// File descriptors an idle session holds in the daemon (stdio, sandbox
 /// control, pidfd, seccomp listener, proxy listener, cgroup...), rounded up.
 pub const FDS_PER_SESSION: u64 = 24;
@@ -368,9 +373,16 @@ impl Daemon {
             path: policy_path.as_deref(),
             text: &req.policy_text,
         };
-        let policy = policy::compile(&input, &overrides, &ctx)
+        let mut policy = policy::compile(&input, &overrides, &ctx)
             .map_err(|e| DaemonError::Policy(e.to_string()))?;
         let cg_has = |c: &str| self.cgroup.as_ref().is_ok_and(|d| d.has(c));
+        // Review F17: a fork bomb must not take the host's process table. A
+        // policy without `limits.pids` gets a generous default where it can
+        // be enforced (a cgroup, or RLIMIT_NPROC for a normal user; the
+        // kernel exempts uid 0 from the latter).
+        if policy.limits.pids.is_none() && (self.uid != 0 || cg_has("pids")) {
+            policy.limits.pids = Some(DEFAULT_PIDS);
+        }
         if policy.limits.pids.is_some()
             && self.uid == 0
             && !cg_has("pids")
