@@ -72,7 +72,11 @@ impl Daemon {
             // when told to (see docs/security-model.md).
             .env(
                 wardend::ROOT_SERVERS_ENV,
-                if warden_core::paths::current_uid() == 0 { "1" } else { "0" },
+                if warden_core::paths::current_uid() == 0 {
+                    "1"
+                } else {
+                    "0"
+                },
             )
             .stdin(Stdio::null())
             .spawn()

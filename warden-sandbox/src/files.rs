@@ -221,7 +221,9 @@ fn stat_fd(fd: BorrowedFd<'_>) -> Result<(u32, u64), Errno> {
 /// autofs map (`/net`, `-hosts`, LDAP `/home`) turns the name into a DNS
 /// lookup and a mount attempt, a channel past the egress proxy (review F14);
 /// network and FUSE file systems send the name to their server.
-const REMOTE_FSTYPES: &[&str] = &["autofs", "nfs", "nfs4", "cifs", "smb3", "fuse", "9p", "ceph"];
+const REMOTE_FSTYPES: &[&str] = &[
+    "autofs", "nfs", "nfs4", "cifs", "smb3", "fuse", "9p", "ceph",
+];
 
 /// The host's mount points of [`REMOTE_FSTYPES`] (and `fuse.*`), read from
 /// the daemon's mount table at most once a second.
@@ -239,9 +241,7 @@ fn remote_mount_points() -> Vec<Vec<u8>> {
         .map(|t| parse_mountinfo(&t))
         .unwrap_or_default()
         .into_iter()
-        .filter(|m| {
-            REMOTE_FSTYPES.contains(&m.fstype.as_str()) || m.fstype.starts_with("fuse.")
-        })
+        .filter(|m| REMOTE_FSTYPES.contains(&m.fstype.as_str()) || m.fstype.starts_with("fuse."))
         .map(|m| m.point)
         .collect();
     *c = Some((Instant::now(), points.clone()));

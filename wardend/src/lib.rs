@@ -110,23 +110,24 @@ impl Daemon {
             let summaries = l.take_summaries(now, all);
             let admitted = rec.as_ref().is_some_and(|r| {
                 let reason = r.reason.clone();
-                l.admit(
-                    reason.clone(),
-                    (),
-                    now,
-                    |_| (reason, 0),
-                    |s| s.1 += 1,
-                )
+                l.admit(reason.clone(), (), now, |_| (reason, 0), |s| s.1 += 1)
             });
             (admitted.then_some(rec).flatten(), summaries)
         };
         for (reason, count) in summaries {
             self.audit.record(
-                Record::new(RecordType::Daemon, "peer", None, "*", Decision::Deny, reason)
-                    .with_details(serde_json::json!({
-                        "suppressed": count,
-                        "rate_limit": "10 records per second per reason",
-                    })),
+                Record::new(
+                    RecordType::Daemon,
+                    "peer",
+                    None,
+                    "*",
+                    Decision::Deny,
+                    reason,
+                )
+                .with_details(serde_json::json!({
+                    "suppressed": count,
+                    "rate_limit": "10 records per second per reason",
+                })),
             );
         }
         if let Some(r) = admitted {

@@ -47,17 +47,19 @@ pub fn check_peer(daemon: &Daemon, req: &Request<()>) -> Result<(), Status> {
         return Ok(());
     }
     daemon.record_peer(
-        Some(Record::new(
-            RecordType::Daemon,
-            "peer",
-            None,
-            format!("uid {}", info.uid),
-            Decision::Deny,
-            "peer uid is not the daemon's uid",
-        )
-        .with_details(
-            json!({ "peer_uid": info.uid, "peer_pid": info.pid, "daemon_uid": daemon.uid }),
-        )),
+        Some(
+            Record::new(
+                RecordType::Daemon,
+                "peer",
+                None,
+                format!("uid {}", info.uid),
+                Decision::Deny,
+                "peer uid is not the daemon's uid",
+            )
+            .with_details(
+                json!({ "peer_uid": info.uid, "peer_pid": info.pid, "daemon_uid": daemon.uid }),
+            ),
+        ),
         false,
     );
     Err(DaemonError::PeerUid {
@@ -73,18 +75,20 @@ pub fn audit_refused_peer(daemon: &Daemon, info: &ConnInfo, r: &crate::peer::Ref
     details["peer_uid"] = info.uid.into();
     details["daemon_uid"] = daemon.uid.into();
     daemon.record_peer(
-        Some(Record::new(
-            RecordType::Daemon,
-            "peer",
-            None,
-            match info.pid {
-                Some(pid) => format!("pid {pid}"),
-                None => format!("uid {}", info.uid),
-            },
-            Decision::Deny,
-            r.reason.clone(),
-        )
-        .with_details(details)),
+        Some(
+            Record::new(
+                RecordType::Daemon,
+                "peer",
+                None,
+                match info.pid {
+                    Some(pid) => format!("pid {pid}"),
+                    None => format!("uid {}", info.uid),
+                },
+                Decision::Deny,
+                r.reason.clone(),
+            )
+            .with_details(details),
+        ),
         false,
     );
 }
