@@ -49,6 +49,9 @@ const ATTACKS: &[(&str, &str)] = &[
     // A repository assembled inside the granted `.git` (where `HEAD` files
     // are git's own), then moved out of it.
     ("moved_out", "moved"),
+    // A `HEAD` that existed at the start, completed with symlinked
+    // `objects/` and `refs/` (git follows them).
+    ("symlinked_layout", "fx"),
 ];
 
 /// The attack script: every step runs whatever happens (`;`), errors go to
@@ -102,6 +105,14 @@ fn script(canaries: &Path) -> String {
     s += "mkdir repo/.git/x\n";
     s += &bare("repo/.git/x", "moved_out");
     s += "mv repo/.git/x moved || echo 'move refused'\n";
+    s += &format!(
+        "mkdir -p fxstore/objects fxstore/refs\n\
+         ln -s ../fxstore/objects fx/objects && ln -s ../fxstore/refs fx/refs\n\
+         printf '{}' > fx/config || echo 'symlinked config refused'\n",
+        cfg("symlinked_layout")
+            .replace('\n', "\\n")
+            .replace('\t', "\\t")
+    );
     s += "echo done\n";
     s
 }
@@ -110,6 +121,9 @@ fn script(canaries: &Path) -> String {
 /// commit (`repo/`) and a deep directory.
 fn prepare(w: &Path) {
     std::fs::create_dir_all(w.join("deep/a/b")).unwrap();
+    // A project file that happens to be called HEAD.
+    std::fs::create_dir_all(w.join("fx")).unwrap();
+    std::fs::write(w.join("fx/HEAD"), "ref: refs/heads/main\n").unwrap();
     for name in ["repo", "repo2", "repo3"] {
         let repo = w.join(name);
         std::fs::create_dir_all(&repo).unwrap();
@@ -234,6 +248,7 @@ fn no_repository_the_server_plants_runs_its_commands_on_the_host() {
         "config refused",
         "hook refused",
         "commondir refused",
+        "symlinked config refused",
     ] {
         assert!(said.contains(refused), "{refused}: {said}");
     }

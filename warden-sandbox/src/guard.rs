@@ -133,6 +133,8 @@ pub(crate) struct Guard {
     fresh: HashSet<Key>,
     /// `filesystem.allow_git_init`: git's names may be created.
     allow_git_init: bool,
+    /// What the walks up to a git dir already found.
+    git: GitCache,
 }
 
 impl Guard {
@@ -162,6 +164,7 @@ impl Guard {
             registry: None,
             fresh: HashSet::new(),
             allow_git_init: spec.allow_git_init,
+            git: GitCache::default(),
         }
     }
 
@@ -297,7 +300,7 @@ impl Guard {
         if new.in_grant
             && !self.allow_git_init
             && git_name(&new.name)
-            && !inside_git_dir(new.dir.as_fd())
+            && !inside_git_dir(&mut self.git, new.dir.as_fd())
         {
             return Answer::Refused {
                 errno: libc::EROFS,
@@ -311,6 +314,9 @@ impl Guard {
             };
         }
         let entry = entries.first().cloned();
+        if makes_git_dir(&new.name) {
+            self.git.forget();
+        }
         match w.op {
             FileOp::Open => self.open(listener, n, c, &root, new),
             FileOp::Mkdir => {
@@ -425,7 +431,7 @@ impl Guard {
     /// path itself (its own mount), or of a directory inside the git dir (the
     /// git dir lies beyond the grant's mount).
     fn git_guarded(
-        &self,
+        &mut self,
         root: &SandboxRoot,
         dir: BorrowedFd<'_>,
         name: &[u8],
@@ -450,7 +456,7 @@ impl Guard {
             }
         }
         let within = (area == Some(Area::WriteGrant)).then_some(mnt);
-        git_protected(dir, name, within)
+        git_protected(&mut self.git, dir, name, within)
     }
 
     fn open(
@@ -547,7 +553,8 @@ impl Guard {
             return Answer::Continue; // the kernel's: read-only, or not ours
         }
         if place.in_grant && !self.allow_git_init {
-            let why = if git_name(&place.name) && !inside_git_dir(place.dir.as_fd()) {
+            let why = if git_name(&place.name) && !inside_git_dir(&mut self.git, place.dir.as_fd())
+            {
                 Some(GIT_NAME_WHY)
             } else {
                 self.git_guarded(root, place.dir.as_fd(), &place.name)
@@ -870,7 +877,9 @@ impl Guard {
         // What git runs cannot be moved away (and replaced) either, nor can a
         // `.git` be moved out from under its work tree.
         if !self.allow_git_init && place_writable(root, &self.layout, odir.as_fd()).1 {
-            let why = if last.eq_ignore_ascii_case(b".git") && !inside_git_dir(odir.as_fd()) {
+            let why = if last.eq_ignore_ascii_case(b".git")
+                && !inside_git_dir(&mut self.git, odir.as_fd())
+            {
                 Some(GIT_NAME_WHY)
             } else {
                 self.git_guarded(root, odir.as_fd(), last)
@@ -903,7 +912,10 @@ impl Guard {
                     why: e.why,
                 };
             }
-            if !self.allow_git_init && git_name(last) && !inside_git_dir(odir.as_fd()) {
+            if !self.allow_git_init
+                && git_name(last)
+                && !inside_git_dir(&mut self.git, odir.as_fd())
+            {
                 return Answer::Refused {
                     errno: libc::EROFS,
                     why: GIT_NAME_WHY,
@@ -916,8 +928,9 @@ impl Guard {
         if !self.allow_git_init {
             let new_kind = lstat_at(new.dir.as_fd(), &new.name).ok();
             let exchange = flags & libc::RENAME_EXCHANGE != 0;
-            let out_of = |from: BorrowedFd<'_>, to: BorrowedFd<'_>| {
-                inside_git_dir(from) && !inside_git_dir(to)
+            let git = &mut self.git;
+            let mut out_of = |from: BorrowedFd<'_>, to: BorrowedFd<'_>| {
+                inside_git_dir(git, from) && !inside_git_dir(git, to)
             };
             if (kind == Some(libc::S_IFDIR) && out_of(odir.as_fd(), new.dir.as_fd()))
                 || (exchange
@@ -940,6 +953,13 @@ impl Guard {
         let (Ok(o), Ok(nn)) = (files::cstring(last), files::cstring(&new.name)) else {
             return Answer::Error(libc::EINVAL);
         };
+        // Moving a directory or symlink can put a git dir above others.
+        if flags & libc::RENAME_EXCHANGE != 0
+            || matches!(kind, Some(libc::S_IFDIR | libc::S_IFLNK))
+            || makes_git_dir(last)
+        {
+            self.git.forget();
+        }
         if !files::id_valid(listener, n.id) {
             return Answer::Answered;
         }
@@ -1085,10 +1105,46 @@ fn git_name(name: &[u8]) -> bool {
 /// What git's `is_git_directory` accepts: `HEAD`, and `objects/` with
 /// `refs/` or a `commondir` file.
 fn is_git_dir(dir: BorrowedFd<'_>) -> bool {
-    let has = |name: &[u8], want: u32| lstat_at(dir, name).is_ok_and(|k| want == 0 || k == want);
-    has(b"HEAD", 0)
-        && ((has(b"objects", libc::S_IFDIR) && has(b"refs", libc::S_IFDIR))
-            || has(b"commondir", libc::S_IFREG))
+    // HEAD may be a symlink (git accepts one into refs/); objects/, refs/ and
+    // commondir are followed, as git's access() and read do.
+    lstat_at(dir, b"HEAD").is_ok()
+        && ((stat_kind(dir, b"objects") == Some(libc::S_IFDIR)
+            && stat_kind(dir, b"refs") == Some(libc::S_IFDIR))
+            || stat_kind(dir, b"commondir") == Some(libc::S_IFREG))
+}
+
+/// The file type of what `name` under `dir` names, a final symlink followed.
+fn stat_kind(dir: BorrowedFd<'_>, name: &[u8]) -> Option<u32> {
+    let c = files::cstring(name).ok()?;
+    // SAFETY: plain integers; fstatat fills the struct we own.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: NUL-terminated name, a directory fd, our struct.
+    let r = unsafe { libc::fstatat(dir.as_raw_fd(), c.as_ptr(), &mut st, 0) };
+    (r == 0).then_some(st.st_mode & libc::S_IFMT)
+}
+
+/// Directories known to have no git dir at or above them (per search bound):
+/// the walks of [`git_ancestor`] stop at the first known one. Only what the
+/// guard itself does can make a git dir appear above a directory (creating
+/// `HEAD`, `objects`, `refs` or `commondir`, or renaming a directory or
+/// symlink), so it forgets everything then ([`GitCache::forget`]); removals
+/// only make the entries truer.
+#[derive(Debug, Default)]
+pub(crate) struct GitCache {
+    none_above: HashSet<(Key, Option<u64>)>,
+}
+
+impl GitCache {
+    fn forget(&mut self) {
+        self.none_above.clear();
+    }
+}
+
+/// A name whose creation can make its directory a git dir.
+fn makes_git_dir(name: &[u8]) -> bool {
+    [&b"HEAD"[..], b"objects", b"refs", b"commondir"]
+        .iter()
+        .any(|g| name.eq_ignore_ascii_case(g))
 }
 
 /// The git dir `dir` is or lies in, and the entry of it on the way down to
@@ -1098,33 +1154,56 @@ fn is_git_dir(dir: BorrowedFd<'_>) -> bool {
 /// like a git dir if its `HEAD` existed at the start or was made inside
 /// another git dir, where git keeps `HEAD` files of its own (`logs/HEAD`,
 /// `refs/remotes/origin/HEAD`).
-fn git_ancestor(dir: BorrowedFd<'_>, within: Option<u64>) -> Option<(OwnedFd, Option<Key>)> {
+fn git_ancestor(
+    cache: &mut GitCache,
+    dir: BorrowedFd<'_>,
+    within: Option<u64>,
+) -> Option<(OwnedFd, Option<Key>)> {
     const MAX_DEPTH: usize = 64;
+    let start = key_of(dir).ok()?;
+    if cache.none_above.contains(&(start, within)) {
+        return None;
+    }
     if is_git_dir(dir) {
         return Some((files::open_component(dir.as_raw_fd(), b".").ok()?, None));
     }
-    let mut child = key_of(dir).ok()?;
+    let mut seen = vec![start];
+    let mut child = start;
     let mut cur = files::open_component(dir.as_raw_fd(), b"..").ok()?;
-    for _ in 0..MAX_DEPTH {
-        let k = key_of(cur.as_fd()).ok()?;
-        if k == child {
-            return None; // the root: its `..` is itself
+    let found = 'walk: {
+        for _ in 0..MAX_DEPTH {
+            let Ok(k) = key_of(cur.as_fd()) else {
+                return None;
+            };
+            if k == child || cache.none_above.contains(&(k, within)) {
+                break 'walk None; // the root (its `..` is itself), or known
+            }
+            if within.is_some_and(|m| files::mount_id_of(cur.as_fd()) != Some(m)) {
+                break 'walk None; // beyond the mount the search is bound to
+            }
+            if is_git_dir(cur.as_fd()) {
+                break 'walk Some((cur, Some(child)));
+            }
+            seen.push(k);
+            child = k;
+            match files::open_component(cur.as_raw_fd(), b"..") {
+                Ok(up) => cur = up,
+                Err(_) => return None,
+            }
         }
-        if within.is_some_and(|m| files::mount_id_of(cur.as_fd()) != Some(m)) {
-            return None; // beyond the mount the search is bound to
-        }
-        if is_git_dir(cur.as_fd()) {
-            return Some((cur, Some(child)));
-        }
-        child = k;
-        cur = files::open_component(cur.as_raw_fd(), b"..").ok()?;
+        return None; // too deep to say: not remembered
+    };
+    if found.is_none() {
+        cache
+            .none_above
+            .extend(seen.into_iter().map(|k| (k, within)));
     }
-    None
+    found
 }
 
 /// Whether `dir` is a git dir or lies inside one.
-fn inside_git_dir(dir: BorrowedFd<'_>) -> bool {
-    git_ancestor(dir, None).is_some()
+fn inside_git_dir(cache: &mut GitCache, dir: BorrowedFd<'_>) -> bool {
+    git_ancestor(cache, dir, None).is_some()
 }
 
 /// Why `name` under `dir` is one of the files git runs or follows, wherever
@@ -1133,12 +1212,17 @@ fn inside_git_dir(dir: BorrowedFd<'_>) -> bool {
 /// file or `.gitmodules` anywhere; in a git dir its `config`,
 /// `config.worktree`, `commondir`, `hooks/`, `modules/`, `worktrees/` and
 /// `info/attributes`, compared without ASCII case.
-fn git_protected(dir: BorrowedFd<'_>, name: &[u8], within: Option<u64>) -> Option<&'static str> {
+fn git_protected(
+    cache: &mut GitCache,
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    within: Option<u64>,
+) -> Option<&'static str> {
     let is = |a: &[u8], b: &str| a.eq_ignore_ascii_case(b.as_bytes());
     if is(name, ".gitmodules") {
         return Some("submodule URLs and paths that git submodule clones and checks out");
     }
-    let (git, via) = git_ancestor(dir, within)?;
+    let (git, via) = git_ancestor(cache, dir, within)?;
     let why = |row: &str| {
         crate::protect::PROTECTED
             .iter()
