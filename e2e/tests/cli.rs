@@ -125,6 +125,24 @@ fn status_reports_the_daemon() {
             .unwrap()
             .clone()
     };
+    // The host's git setting is advised on (with this env's HOME: unset).
+    let host = &status["host"];
+    assert_eq!(host[0]["name"], "git_safe_bare_repository", "{status}");
+    assert_eq!(host[0]["available"], false, "{status}");
+    assert!(
+        host[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("git config --global safe.bareRepository explicit"),
+        "{status}"
+    );
+    std::fs::write(
+        env.home.join(".gitconfig"),
+        "[safe]\n\tbareRepository = explicit\n",
+    )
+    .unwrap();
+    let status2 = env.ctl_json(&["status"]);
+    assert_eq!(status2["host"][0]["available"], true, "{status2}");
     let guard = feature("create_guard");
     let landlock = feature("landlock")["available"].as_bool() == Some(true);
     assert_eq!(

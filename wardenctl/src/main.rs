@@ -100,6 +100,9 @@ struct StatusOut {
     sessions: u32,
     uptime_ms: u64,
     features: Vec<Feature>,
+    /// Settings of this user's machine that Warden's protections assume or
+    /// recommend (read by `wardenctl` itself, not the daemon).
+    host: Vec<Feature>,
 }
 
 #[derive(Serialize)]
@@ -208,6 +211,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                             detail: f.detail,
                         })
                         .collect(),
+                    host: vec![git_bare_repositories()],
                 };
                 if cli.json {
                     println!("{}", serde_json::to_string_pretty(&out)?);
@@ -325,6 +329,49 @@ fn print_ps(rows: &[SessionRow]) {
     }
 }
 
+/// `safe.bareRepository` of the user's git: `explicit` makes git ignore
+/// implicit bare repositories (a directory that is itself a git dir), a
+/// second line of defence behind the sandbox's refusal to let a server make
+/// one (docs/security-model.md, "Git: protect what runs, not what stores").
+fn git_bare_repositories() -> Feature {
+    let name = "git_safe_bare_repository".to_string();
+    let out = std::process::Command::new("git")
+        .args(["config", "--global", "--get", "safe.bareRepository"])
+        .stdin(std::process::Stdio::null())
+        .output();
+    match out {
+        Err(_) => Feature {
+            name,
+            available: true,
+            detail: "git not found: nothing to set".into(),
+        },
+        Ok(o) => {
+            let v = String::from_utf8_lossy(&o.stdout).trim().to_string();
+            if v == "explicit" {
+                Feature {
+                    name,
+                    available: true,
+                    detail: "explicit: git ignores implicit bare repositories".into(),
+                }
+            } else {
+                Feature {
+                    name,
+                    available: false,
+                    detail: format!(
+                        "{}: git opens any directory that looks like a git dir as a \
+                         repository; recommended: git config --global safe.bareRepository explicit",
+                        if v.is_empty() {
+                            "all (the default)"
+                        } else {
+                            v.as_str()
+                        }
+                    ),
+                }
+            }
+        }
+    }
+}
+
 fn print_status(s: &StatusOut) {
     println!("wardend {} (pid {}, uid {})", s.version, s.pid, s.uid);
     println!("socket     {}", s.socket);
@@ -336,6 +383,15 @@ fn print_status(s: &StatusOut) {
     for f in &s.features {
         println!(
             "  {:<16} {:<3}  {}",
+            f.name,
+            if f.available { "yes" } else { "no" },
+            f.detail
+        );
+    }
+    println!("host:");
+    for f in &s.host {
+        println!(
+            "  {:<24} {:<3}  {}",
             f.name,
             if f.available { "yes" } else { "no" },
             f.detail
