@@ -439,9 +439,7 @@ impl Guard {
         if self.allow_git_init {
             return None;
         }
-        let mnt = files::mount_id_of(dir)?;
-        let area = root.mount_by_id(mnt).map(|m| self.layout.area(m));
-        let in_grant = place_writable(root, &self.layout, dir).1;
+        let (mnt, area, _, in_grant) = mount_area(root, &self.layout, dir)?;
         if !in_grant {
             return None;
         }
@@ -455,7 +453,7 @@ impl Guard {
                 return None;
             }
         }
-        let within = (area == Some(Area::WriteGrant)).then_some(mnt);
+        let within = (area == Area::WriteGrant).then_some(mnt);
         git_protected(&mut self.git, dir, name, within)
     }
 
@@ -1021,16 +1019,31 @@ impl Place {
 /// tmpfs), and whether that is a write grant's (not a private tmpfs, which
 /// ends with the session).
 fn place_writable(root: &SandboxRoot, layout: &Layout, dir: BorrowedFd<'_>) -> (bool, bool) {
-    files::mount_id_of(dir)
-        .and_then(|mnt| root.mount_by_id(mnt))
-        .filter(|m| !m.read_only)
-        .map_or((false, false), |m| match layout.area(m) {
+    mount_area(root, layout, dir).map_or((false, false), |(_, _, w, g)| (w, g))
+}
+
+/// The mount `dir` is on, its area, and whether the server may write there
+/// and whether that is a write grant's (see [`place_writable`]).
+fn mount_area(
+    root: &SandboxRoot,
+    layout: &Layout,
+    dir: BorrowedFd<'_>,
+) -> Option<(u64, Area, bool, bool)> {
+    let mnt = files::mount_id_of(dir)?;
+    let m = root.mount_by_id(mnt)?;
+    let area = layout.area(m);
+    let (w, g) = if m.read_only {
+        (false, false)
+    } else {
+        match area {
             Area::WriteGrant => (true, true),
             Area::Private(_) => (true, false),
             // A directory pinned inside a write grant.
             Area::Other if layout.in_write_grant(&m.point) => (true, true),
             _ => (false, false),
-        })
+        }
+    };
+    Some((mnt, area, w, g))
 }
 
 /// The open flags ask for write access or truncation.
