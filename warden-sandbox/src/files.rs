@@ -1648,6 +1648,32 @@ impl FileAccesses {
         }
     }
 
+    /// The next access to report at this level if one is queued now
+    /// (classified on the calling thread, which may take file system calls:
+    /// not on an event loop's thread); never waits for one. `Empty` when
+    /// nothing reportable is queued, `Disconnected` once the sandbox is gone
+    /// and everything queued has been taken.
+    pub fn try_recv(&self) -> Result<FileAccess, TryRecvError> {
+        loop {
+            let c = self.rx.try_recv()?;
+            self.last.set(Some(Instant::now()));
+            if self.level == FileAudit::Off && c.guard.is_none() {
+                continue;
+            }
+            let a = classify(&c, &self.layout, &mut |p| host_has(p));
+            if self.level == FileAudit::All || a.decision != Decision::Allow {
+                return Ok(a);
+            }
+        }
+    }
+
+    /// Whether accesses came within the last [`BUSY`] period: a consumer
+    /// then drains every [`BATCH_INTERVAL`] rather than waiting for a
+    /// wake-up (which would cost the notifier a system call per access).
+    pub fn busy(&self) -> bool {
+        self.last.get().is_some_and(|t| t.elapsed() < BUSY)
+    }
+
     /// Accesses not reported because the queue was full (the calls themselves
     /// went through, unobserved).
     pub fn lost(&self) -> u64 {
