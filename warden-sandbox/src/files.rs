@@ -43,6 +43,7 @@
 //! supervisor.
 
 use crate::protect;
+use crate::queue::{QueueRx, QueueTx};
 use crate::seccomp::{self, FileOp, Flags, Watched};
 use crate::spec::{FileAudit, SandboxSpec};
 use nix::errno::Errno;
@@ -52,7 +53,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
+use std::sync::mpsc::{RecvTimeoutError, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -1107,7 +1108,7 @@ pub(crate) struct Captured {
 
 /// The notifier's state for observed calls.
 pub(crate) struct Capturer {
-    tx: SyncSender<Captured>,
+    tx: QueueTx<Captured>,
     lost: Arc<AtomicU64>,
     /// `/proc/<pid>` fds by pid. A cached fd of a process that has died
     /// fails every lookup (it never turns into another process's), and is
@@ -1141,7 +1142,7 @@ pub(crate) fn id_valid(listener: RawFd, id: u64) -> bool {
 }
 
 impl Capturer {
-    pub(crate) fn new(tx: SyncSender<Captured>, lost: Arc<AtomicU64>) -> Capturer {
+    pub(crate) fn new(tx: QueueTx<Captured>, lost: Arc<AtomicU64>) -> Capturer {
         Capturer {
             tx,
             lost,
@@ -1556,7 +1557,7 @@ impl Watch {
 
 /// The consumer's end of a sandbox's observed file accesses.
 pub struct FileAccesses {
-    rx: Receiver<Captured>,
+    rx: QueueRx<Captured>,
     lost: Arc<AtomicU64>,
     level: FileAudit,
     layout: Layout,
@@ -1581,7 +1582,7 @@ impl std::fmt::Debug for FileAccesses {
 
 impl FileAccesses {
     pub(crate) fn new(
-        rx: Receiver<Captured>,
+        rx: QueueRx<Captured>,
         lost: Arc<AtomicU64>,
         w: Watch,
         sync_wake_up: bool,

@@ -17,7 +17,8 @@
 //! Private helpers: `proto` (the typed daemon ↔ init control protocol), `mounts`
 //! (the sandbox root filesystem), `landlock` (the Landlock ruleset mirroring the
 //! grants; [`landlock_abi`] reports what the kernel offers), `seccomp` (the
-//! syscall filter, a table compiled to BPF), `readiness` (waiting for a
+//! syscall filter, a table compiled to BPF), `queue` (the bounded queues of refused calls and file accesses,
+//! allocated as they fill), `readiness` (waiting for a
 //! sandbox's fds on a tokio event loop) and `sys` (raw kernel calls not
 //! wrapped by nix).
 mod confine;
@@ -31,6 +32,7 @@ mod mounts;
 pub mod notify;
 pub mod protect;
 mod proto;
+mod queue;
 mod readiness;
 mod seccomp;
 pub mod spec;

@@ -37,13 +37,12 @@
 
 use crate::files::{Capturer, FileAccesses, Watch};
 use crate::guard::{Answer, Guard};
+use crate::queue::{QueueRx, QueueTx};
 use crate::seccomp;
 use nix::errno::Errno;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{
-    sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError,
-};
+use std::sync::mpsc::{RecvTimeoutError, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -242,7 +241,7 @@ impl RefusedCall {
 
 /// The consumer's end of a sandbox's refused calls.
 pub struct RefusedCalls {
-    rx: Receiver<RefusedCall>,
+    rx: QueueRx<RefusedCall>,
     lost: Arc<AtomicU64>,
 }
 
@@ -287,14 +286,14 @@ impl Notifier {
         watch: Option<Watch>,
         guard: Option<Guard>,
     ) -> std::io::Result<(Notifier, RefusedCalls, Option<FileAccesses>, Arc<Wake>)> {
-        let (tx, rx) = sync_channel(QUEUE);
+        let (tx, rx) = crate::queue::bounded(QUEUE);
         let lost = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let wake = Arc::new(Wake::new()?);
         let (lost2, stop2, wake2) = (lost.clone(), stop.clone(), wake.clone());
         let (capturer, files) = match watch {
             Some(w) => {
-                let (ftx, frx) = sync_channel(FILE_QUEUE);
+                let (ftx, frx) = crate::queue::bounded(FILE_QUEUE);
                 let flost = Arc::new(AtomicU64::new(0));
                 // Best effort: kernels before 6.6 answer EINVAL and wake the
                 // caller the ordinary way. The flags are the argument itself,
@@ -360,7 +359,7 @@ impl Drop for Notifier {
 
 fn serve(
     listener: &OwnedFd,
-    tx: &SyncSender<RefusedCall>,
+    tx: &QueueTx<RefusedCall>,
     lost: &AtomicU64,
     stop: &AtomicBool,
     mut capturer: Option<Capturer>,
