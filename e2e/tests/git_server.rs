@@ -70,7 +70,7 @@ fn host_git(repo: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn call<'a>(out: &'a Value, i: usize) -> (&'a str, bool) {
+fn call(out: &Value, i: usize) -> (&str, bool) {
     let c = &out["calls"][i];
     (c["text"].as_str().unwrap_or(""), c["is_error"] == true)
 }
