@@ -126,7 +126,9 @@ pub fn run() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // The idle footprint: after the start-up's blocking-pool threads have
+    // gone (wardend lets them go 2 s after their last job).
+    std::thread::sleep(Duration::from_millis(3000));
     let with = footprint(pid);
     let live = live_sessions(pid).max(1);
     let outcomes = wait_all(shims);
