@@ -6,7 +6,8 @@
 //! side with N `/bin/sleep` processes started directly: how long until all of
 //! them run (for the shims: until the daemon lists N live sessions), how many
 //! failed and with what, and the daemon's resident memory, threads and open
-//! fds before and with all N running (per session: the difference over N).
+//! fds before and with all N running (per session: the difference over the
+//! live sessions, N when all are up).
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -31,17 +32,24 @@ fn footprint(pid: u32) -> (u64, u64, u64) {
     (field("VmRSS:"), field("Threads:"), fds)
 }
 
-/// Live sessions the daemon lists (`wardenctl ps --json`).
-fn live_sessions(socket: &std::path::Path) -> usize {
-    let out = Command::new(bin("wardenctl"))
-        .arg("--socket")
-        .arg(socket)
-        .args(["ps", "--json"])
-        .output();
-    out.ok()
-        .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
-        .and_then(|v| v.as_array().map(Vec::len))
-        .unwrap_or(0)
+/// Live sandboxes: the daemon's child processes (one launcher per session
+/// from its start to its end). Not `wardenctl ps`, which samples every
+/// session's process tree through all of `/proc` and takes seconds with
+/// hundreds of sessions.
+fn live_sessions(pid: u32) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|stat| {
+            // Fields after the command name: state, then ppid.
+            stat.rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok())
+                == Some(pid)
+        })
+        .count()
 }
 
 fn wait_all(children: Vec<Child>) -> BTreeMap<String, usize> {
@@ -107,11 +115,10 @@ pub fn run() {
     let spawned = t0.elapsed();
     // Until every session runs (or the shims that failed have exited).
     let deadline = Instant::now() + Duration::from_secs(hold.saturating_sub(5).max(5) as u64);
-    let mut live = 0;
     let mut all_up = None;
     let mut peak = before;
     while Instant::now() < deadline {
-        live = live_sessions(&daemon.socket);
+        let live = live_sessions(pid);
         let f = footprint(pid);
         peak = (peak.0.max(f.0), peak.1.max(f.1), peak.2.max(f.2));
         if live >= n {
@@ -120,12 +127,15 @@ pub fn run() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // The idle footprint: after the start-up's blocking-pool threads have
+    // gone (wardend lets them go 2 s after their last job).
+    std::thread::sleep(Duration::from_millis(3000));
     let with = footprint(pid);
+    let live = live_sessions(pid).max(1);
     let outcomes = wait_all(shims);
 
-    let live_n = live.max(1);
-    let per = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / live_n as f64;
+    // Per live session (all N unless some failed or were not up yet).
+    let per = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / live as f64;
     println!("## {n} concurrent idle sessions (`sleep {hold}`), one daemon\n");
     println!("| | direct `sleep` | through warden-shim |");
     println!("| --- | --- | --- |");
@@ -151,7 +161,7 @@ pub fn run() {
         before.0, before.1, before.2, with.0, with.1, with.2, peak.0, peak.1, peak.2
     );
     println!(
-        "per live session ({live_n}): {:.1} KiB resident, {:.2} threads, {:.2} fds",
+        "per live session ({live}): {:.1} KiB resident, {:.2} threads, {:.2} fds",
         per(before.0, with.0),
         per(before.1, with.1),
         per(before.2, with.2)

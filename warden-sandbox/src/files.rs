@@ -43,6 +43,7 @@
 //! supervisor.
 
 use crate::protect;
+use crate::queue::{QueueRx, QueueTx};
 use crate::seccomp::{self, FileOp, Flags, Watched};
 use crate::spec::{FileAudit, SandboxSpec};
 use nix::errno::Errno;
@@ -52,7 +53,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
+use std::sync::mpsc::{RecvTimeoutError, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -1147,7 +1148,7 @@ pub(crate) struct Captured {
 
 /// The notifier's state for observed calls.
 pub(crate) struct Capturer {
-    tx: SyncSender<Captured>,
+    tx: QueueTx<Captured>,
     lost: Arc<AtomicU64>,
     /// `/proc/<pid>` fds by pid. A cached fd of a process that has died
     /// fails every lookup (it never turns into another process's), and is
@@ -1181,7 +1182,7 @@ pub(crate) fn id_valid(listener: RawFd, id: u64) -> bool {
 }
 
 impl Capturer {
-    pub(crate) fn new(tx: SyncSender<Captured>, lost: Arc<AtomicU64>) -> Capturer {
+    pub(crate) fn new(tx: QueueTx<Captured>, lost: Arc<AtomicU64>) -> Capturer {
         Capturer {
             tx,
             lost,
@@ -1596,7 +1597,7 @@ impl Watch {
 
 /// The consumer's end of a sandbox's observed file accesses.
 pub struct FileAccesses {
-    rx: Receiver<Captured>,
+    rx: QueueRx<Captured>,
     lost: Arc<AtomicU64>,
     level: FileAudit,
     layout: Layout,
@@ -1621,7 +1622,7 @@ impl std::fmt::Debug for FileAccesses {
 
 impl FileAccesses {
     pub(crate) fn new(
-        rx: Receiver<Captured>,
+        rx: QueueRx<Captured>,
         lost: Arc<AtomicU64>,
         w: Watch,
         sync_wake_up: bool,
@@ -1686,6 +1687,32 @@ impl FileAccesses {
                 return Ok(a);
             }
         }
+    }
+
+    /// The next access to report at this level if one is queued now
+    /// (classified on the calling thread, which may take file system calls:
+    /// not on an event loop's thread); never waits for one. `Empty` when
+    /// nothing reportable is queued, `Disconnected` once the sandbox is gone
+    /// and everything queued has been taken.
+    pub fn try_recv(&self) -> Result<FileAccess, TryRecvError> {
+        loop {
+            let c = self.rx.try_recv()?;
+            self.last.set(Some(Instant::now()));
+            if self.level == FileAudit::Off && c.guard.is_none() {
+                continue;
+            }
+            let a = classify(&c, &self.layout, &mut |p| host_has(p));
+            if self.level == FileAudit::All || a.decision != Decision::Allow {
+                return Ok(a);
+            }
+        }
+    }
+
+    /// Whether accesses came within the last [`BUSY`] period: a consumer
+    /// then drains every [`BATCH_INTERVAL`] rather than waiting for a
+    /// wake-up (which would cost the notifier a system call per access).
+    pub fn busy(&self) -> bool {
+        self.last.get().is_some_and(|t| t.elapsed() < BUSY)
     }
 
     /// Accesses not reported because the queue was full (the calls themselves

@@ -12,10 +12,16 @@
 //! control messages. PID 1 also passes the seccomp listener; the sandbox answers
 //! it on its own thread ([`crate::notify`]) whether or not anyone takes the
 //! refused calls ([`Sandbox::take_refused_calls`]).
+//!
+//! Nothing here needs a thread per sandbox to notice its end: the launcher's
+//! pidfd ([`Sandbox::exit_fd`]) becomes readable when the launcher has exited,
+//! which it does only after PID 1 (and with it every process of the pid
+//! namespace) is gone, so an event loop can wait on it and then call
+//! [`Sandbox::wait`], which no longer blocks for long.
 
 use crate::files::{FileAccesses, Watch};
 use crate::init;
-use crate::notify::{Notifier, RefusedCalls};
+use crate::notify::{Notifier, RefusedCalls, Wake};
 use crate::proto::{self, Exit, Failure, FromInit, Recv, ToInit};
 use crate::spec::SandboxSpec;
 use crate::sys;
@@ -24,7 +30,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// argv[1] that selects the sandbox init role.
 pub const INIT_ARG: &str = "__warden-sandbox-init";
@@ -132,11 +138,15 @@ struct WaitState {
 pub struct Sandbox {
     sock: OwnedFd,
     pidfd: OwnedFd,
+    /// The launcher's pidfd: readable once it has exited.
+    launcher_pidfd: OwnedFd,
     pid: u32,
     state: Mutex<WaitState>,
     /// Answers the seccomp listener; `None` without user notification.
     notifier: Mutex<Option<Notifier>>,
     refused: Mutex<Option<RefusedCalls>>,
+    /// Rung when the notifier queues for a consumer that asked for it.
+    wake: Option<Arc<Wake>>,
     /// Observed file accesses (`audit.files`), when asked for and available.
     files: Mutex<Option<FileAccesses>>,
     proxy: Mutex<Option<OwnedFd>>,
@@ -209,6 +219,15 @@ impl Sandbox {
         drop(cmd);
         drop(theirs);
         let mut launcher = launcher;
+        // Our own unreaped child: its pid cannot be reused before we wait.
+        let launcher_pidfd = match sys::pidfd_open(launcher.id() as libc::pid_t) {
+            Ok(fd) => fd,
+            Err(e) => {
+                let _ = launcher.kill();
+                reap(&mut launcher);
+                return Err(control(e));
+            }
+        };
 
         let fail = |launcher: &mut Child, err: SandboxError| -> SandboxError {
             let _ = launcher.kill();
@@ -230,6 +249,7 @@ impl Sandbox {
         let mut pidfd: Option<(OwnedFd, u32)> = None;
         let mut started = false;
         let mut notifier = None;
+        let mut wake = None;
         let mut files = None;
         let mut proxy = None;
         while pidfd.is_none() || !started {
@@ -242,8 +262,9 @@ impl Sandbox {
                     let guard = crate::guard::active(spec, crate::notify::available());
                     let g = guard.then(|| crate::guard::Guard::new(spec));
                     match Notifier::start(fd, Watch::from_spec(spec, guard), g) {
-                        Ok((n, calls, f)) => {
+                        Ok((n, calls, f, w)) => {
                             notifier = Some((n, calls));
+                            wake = Some(w);
                             files = f;
                         }
                         Err(e) => {
@@ -276,6 +297,7 @@ impl Sandbox {
         Ok(Sandbox {
             sock: ours,
             pidfd,
+            launcher_pidfd,
             pid,
             state: Mutex::new(WaitState {
                 launcher,
@@ -283,6 +305,7 @@ impl Sandbox {
             }),
             notifier: Mutex::new(notifier),
             refused: Mutex::new(refused),
+            wake,
             files: Mutex::new(files),
             proxy: Mutex::new(proxy),
         })
@@ -314,6 +337,35 @@ impl Sandbox {
     /// returns. Nobody has to take it: the calls go through either way.
     pub fn take_file_accesses(&self) -> Option<FileAccesses> {
         self.files.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Rung (made readable, an eventfd) when a refused call or a file
+    /// access is queued after [`Wake::arm`], and when the queues close:
+    /// lets one event loop wait for every sandbox's queues without a thread
+    /// each. `None` without user notification.
+    pub fn recorder_wake(&self) -> Option<Arc<Wake>> {
+        self.wake.clone()
+    }
+
+    /// Readable (`POLLIN`) once the sandbox is gone: the launcher's pidfd,
+    /// which the launcher's exit makes readable, and it exits only after
+    /// reaping PID 1, whose exit completes only when every other process of
+    /// the pid namespace is gone. [`Sandbox::wait`] then returns at once
+    /// (it reads the buffered exit message and reaps the launcher). Lets an
+    /// event loop wait for many sandboxes without a blocked thread each.
+    pub fn exit_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.launcher_pidfd.as_fd()
+    }
+
+    /// Resolves once the sandbox is gone ([`Sandbox::exit_fd`] readable), on
+    /// the current tokio runtime, without a thread; [`Sandbox::wait`] then
+    /// returns at once. `Err`: the fd could not be registered (then
+    /// [`Sandbox::wait`] on a blocking thread does the waiting).
+    pub async fn exited(self: &Arc<Self>) -> std::io::Result<()> {
+        let fd = crate::readiness::readable(self.clone(), |s: &Sandbox| s.exit_fd())?;
+        // A pidfd stays readable once its process has exited.
+        let _ = fd.readable().await?;
+        Ok(())
     }
 
     /// The egress proxy's listening socket (TCP, `127.0.0.1:<proxy_port>` inside

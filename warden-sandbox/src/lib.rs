@@ -17,7 +17,9 @@
 //! Private helpers: `proto` (the typed daemon ↔ init control protocol), `mounts`
 //! (the sandbox root filesystem), `landlock` (the Landlock ruleset mirroring the
 //! grants; [`landlock_abi`] reports what the kernel offers), `seccomp` (the
-//! syscall filter, a table compiled to BPF) and `sys` (raw kernel calls not
+//! syscall filter, a table compiled to BPF), `queue` (the bounded queues of refused calls and file accesses,
+//! allocated as they fill), `readiness` (waiting for a
+//! sandbox's fds on a tokio event loop) and `sys` (raw kernel calls not
 //! wrapped by nix).
 mod confine;
 pub mod fdpass;
@@ -30,6 +32,8 @@ mod mounts;
 pub mod notify;
 pub mod protect;
 mod proto;
+mod queue;
+mod readiness;
 mod seccomp;
 pub mod spec;
 pub mod stdio;
@@ -38,4 +42,4 @@ mod sys;
 pub use files::{FileAccess, FileAccesses};
 pub use landlock::landlock_abi;
 pub use launch::{init_entry_if_requested, ExitOutcome, Sandbox, SandboxError, INIT_ARG};
-pub use notify::{RefusedCall, RefusedCalls};
+pub use notify::{RefusedCall, RefusedCalls, Wake, WakeWaiter};

@@ -37,11 +37,12 @@
 
 use crate::files::{Capturer, FileAccesses, Watch};
 use crate::guard::{Answer, Guard};
+use crate::queue::{QueueRx, QueueTx};
 use crate::seccomp;
 use nix::errno::Errno;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{RecvTimeoutError, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -57,6 +58,127 @@ const FILE_QUEUE: usize = 4096;
 const SYNC_WAKE_UP: u64 = 1;
 /// How often the thread checks its stop flag while the listener is quiet.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// The notifier thread's stack: its work is bounded (no recursion; paths
+/// live on the heap), far below the 2 MiB default.
+const NOTIFIER_STACK: usize = 256 << 10;
+
+/// A consumer's wake-up for one sandbox's queues (refused calls and file
+/// accesses): an eventfd the notifier writes only when the consumer asked
+/// for it ([`Wake::arm`]) and then queued something, and once when the
+/// queues close. A consumer that drains on its own schedule while accesses
+/// keep coming costs the notifier one atomic swap per queued event, no
+/// system call; one that waits needs no thread of its own (poll the fd).
+pub struct Wake {
+    efd: OwnedFd,
+    armed: AtomicBool,
+}
+
+impl Wake {
+    fn new() -> std::io::Result<Wake> {
+        // SAFETY: eventfd returns a new fd or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Wake {
+            // SAFETY: a fresh fd that nothing else owns.
+            efd: unsafe { OwnedFd::from_raw_fd(fd) },
+            armed: AtomicBool::new(false),
+        })
+    }
+
+    /// The eventfd: readable after a ring.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.efd.as_fd()
+    }
+
+    /// Asks to be rung by the next queued event. Arm *before* the last look
+    /// at the queues: an event queued after that look then rings (the
+    /// fences pair with the notifier's in [`Wake::notify`]).
+    pub fn arm(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
+    /// No ring needed any more (the consumer found events after arming).
+    pub fn disarm(&self) {
+        self.armed.store(false, Ordering::SeqCst);
+    }
+
+    /// A waiter for rings on the current tokio runtime (registers the
+    /// eventfd once; keep it for the consumer's lifetime).
+    pub fn waiter(self: &Arc<Self>) -> std::io::Result<WakeWaiter> {
+        crate::readiness::readable(self.clone(), |w: &Wake| w.fd()).map(WakeWaiter)
+    }
+
+    /// Consumes the rings so far; `WouldBlock` when there were none.
+    fn clear(&self) -> std::io::Result<()> {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a u64 we own from our own eventfd.
+        let r = unsafe {
+            libc::read(
+                self.efd.as_raw_fd(),
+                &mut v as *mut u64 as *mut libc::c_void,
+                8,
+            )
+        };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// After queueing: rings if the consumer armed.
+    fn notify(&self) {
+        fence(Ordering::SeqCst);
+        if self.armed.swap(false, Ordering::SeqCst) {
+            self.ring();
+        }
+    }
+
+    fn ring(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a u64 we own to our own eventfd; a
+        // full counter (EAGAIN) is already readable.
+        unsafe {
+            libc::write(
+                self.efd.as_raw_fd(),
+                &one as *const u64 as *const libc::c_void,
+                8,
+            )
+        };
+    }
+}
+
+/// Waits for a [`Wake`]'s rings on a tokio runtime, without a thread.
+pub struct WakeWaiter(tokio::io::unix::AsyncFd<crate::readiness::Held<Wake>>);
+
+impl WakeWaiter {
+    /// Resolves once the wake-up was rung (since the last time this
+    /// resolved), consuming the rings; `Err` if the eventfd cannot be
+    /// polled.
+    pub async fn rung(&self) -> std::io::Result<()> {
+        loop {
+            let mut guard = self.0.readable().await?;
+            // WouldBlock (rings consumed already) clears the readiness.
+            if let Ok(r) = guard.try_io(|held| held.get_ref().owner().clear()) {
+                return r;
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for WakeWaiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WakeWaiter").finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Wake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wake").finish_non_exhaustive()
+    }
+}
 
 /// True when this kernel offers `SECCOMP_RET_USER_NOTIF`
 /// (`/proc/sys/kernel/seccomp/actions_avail` lists `user_notif`).
@@ -119,7 +241,7 @@ impl RefusedCall {
 
 /// The consumer's end of a sandbox's refused calls.
 pub struct RefusedCalls {
-    rx: Receiver<RefusedCall>,
+    rx: QueueRx<RefusedCall>,
     lost: Arc<AtomicU64>,
 }
 
@@ -128,6 +250,11 @@ impl RefusedCalls {
     /// queued call has been taken.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<RefusedCall, RecvTimeoutError> {
         self.rx.recv_timeout(timeout)
+    }
+
+    /// The next refused call if one is queued; never waits.
+    pub fn try_recv(&self) -> Result<RefusedCall, TryRecvError> {
+        self.rx.try_recv()
     }
 
     /// Calls refused but not queued because the queue was full.
@@ -158,14 +285,15 @@ impl Notifier {
         listener: OwnedFd,
         watch: Option<Watch>,
         guard: Option<Guard>,
-    ) -> std::io::Result<(Notifier, RefusedCalls, Option<FileAccesses>)> {
-        let (tx, rx) = sync_channel(QUEUE);
+    ) -> std::io::Result<(Notifier, RefusedCalls, Option<FileAccesses>, Arc<Wake>)> {
+        let (tx, rx) = crate::queue::bounded(QUEUE);
         let lost = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let (lost2, stop2) = (lost.clone(), stop.clone());
+        let wake = Arc::new(Wake::new()?);
+        let (lost2, stop2, wake2) = (lost.clone(), stop.clone(), wake.clone());
         let (capturer, files) = match watch {
             Some(w) => {
-                let (ftx, frx) = sync_channel(FILE_QUEUE);
+                let (ftx, frx) = crate::queue::bounded(FILE_QUEUE);
                 let flost = Arc::new(AtomicU64::new(0));
                 // Best effort: kernels before 6.6 answer EINVAL and wake the
                 // caller the ordinary way. The flags are the argument itself,
@@ -187,6 +315,7 @@ impl Notifier {
         };
         let thread = std::thread::Builder::new()
             .name("warden-seccomp-notify".into())
+            .stack_size(NOTIFIER_STACK)
             .spawn(move || {
                 let mut guard = guard;
                 // The guard creates with each caller's umask, applied by hand,
@@ -194,7 +323,11 @@ impl Notifier {
                 if guard.is_some() && crate::guard::prepare_thread().is_err() {
                     guard = None; // every creation then fails (Landlock): closed
                 }
-                serve(&listener, &tx, &lost2, &stop2, capturer, guard)
+                serve(&listener, &tx, &lost2, &stop2, capturer, guard, &wake2);
+                // Both queues are closed now (the capturer went with
+                // `serve`): the consumer learns it even if it never armed.
+                drop(tx);
+                wake2.ring();
             })?;
         Ok((
             Notifier {
@@ -203,6 +336,7 @@ impl Notifier {
             },
             RefusedCalls { rx, lost },
             files,
+            wake,
         ))
     }
 
@@ -225,11 +359,12 @@ impl Drop for Notifier {
 
 fn serve(
     listener: &OwnedFd,
-    tx: &SyncSender<RefusedCall>,
+    tx: &QueueTx<RefusedCall>,
     lost: &AtomicU64,
     stop: &AtomicBool,
     mut capturer: Option<Capturer>,
     mut guard: Option<Guard>,
+    wake: &Wake,
 ) {
     let fd = listener.as_raw_fd();
     loop {
@@ -278,6 +413,7 @@ fn serve(
                     }
                     if let (Some(c), Some(captured)) = (&capturer, captured) {
                         c.queue(captured);
+                        wake.notify();
                     }
                     continue;
                 }
@@ -285,7 +421,7 @@ fn serve(
                 let errno = call.errno;
                 // Queued before the reply; never waits for the consumer.
                 match tx.try_send(call) {
-                    Ok(()) => {}
+                    Ok(()) => wake.notify(),
                     Err(TrySendError::Full(_)) => {
                         lost.fetch_add(1, Ordering::Relaxed);
                     }

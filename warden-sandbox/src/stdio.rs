@@ -27,6 +27,9 @@ const CHUNK: usize = 1 << 16;
 
 /// How long the duplex relay polls without sleeping after it moved data.
 const SPIN_WINDOW: Duration = Duration::from_micros(150);
+/// Stack of a relay thread: poll, splice and a heap buffer, no recursion;
+/// far below the 2 MiB default.
+const RELAY_STACK: usize = 128 << 10;
 
 /// A thread with a cancel eventfd: what [`Pump`] and [`Duplex`] run on.
 struct Worker {
@@ -53,6 +56,7 @@ impl Worker {
             let (cancel, stop) = (cancel.clone(), stop.clone());
             std::thread::Builder::new()
                 .name(name)
+                .stack_size(RELAY_STACK)
                 .spawn(move || body(&cancel, &stop))?
         };
         Ok(Worker {
@@ -300,7 +304,12 @@ fn copy(
 /// for stderr when the client's fds are pipes or sockets (MCP clients pass
 /// those), else one [`Pump`] per stream (ttys, files).
 pub enum Relay {
-    Duplex { io: Duplex, err: Pump },
+    /// stderr on its own pump (`Some`) unless it is a pipe, which the
+    /// duplex thread serves too.
+    Duplex {
+        io: Duplex,
+        err: Option<Pump>,
+    },
     Threads([Pump; 3]),
 }
 
@@ -311,10 +320,20 @@ impl Relay {
         let [c_in, c_out, c_err] = client;
         let [in_w, out_r, err_r] = server;
         if duplex_capable(&c_in) && duplex_capable(&c_out) {
-            Ok(Relay::Duplex {
-                io: Duplex::start(c_in, in_w, out_r, c_out)?,
-                err: Pump::start("stderr", err_r, c_err)?,
-            })
+            // A pipe never blocks a SPLICE_F_NONBLOCK splice (a full one says
+            // EAGAIN); a socket can (the flag does not reach its send), and a
+            // client that never reads its stderr must not stall its stdout.
+            if is_fifo(&c_err) {
+                Ok(Relay::Duplex {
+                    io: Duplex::start_with_stderr(c_in, in_w, out_r, c_out, Some((err_r, c_err)))?,
+                    err: None,
+                })
+            } else {
+                Ok(Relay::Duplex {
+                    io: Duplex::start(c_in, in_w, out_r, c_out)?,
+                    err: Some(Pump::start("stderr", err_r, c_err)?),
+                })
+            }
         } else {
             Ok(Relay::Threads([
                 Pump::start("stdin", c_in, in_w)?,
@@ -330,7 +349,11 @@ impl Relay {
         match self {
             Relay::Duplex { io, err } => {
                 let (i, o) = io.counters();
-                [i, o, err.bytes_counter()]
+                let e = match err {
+                    Some(p) => p.bytes_counter(),
+                    None => io.bytes_err.clone(),
+                };
+                [i, o, e]
             }
             Relay::Threads([i, o, e]) => [i.bytes_counter(), o.bytes_counter(), e.bytes_counter()],
         }
@@ -341,11 +364,19 @@ impl Relay {
     /// every fd, so the client sees EOF.
     pub fn finish(self, drain: Duration) {
         match self {
-            Relay::Duplex { io, mut err } => {
+            Relay::Duplex { io, err } => {
                 io.wait_outbound(drain);
-                err.wait_for(Duration::from_millis(200));
-                io.stop(Duration::from_millis(100));
-                err.stop(Duration::from_millis(10));
+                match err {
+                    Some(mut err) => {
+                        err.wait_for(Duration::from_millis(200));
+                        io.stop(Duration::from_millis(100));
+                        err.stop(Duration::from_millis(10));
+                    }
+                    None => {
+                        io.wait_stderr(Duration::from_millis(200));
+                        io.stop(Duration::from_millis(100));
+                    }
+                }
             }
             Relay::Threads([stdin, mut stdout, mut stderr]) => {
                 stdin.cancel();
@@ -388,8 +419,10 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 pub struct Duplex {
     worker: Worker,
     out_done: Arc<AtomicBool>,
+    err_done: Arc<AtomicBool>,
     bytes_in: Arc<AtomicU64>,
     bytes_out: Arc<AtomicU64>,
+    bytes_err: Arc<AtomicU64>,
 }
 
 /// True for fds `Duplex` can serve: pipes and sockets.
@@ -401,6 +434,17 @@ pub fn duplex_capable(fd: &OwnedFd) -> bool {
         return false;
     }
     matches!(st.st_mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK)
+}
+
+/// True for a pipe (FIFO).
+fn is_fifo(fd: &OwnedFd) -> bool {
+    // SAFETY: fstat into a zeroed stat buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is valid for the call; st is a valid out-pointer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
+        return false;
+    }
+    st.st_mode & libc::S_IFMT == libc::S_IFIFO
 }
 
 fn set_nonblocking(fd: RawFd) -> io::Result<()> {
@@ -497,11 +541,30 @@ impl Duplex {
         out_r: OwnedFd,
         c_out: OwnedFd,
     ) -> io::Result<Duplex> {
+        Duplex::start_with_stderr(c_in, in_w, out_r, c_out, None)
+    }
+
+    /// [`Duplex::start`], and with `err` = (`err_r`, `c_err`) the server's
+    /// stderr to the client's too, on the same thread. `c_err` must be a
+    /// pipe (a splice into a full socket blocks whatever its flags say, and
+    /// would stall the other directions); `err_r` is made non-blocking.
+    pub fn start_with_stderr(
+        c_in: OwnedFd,
+        in_w: OwnedFd,
+        out_r: OwnedFd,
+        c_out: OwnedFd,
+        err: Option<(OwnedFd, OwnedFd)>,
+    ) -> io::Result<Duplex> {
         set_nonblocking(in_w.as_raw_fd())?;
         set_nonblocking(out_r.as_raw_fd())?;
+        if let Some((err_r, _)) = &err {
+            set_nonblocking(err_r.as_raw_fd())?;
+        }
         let out_done = Arc::new(AtomicBool::new(false));
+        let err_done = Arc::new(AtomicBool::new(err.is_none()));
         let bytes_in = Arc::new(AtomicU64::new(0));
         let bytes_out = Arc::new(AtomicU64::new(0));
+        let bytes_err = Arc::new(AtomicU64::new(0));
         let inbound = Lane {
             src: c_in,
             dst: in_w,
@@ -514,15 +577,23 @@ impl Duplex {
             want_write: false,
             bytes: bytes_out.clone(),
         };
-        let done = out_done.clone();
+        let errors = err.map(|(src, dst)| Lane {
+            src,
+            dst,
+            want_write: false,
+            bytes: bytes_err.clone(),
+        });
+        let done = [out_done.clone(), err_done.clone()];
         let worker = Worker::spawn("pump-stdio".into(), move |cancel, stop| {
-            duplex(inbound, outbound, cancel, stop, &done)
+            duplex([Some(inbound), Some(outbound), errors], cancel, stop, &done)
         })?;
         Ok(Duplex {
             worker,
             out_done,
+            err_done,
             bytes_in,
             bytes_out,
+            bytes_err,
         })
     }
 
@@ -554,27 +625,50 @@ impl Duplex {
         }
     }
 
+    /// Waits up to `timeout` for the server's stderr to reach EOF and be
+    /// delivered, when this thread serves it (else at once). Returns false
+    /// on timeout.
+    pub fn wait_stderr(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.err_done.load(Ordering::SeqCst) || self.worker.is_finished() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Bytes moved server → client on stderr (when this thread serves it).
+    pub fn bytes_err(&self) -> u64 {
+        self.bytes_err.load(Ordering::Relaxed)
+    }
+
     /// Stops the thread (it closes every fd it holds) and waits up to `grace`.
     pub fn stop(self, grace: Duration) {
         self.worker.stop(grace);
     }
 }
 
+/// Serves `lanes` (client → server stdin, server stdout → client, and
+/// optionally server stderr → client) until all are closed or cancelled;
+/// `done[0]`/`done[1]` are set when the stdout/stderr lane has closed.
 fn duplex(
-    inbound: Lane,
-    outbound: Lane,
+    lanes: [Option<Lane>; 3],
     cancel: &OwnedFd,
     stop: &AtomicBool,
-    out_done: &AtomicBool,
+    done: &[Arc<AtomicBool>; 2],
 ) -> io::Result<()> {
-    let mut lanes = [Some(inbound), Some(outbound)];
+    let mut lanes = lanes;
     let mut last_move: Option<Instant> = None;
     let result = loop {
         if stop.load(Ordering::SeqCst) || lanes.iter().all(Option::is_none) {
             break Ok(());
         }
-        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(3);
-        let mut which: Vec<usize> = Vec::with_capacity(2);
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(4);
+        let mut which: Vec<usize> = Vec::with_capacity(3);
         for (i, lane) in lanes.iter().enumerate() {
             if let Some(l) = lane {
                 fds.push(l.pollfd());
@@ -624,8 +718,8 @@ fn duplex(
                 Ok(Step::Idle) => {}
                 Ok(Step::Closed) => {
                     lanes[i] = None; // closes both fds: EOF travels on
-                    if i == 1 {
-                        out_done.store(true, Ordering::SeqCst);
+                    if i >= 1 {
+                        done[i - 1].store(true, Ordering::SeqCst);
                     }
                 }
                 Err(e) => failed = Some(e),
@@ -635,7 +729,9 @@ fn duplex(
             break Err(e);
         }
     };
-    out_done.store(true, Ordering::SeqCst);
+    for d in done {
+        d.store(true, Ordering::SeqCst);
+    }
     result
 }
 
@@ -752,6 +848,79 @@ mod tests {
         client_w.join().unwrap();
         assert_eq!(out.len(), 4 << 20);
         d.stop(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn duplex_carries_a_piped_stderr_byte_exact_beside_stdout() {
+        let (c_in_r, c_in_w) = pipe().unwrap();
+        let (s_in_r, s_in_w) = pipe().unwrap();
+        let (s_out_r, s_out_w) = pipe().unwrap();
+        let (c_out_r, c_out_w) = pipe().unwrap();
+        let (s_err_r, s_err_w) = pipe().unwrap();
+        let (c_err_r, c_err_w) = pipe().unwrap();
+        let d =
+            Duplex::start_with_stderr(c_in_r, s_in_w, s_out_r, c_out_w, Some((s_err_r, c_err_w)))
+                .unwrap();
+        let out: Vec<u8> = (0..1_500_000u32).map(|i| (i * 13 % 251) as u8).collect();
+        let err: Vec<u8> = (0..700_000u32).map(|i| (i * 7 % 249) as u8).collect();
+        // The "server" writes both streams and reads stdin to EOF.
+        let server = {
+            let (out, err) = (out.clone(), err.clone());
+            std::thread::spawn(move || {
+                let e = std::thread::spawn(move || {
+                    std::fs::File::from(s_err_w).write_all(&err).unwrap();
+                });
+                std::fs::File::from(s_out_w).write_all(&out).unwrap();
+                e.join().unwrap();
+                let mut sink = Vec::new();
+                std::fs::File::from(s_in_r).read_to_end(&mut sink).unwrap();
+                sink
+            })
+        };
+        drop(c_in_w); // the client's stdin ends at once
+        let err_reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            std::fs::File::from(c_err_r).read_to_end(&mut got).unwrap();
+            got
+        });
+        let mut got_out = Vec::new();
+        std::fs::File::from(c_out_r)
+            .read_to_end(&mut got_out)
+            .unwrap();
+        let got_err = err_reader.join().unwrap();
+        assert!(server.join().unwrap().is_empty());
+        assert!(got_out == out, "stdout differs");
+        assert!(got_err == err, "stderr differs");
+        assert!(d.wait_outbound(Duration::from_secs(5)));
+        assert!(d.wait_stderr(Duration::from_secs(5)));
+        assert_eq!(d.bytes_err(), err.len() as u64);
+        d.stop(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_piped_stderr_joins_the_duplex_thread_a_socket_keeps_its_own() {
+        let fds = |err_socket: bool| {
+            let (c_in, _a) = pipe().unwrap();
+            let (_b, c_out) = pipe().unwrap();
+            let c_err = if err_socket {
+                let (x, y) = std::os::unix::net::UnixStream::pair().unwrap();
+                std::mem::forget(y);
+                OwnedFd::from(x)
+            } else {
+                let (_r, w) = pipe().unwrap();
+                std::mem::forget(_r);
+                w
+            };
+            let (_sr, in_w) = pipe().unwrap();
+            let (out_r, _sw) = pipe().unwrap();
+            let (err_r, _ew) = pipe().unwrap();
+            let relay = Relay::start([c_in, c_out, c_err], [in_w, out_r, err_r]).unwrap();
+            let own_pump = matches!(&relay, Relay::Duplex { err: Some(_), .. });
+            relay.finish(Duration::from_millis(10));
+            own_pump
+        };
+        assert!(!fds(false));
+        assert!(fds(true));
     }
 
     #[test]

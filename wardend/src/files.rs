@@ -2,9 +2,9 @@
 //! `docs/audit-format.md`).
 //!
 //! The sandbox lets every observed call through before it is queued for us
-//! ([`warden_sandbox::files`]); this module drains one session's queue on a
-//! blocking thread (classification happens there, inside
-//! [`FileAccesses::recv_timeout`]) and writes the records. Nothing here can
+//! ([`warden_sandbox::files`]); `crate::recorder` drains one session's
+//! queue (classification happens there, on a blocking thread, inside
+//! `FileAccesses::try_recv`) and this module makes the records. Nothing here can
 //! delay or change a call.
 //!
 //! A server looping on a missing file, or walking a tree with `audit.files:
@@ -14,23 +14,17 @@
 //! summary records (`details.suppressed`) once its second is over (or the
 //! session ends).
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{json, Value};
-use std::sync::mpsc::RecvTimeoutError;
 use warden_core::audit::{Decision, Record, RecordType};
-use warden_sandbox::files::{Action, Decision as Verdict, FileAccess, FileAccesses};
+use warden_sandbox::files::{Action, Decision as Verdict, FileAccess};
 use warden_sandbox::spec::FileAudit;
-use warden_sandbox::Sandbox;
-
-use crate::Daemon;
 
 /// Records per second for one (action, decision, path) per session.
 pub const PER_PATH: u32 = 10;
 /// File records per second per session, summaries excluded.
 pub const PER_SECOND: u32 = 1000;
-const WINDOW: Duration = crate::ratelimit::WINDOW;
 
 /// One path's budget: (action, decision, path as named).
 type Key = (Action, Verdict, Vec<u8>);
@@ -91,6 +85,11 @@ impl RateLimit {
             ))
         });
         out
+    }
+
+    /// No window open: nothing to summarise later.
+    pub fn is_idle(&self) -> bool {
+        self.0.is_idle()
     }
 }
 
@@ -175,46 +174,17 @@ pub fn summary_record(session: &str, s: &Suppressed) -> Record {
     .with_details(Value::Object(d))
 }
 
-impl Daemon {
-    /// Blocking: records `files` for `session` until the sandbox is gone and
-    /// the queue is empty, then writes the remaining summaries and the count
-    /// of accesses the full queue made us miss.
-    pub fn record_file_accesses(&self, session: &str, files: FileAccesses) {
-        let mut limit = RateLimit::new(Instant::now());
-        loop {
-            let got = files.recv_timeout(WINDOW);
-            let now = Instant::now();
-            for s in limit.take_summaries(now, false) {
-                self.audit.record(summary_record(session, &s));
-            }
-            match got {
-                Ok(a) => {
-                    if limit.admit(&a, now) {
-                        self.audit.record(access_record(session, &a));
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
-            }
-        }
-        for s in limit.take_summaries(Instant::now(), true) {
-            self.audit.record(summary_record(session, &s));
-        }
-        let lost = files.lost();
-        if lost > 0 {
-            self.audit.record(
-                Record::new(
-                    RecordType::File,
-                    "*",
-                    Some(session),
-                    "*",
-                    Decision::Info,
-                    "file accesses not observed: the queue to the audit store was full",
-                )
-                .with_details(json!({ "lost": lost })),
-            );
-        }
-    }
+/// The record of accesses the full queue kept from the store.
+pub fn lost_record(session: &str, lost: u64) -> Record {
+    Record::new(
+        RecordType::File,
+        "*",
+        Some(session),
+        "*",
+        Decision::Info,
+        "file accesses not observed: the queue to the audit store was full",
+    )
+    .with_details(json!({ "lost": lost }))
 }
 
 /// What `session.start` says about file auditing: the level, or
@@ -246,41 +216,10 @@ pub fn level_in_use(level: FileAudit) -> &'static str {
     }
 }
 
-/// Starts recording a new sandbox's refused calls and observed file
-/// accesses, each on a blocking thread of its own, until the sandbox is gone;
-/// the handle ends when both are written.
-pub fn start_recorders(
-    daemon: &Arc<Daemon>,
-    session: &str,
-    sandbox: &Sandbox,
-) -> Option<tokio::task::JoinHandle<()>> {
-    let calls = sandbox.take_refused_calls();
-    let files = sandbox.take_file_accesses();
-    if calls.is_none() && files.is_none() {
-        return None;
-    }
-    let daemon = daemon.clone();
-    let session = session.to_owned();
-    Some(tokio::task::spawn_blocking(move || {
-        let files = files.and_then(|files| {
-            let (daemon, session) = (daemon.clone(), session.clone());
-            std::thread::Builder::new()
-                .name("warden-file-audit".into())
-                .spawn(move || daemon.record_file_accesses(&session, files))
-                .ok()
-        });
-        if let Some(calls) = calls {
-            daemon.record_refused_calls(&session, calls);
-        }
-        if let Some(t) = files {
-            let _ = t.join();
-        }
-    }))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ratelimit::WINDOW;
 
     #[test]
     fn an_explicit_level_without_user_notification_is_refused() {

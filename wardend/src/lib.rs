@@ -13,7 +13,9 @@
 //! - [`egress`]: the per-session egress proxy (crate `warden-proxy`) wired to
 //!   the session's listener, the audit store and the `ps` counters.
 //! - [`limits`]: memory limit by sampling the sandbox's resident memory.
-//! - [`syscalls`]: refused system calls → rate-limited `policy.syscall` records.
+//! - [`syscalls`]: refused system calls → rate-limited `policy.syscall` records;
+//!   [`files`]: observed file accesses → `file` records; [`recorder`]: drains
+//!   both queues of every session on the event loop (no thread per session).
 //! - [`audit`]: the JSONL audit store (chain, rotation, group commit).
 //! - [`logs`]: the `Logs` stream (stored records, then live ones).
 //! - [`error`]: errors and their one mapping to gRPC statuses.
@@ -30,6 +32,7 @@ pub mod limits;
 pub mod logs;
 pub mod peer;
 pub mod ratelimit;
+pub mod recorder;
 pub mod service;
 pub mod session;
 pub mod syscalls;

@@ -207,8 +207,12 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         // terminal's signals do not reach the daemon.
         let _ = nix::unistd::setsid();
     }
+    // Blocking-pool threads serve only passing work (a sandbox's start, a
+    // batch of audit records, an exit): let them go soon after a burst of
+    // session starts instead of after tokio's default 10 s.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_keep_alive(std::time::Duration::from_secs(2))
         .build()?;
     // Handlers are installed before the socket exists: a SIGTERM at any moment
     // after that shuts down cleanly (sessions ended, socket removed).

@@ -85,6 +85,11 @@ impl<K: Hash + Eq, C: Hash + Eq, S> Limiter<K, C, S> {
         false
     }
 
+    /// Nothing remembered: no window open, no summary pending.
+    pub fn is_idle(&self) -> bool {
+        self.keys.is_empty() && self.over.is_empty()
+    }
+
     /// How many keys are remembered (the window's).
     pub fn keys(&self) -> usize {
         self.keys.len()

@@ -590,8 +590,8 @@ impl Daemon {
             }
         };
         // Refused escape and kernel-attack calls and observed file accesses,
-        // recorded on blocking threads of their own until the sandbox is gone.
-        let recorder = crate::files::start_recorders(self, &id, &sandbox);
+        // recorded until the sandbox is gone (a task, no thread of its own).
+        let recorder = crate::recorder::start(self, &id, &sandbox);
         let session = Arc::new(Session {
             id: id.clone(),
             name: policy.name.clone().unwrap_or_default(),
@@ -717,8 +717,7 @@ impl Daemon {
         timeout: Option<Duration>,
         events: mpsc::Sender<Result<pb::SpawnEvent, tonic::Status>>,
     ) {
-        let sb = session.sandbox.clone();
-        let mut wait = tokio::task::spawn_blocking(move || sb.wait());
+        let mut wait = Box::pin(wait_exit(session.sandbox.clone()));
         let deadline = async {
             match timeout {
                 Some(t) => tokio::time::sleep(t).await,
@@ -859,6 +858,17 @@ impl Daemon {
             _ => Err(DaemonError::AmbiguousSession(id.to_string())),
         }
     }
+}
+
+/// Waits for the sandbox's end on the event loop (its exit fd, a pidfd),
+/// then collects the outcome on a blocking thread, which then takes
+/// moments: an idle session holds no thread for its exit.
+async fn wait_exit(
+    sb: Arc<Sandbox>,
+) -> Result<Result<ExitOutcome, warden_sandbox::SandboxError>, tokio::task::JoinError> {
+    // If the pidfd cannot be polled, the blocking wait below does it all.
+    let _ = sb.exited().await;
+    tokio::task::spawn_blocking(move || sb.wait()).await
 }
 
 fn describe_limits(p: &CompiledPolicy, cg: Option<&crate::cgroup::Delegation>) -> Vec<String> {

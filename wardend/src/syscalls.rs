@@ -2,8 +2,8 @@
 //! `docs/audit-format.md`).
 //!
 //! The sandbox answers its seccomp listener itself and queues every refused
-//! escape or kernel-attack call ([`RefusedCalls`]); this module drains one
-//! session's queue on a blocking thread and writes the records. Writing never
+//! escape or kernel-attack call ([`RefusedCalls`]); this module turns them
+//! into records (`crate::recorder` drains the queue). Writing never
 //! delays the refused call (it was answered before it was queued for us).
 //!
 //! A server looping on a refused call must not flood the store: at most
@@ -11,18 +11,14 @@
 //! that are counted and written as one summary record (`details.suppressed`)
 //! when the second is over (or the session ends).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::json;
-use std::sync::mpsc::RecvTimeoutError;
 use warden_core::audit::{Decision, Record, RecordType};
-use warden_sandbox::{RefusedCall, RefusedCalls};
-
-use crate::Daemon;
+use warden_sandbox::RefusedCall;
 
 /// Records per second per rule (syscall and reason) per session.
 pub const PER_SECOND: u32 = 10;
-const WINDOW: Duration = Duration::from_secs(1);
 
 /// A rule: the syscall name and the rule's reason (one syscall may have several
 /// rules, e.g. `ioctl` for TIOCSTI and TIOCLINUX).
@@ -77,6 +73,11 @@ impl RateLimit {
         out.sort_by_key(|s| (s.syscall, s.reason));
         out
     }
+
+    /// No window open: nothing to summarise later.
+    pub fn is_idle(&self) -> bool {
+        self.0.is_idle()
+    }
 }
 
 fn errno_name(errno: i32) -> String {
@@ -125,50 +126,23 @@ pub fn summary_record(session: &str, s: &Suppressed) -> Record {
     }))
 }
 
-impl Daemon {
-    /// Blocking: records `calls` for `session` until the sandbox is gone and
-    /// the queue is empty, then writes the remaining summaries.
-    pub fn record_refused_calls(&self, session: &str, calls: RefusedCalls) {
-        let mut limit = RateLimit::default();
-        loop {
-            let got = calls.recv_timeout(WINDOW);
-            let now = Instant::now();
-            for s in limit.take_summaries(now, false) {
-                self.audit.record(summary_record(session, &s));
-            }
-            match got {
-                Ok(call) => {
-                    if limit.admit(&call, now) {
-                        self.audit.record(call_record(session, &call));
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
-            }
-        }
-        for s in limit.take_summaries(Instant::now(), true) {
-            self.audit.record(summary_record(session, &s));
-        }
-        let lost = calls.lost();
-        if lost > 0 {
-            self.audit.record(
-                Record::new(
-                    RecordType::Policy,
-                    "syscall",
-                    Some(session),
-                    "*",
-                    Decision::Deny,
-                    "refused calls not recorded: the queue to the audit store was full",
-                )
-                .with_details(json!({ "lost": lost })),
-            );
-        }
-    }
+/// The record of refused calls the full queue kept from the store.
+pub fn lost_record(session: &str, lost: u64) -> Record {
+    Record::new(
+        RecordType::Policy,
+        "syscall",
+        Some(session),
+        "*",
+        Decision::Deny,
+        "refused calls not recorded: the queue to the audit store was full",
+    )
+    .with_details(json!({ "lost": lost }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ratelimit::WINDOW;
 
     fn call(syscall: &'static str, reason: &'static str) -> RefusedCall {
         RefusedCall {

@@ -1,0 +1,240 @@
+//! Draining a sandbox's queues (refused calls, observed file accesses) into
+//! the audit store, without a thread per session.
+//!
+//! The sandbox's notifier answers every call itself and only then queues it
+//! ([`warden_sandbox::notify`]); the queues are bounded and never waited on
+//! by the notifier. One tokio task per session drains both:
+//!
+//! - while events keep coming ([`FileAccesses::busy`], or a refused call
+//!   within [`BUSY`]) it drains every [`BATCH_INTERVAL`] on its own
+//!   schedule, so queueing costs the notifier no system call;
+//! - when a drain finds nothing, it arms the sandbox's [`Wake`] *before* the
+//!   last look at the queues and waits on its eventfd ([`WakeWaiter`]): the next
+//!   event, or the queues closing, rings it. An idle session costs no thread
+//!   and no timer (a timer only while a rate-limit window is open, to write
+//!   its summary);
+//! - each drain (classification reads the file system, writing takes the
+//!   store's lock) runs on tokio's blocking pool, for as long as it takes.
+//!
+//! The task ends once both queues are closed (the sandbox is gone) and
+//! everything queued is written, with the summaries still open and the
+//! counts of events a full queue lost: `session.exit` waits for it, so these
+//! records come first.
+
+use std::sync::mpsc::TryRecvError;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use warden_sandbox::files::BATCH_INTERVAL;
+use warden_sandbox::{FileAccesses, RefusedCalls, Sandbox, Wake, WakeWaiter};
+
+use crate::{files, syscalls, Daemon};
+
+/// How long after the last refused call the queues count as busy (the file
+/// accesses keep their own clock, the same length).
+const BUSY: Duration = Duration::from_millis(200);
+/// At most this many events per drain: a flooding server cannot keep one
+/// blocking thread forever; the next drain follows at once.
+const BATCH: usize = 4096;
+
+/// One session's queues and rate limits.
+struct Queues {
+    daemon: Arc<Daemon>,
+    session: String,
+    calls: Option<RefusedCalls>,
+    calls_done: bool,
+    last_call: Option<Instant>,
+    call_limit: syscalls::RateLimit,
+    files: Option<FileAccesses>,
+    files_done: bool,
+    file_limit: files::RateLimit,
+}
+
+/// What one drain found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drained {
+    Nothing,
+    Some,
+    /// A whole [`BATCH`]: more is probably waiting.
+    Full,
+}
+
+impl Queues {
+    fn finished(&self) -> bool {
+        (self.calls.is_none() || self.calls_done) && (self.files.is_none() || self.files_done)
+    }
+
+    fn busy(&self) -> bool {
+        self.last_call.is_some_and(|t| t.elapsed() < BUSY)
+            || self.files.as_ref().is_some_and(|f| f.busy())
+    }
+
+    /// No rate-limit window open.
+    fn idle(&self) -> bool {
+        self.call_limit.is_idle() && self.file_limit.is_idle()
+    }
+
+    /// Blocking: writes what is queued now (up to [`BATCH`] events) and the
+    /// summaries of windows that are over.
+    fn drain(&mut self) -> Drained {
+        let audit = &self.daemon.audit;
+        let session = self.session.as_str();
+        let now = Instant::now();
+        for s in self.call_limit.take_summaries(now, false) {
+            audit.record(syscalls::summary_record(session, &s));
+        }
+        for s in self.file_limit.take_summaries(now, false) {
+            audit.record(files::summary_record(session, &s));
+        }
+        let mut n = 0;
+        if let Some(calls) = self.calls.as_ref().filter(|_| !self.calls_done) {
+            while n < BATCH {
+                match calls.try_recv() {
+                    Ok(call) => {
+                        n += 1;
+                        let now = Instant::now();
+                        self.last_call = Some(now);
+                        if self.call_limit.admit(&call, now) {
+                            audit.record(syscalls::call_record(session, &call));
+                        }
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        self.calls_done = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(accesses) = self.files.as_ref().filter(|_| !self.files_done) {
+            while n < BATCH {
+                match accesses.try_recv() {
+                    Ok(a) => {
+                        n += 1;
+                        if self.file_limit.admit(&a, Instant::now()) {
+                            audit.record(files::access_record(session, &a));
+                        }
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        self.files_done = true;
+                        break;
+                    }
+                }
+            }
+        }
+        match n {
+            0 => Drained::Nothing,
+            BATCH => Drained::Full,
+            _ => Drained::Some,
+        }
+    }
+
+    /// Blocking, once both queues are closed: the summaries still open and
+    /// what the full queues lost.
+    fn finish(mut self) {
+        let audit = &self.daemon.audit;
+        let session = self.session.as_str();
+        let now = Instant::now();
+        for s in self.call_limit.take_summaries(now, true) {
+            audit.record(syscalls::summary_record(session, &s));
+        }
+        for s in self.file_limit.take_summaries(now, true) {
+            audit.record(files::summary_record(session, &s));
+        }
+        if let Some(lost) = self.calls.as_ref().map(|c| c.lost()).filter(|&l| l > 0) {
+            audit.record(syscalls::lost_record(session, lost));
+        }
+        if let Some(lost) = self.files.as_ref().map(|f| f.lost()).filter(|&l| l > 0) {
+            audit.record(files::lost_record(session, lost));
+        }
+    }
+}
+
+/// Starts recording a new sandbox's refused calls and observed file
+/// accesses until the sandbox is gone; the handle ends when every record is
+/// written. `None` when the sandbox reports neither (no user notification).
+pub fn start(
+    daemon: &Arc<Daemon>,
+    session: &str,
+    sandbox: &Sandbox,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let calls = sandbox.take_refused_calls();
+    let files = sandbox.take_file_accesses();
+    if calls.is_none() && files.is_none() {
+        return None;
+    }
+    let now = Instant::now();
+    let q = Queues {
+        daemon: daemon.clone(),
+        session: session.to_owned(),
+        calls,
+        calls_done: false,
+        last_call: None,
+        call_limit: syscalls::RateLimit::default(),
+        files,
+        files_done: false,
+        file_limit: files::RateLimit::new(now),
+    };
+    Some(tokio::spawn(run(q, sandbox.recorder_wake())))
+}
+
+async fn run(mut q: Queues, wake: Option<Arc<Wake>>) {
+    let waiter = wake.as_ref().and_then(|w| w.waiter().ok());
+    loop {
+        // Idle so far: ask to be rung by whatever comes after this drain.
+        let armed = match (&wake, q.busy()) {
+            (Some(w), false) => {
+                w.arm();
+                true
+            }
+            _ => false,
+        };
+        let (back, got) = match tokio::task::spawn_blocking(move || {
+            let got = q.drain();
+            (q, got)
+        })
+        .await
+        {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::error!(error = %e, "the audit recorder of a session failed");
+                return;
+            }
+        };
+        q = back;
+        if q.finished() {
+            break;
+        }
+        if got != Drained::Nothing || q.busy() {
+            if let (true, Some(w)) = (armed, &wake) {
+                w.disarm();
+            }
+            if got != Drained::Full {
+                tokio::time::sleep(BATCH_INTERVAL).await;
+            }
+            continue;
+        }
+        // Armed, and the queues were empty after arming: wait for a ring,
+        // or for the open rate-limit windows to end (their summaries).
+        let window = crate::ratelimit::WINDOW;
+        match &waiter {
+            Some(w) if q.idle() => ring(w).await,
+            Some(w) => {
+                let _ = tokio::time::timeout(window, ring(w)).await;
+            }
+            // The eventfd cannot be polled (cannot happen on Linux): look
+            // once a window.
+            None => tokio::time::sleep(window).await,
+        }
+    }
+    let _ = tokio::task::spawn_blocking(move || q.finish()).await;
+}
+
+/// Waits until the wake-up was rung (or, should the eventfd not be
+/// pollable after all, for one window).
+async fn ring(w: &WakeWaiter) {
+    if w.rung().await.is_err() {
+        tokio::time::sleep(crate::ratelimit::WINDOW).await;
+    }
+}
