@@ -588,8 +588,12 @@ impl Shared {
     /// More rotated files than `keep` at start-up (`--audit-keep` lowered):
     /// a `daemon.retention` record, then the deletion.
     fn retention_at_open(&self) -> io::Result<()> {
-        let next = lock(&self.inner).seq + 1;
-        let (doomed, oldest_seq, _) = self.plan_retention(next, None)?;
+        // Planned, stamped and written under one lock, without the rotation
+        // check of `write`: a rotation in between would apply retention
+        // itself and leave this record's `oldest_seq` stale (the live file
+        // may exceed its limit by this one record, as documented).
+        let mut inner = lock(&self.inner);
+        let (doomed, oldest_seq, _) = self.plan_retention(inner.seq + 1, None)?;
         if doomed.is_empty() {
             return Ok(());
         }
@@ -606,7 +610,10 @@ impl Shared {
             "deleted": names(&doomed),
             "oldest_seq": oldest_seq,
         }));
-        let rec = self.write(rec)?;
+        let mut rec = rec;
+        let line = Self::stamp(&inner, &mut rec);
+        let rec = self.write_line(&mut inner, rec, line)?;
+        drop(inner);
         self.sync_through(rec.seq)?;
         let inner = lock(&self.inner);
         self.delete(&inner.dirfd, &doomed);
@@ -1172,6 +1179,32 @@ mod tests {
         let all = all_records(t.path());
         assert!(all.iter().all(|r| r.seq != start.seq));
         assert!(verify_dir(t.path()).ok);
+    }
+
+    /// Lowering `keep` when the live file is full: the retention record is
+    /// not preceded by a rotation that deletes on its own, so its
+    /// `oldest_seq` is where the store starts (a full `--verify` passes).
+    #[test]
+    fn lowering_keep_with_a_full_live_file_stays_verifiable() {
+        let t = tempfile::tempdir().unwrap();
+        for fill in 0..12 {
+            let t = t.path().join(format!("f{fill}"));
+            let mut opts = Options {
+                max_bytes: 1500,
+                keep: 3,
+                ..Options::default()
+            };
+            let store = AuditStore::open_with(&t, opts.clone()).unwrap();
+            // Many files, then the live file filled to various degrees.
+            for n in 0..(40 + fill) {
+                store.append(rec(n), false).unwrap();
+            }
+            drop(store);
+            opts.keep = 1;
+            drop(AuditStore::open_with(&t, opts).unwrap());
+            let report = verify_dir(&t);
+            assert!(report.ok, "fill {fill}: {report:?}");
+        }
     }
 
     #[test]
