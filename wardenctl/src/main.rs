@@ -379,19 +379,16 @@ fn print_status(s: &StatusOut) {
     println!("audit      {}", s.audit_path);
     println!("sessions   {}", s.sessions);
     println!("uptime     {}", human_duration(s.uptime_ms));
-    println!("kernel:");
-    for f in &s.features {
+    print_features("kernel", &s.features, 16);
+    print_features("host", &s.host, 24);
+}
+
+/// `title:` and one line per feature: name, yes/no, what it means.
+fn print_features(title: &str, features: &[Feature], width: usize) {
+    println!("{title}:");
+    for f in features {
         println!(
-            "  {:<16} {:<3}  {}",
-            f.name,
-            if f.available { "yes" } else { "no" },
-            f.detail
-        );
-    }
-    println!("host:");
-    for f in &s.host {
-        println!(
-            "  {:<24} {:<3}  {}",
+            "  {:<width$} {:<3}  {}",
             f.name,
             if f.available { "yes" } else { "no" },
             f.detail
