@@ -924,8 +924,12 @@ impl Guard {
         // not leave it as a ready-made repository: moving one out is a copy
         // (EXDEV), and copying recreates its names one by one, past the guard.
         if !self.allow_git_init {
-            let new_kind = lstat_at(new.dir.as_fd(), &new.name).ok();
             let exchange = flags & libc::RENAME_EXCHANGE != 0;
+            let new_kind = if exchange {
+                lstat_at(new.dir.as_fd(), &new.name).ok()
+            } else {
+                None
+            };
             let git = &mut self.git;
             let mut out_of = |from: BorrowedFd<'_>, to: BorrowedFd<'_>| {
                 inside_git_dir(git, from) && !inside_git_dir(git, to)
