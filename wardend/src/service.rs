@@ -46,21 +46,11 @@ pub fn check_peer(daemon: &Daemon, req: &Request<()>) -> Result<(), Status> {
         }
         return Ok(());
     }
-    daemon.record_peer(
-        Some(
-            Record::new(
-                RecordType::Daemon,
-                "peer",
-                None,
-                format!("uid {}", info.uid),
-                Decision::Deny,
-                "peer uid is not the daemon's uid",
-            )
-            .with_details(
-                json!({ "peer_uid": info.uid, "peer_pid": info.pid, "daemon_uid": daemon.uid }),
-            ),
-        ),
-        false,
+    peer_record(
+        daemon,
+        format!("uid {}", info.uid),
+        "peer uid is not the daemon's uid".into(),
+        json!({ "peer_uid": info.uid, "peer_pid": info.pid, "daemon_uid": daemon.uid }),
     );
     Err(DaemonError::PeerUid {
         peer: info.uid,
@@ -74,18 +64,24 @@ pub fn audit_refused_peer(daemon: &Daemon, info: &ConnInfo, r: &crate::peer::Ref
     let mut details = r.details.clone();
     details["peer_uid"] = info.uid.into();
     details["daemon_uid"] = daemon.uid.into();
+    let resource = match info.pid {
+        Some(pid) => format!("pid {pid}"),
+        None => format!("uid {}", info.uid),
+    };
+    peer_record(daemon, resource, r.reason.clone(), details);
+}
+
+/// One `daemon.peer` deny record, through the daemon's peer rate limit.
+fn peer_record(daemon: &Daemon, resource: String, reason: String, details: serde_json::Value) {
     daemon.record_peer(
         Some(
             Record::new(
                 RecordType::Daemon,
                 "peer",
                 None,
-                match info.pid {
-                    Some(pid) => format!("pid {pid}"),
-                    None => format!("uid {}", info.uid),
-                },
+                resource,
                 Decision::Deny,
-                r.reason.clone(),
+                reason,
             )
             .with_details(details),
         ),
