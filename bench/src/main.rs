@@ -384,6 +384,15 @@ fn arg(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+fn arg_str(name: &str, default: &str) -> String {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+        .unwrap_or_else(|| default.to_string())
+}
+
 /// A node script that times its own work and prints the milliseconds.
 const CPU_JS: &str = "const t=process.hrtime.bigint();let x=0;for(let i=0;i<40000000;i++){x=(x+i*7)%1000003}console.log(Number(process.hrtime.bigint()-t)/1e6)";
 const WALK_JS: &str = "const fs=require('fs'),p=require('path');const t=process.hrtime.bigint();let n=0;function w(d){let e;try{e=fs.readdirSync(d,{withFileTypes:true})}catch{return}for(const x of e){const f=p.join(d,x.name);try{fs.statSync(f)}catch{}n++;if(x.isDirectory())w(f)}}w('/usr/lib');w('/usr/share');console.log(Number(process.hrtime.bigint()-t)/1e6)";

@@ -1,13 +1,19 @@
-//! `warden-bench sessions [--n N] [--hold S]`: many concurrent idle sessions.
+//! `warden-bench sessions [--n N] [--hold S] [--stdio pipes|null]`: many
+//! concurrent idle sessions.
 //!
 //! Starts N shims at once, each running `/bin/sleep` for S seconds (default
-//! 25; long enough that the last one starts before the first ends: the
-//! daemon starts about 10 sandboxes a second on 2 cores) under an empty policy, against one fresh daemon, and measures, side by
+//! 30; long enough that the last one starts, and the footprint is read, before
+//! the first ends: the daemon starts about 40 sandboxes a second on 2 cores)
+//! under an empty policy, against one fresh daemon, and measures, side by
 //! side with N `/bin/sleep` processes started directly: how long until all of
-//! them run (for the shims: until the daemon lists N live sessions), how many
-//! failed and with what, and the daemon's resident memory, threads and open
-//! fds before and with all N running (per session: the difference over the
-//! live sessions, N when all are up).
+//! them run (for the shims: until the daemon has N sandbox launchers), how
+//! many failed and with what, and the daemon's resident memory, threads and
+//! open fds before and with all N running (per session: the difference over
+//! the live sessions, N when all are up).
+//!
+//! The shims' stdin, stdout and stderr are pipes the bench holds open, as an
+//! MCP client's are (`--stdio null`: stdin and stdout `/dev/null`, which the
+//! daemon relays with one thread per stream instead of one for all).
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -70,8 +76,18 @@ fn wait_all(children: Vec<Child>) -> BTreeMap<String, usize> {
 
 pub fn run() {
     let n = arg("--n", 100);
-    let hold = arg("--hold", 25);
+    let hold = arg("--hold", 30);
+    let pipes = match crate::arg_str("--stdio", "pipes").as_str() {
+        "pipes" => true,
+        "null" => false,
+        other => {
+            eprintln!("warden-bench sessions: --stdio must be pipes or null, not {other}");
+            std::process::exit(2);
+        }
+    };
     let sleep = "/bin/sleep";
+    // Three pipes per shim held here.
+    raise_nofile();
 
     // Baseline: N sleeps started directly.
     let t0 = Instant::now();
@@ -105,8 +121,8 @@ pub fn run() {
                 .arg("--")
                 .arg(sleep)
                 .arg(hold.to_string())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
+                .stdin(if pipes { Stdio::piped() } else { Stdio::null() })
+                .stdout(if pipes { Stdio::piped() } else { Stdio::null() })
                 .stderr(Stdio::piped())
                 .spawn()
                 .expect("spawn warden-shim")
@@ -127,9 +143,10 @@ pub fn run() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    // The idle footprint: after the start-up's blocking-pool threads have
-    // gone (wardend lets them go 2 s after their last job).
-    std::thread::sleep(Duration::from_millis(3000));
+    // The idle footprint: after the start-up's extra threads have gone
+    // (wardend lets blocking-pool threads go 2 s after their last job, and
+    // seccomp notifier threads beyond the first after 10 s).
+    std::thread::sleep(Duration::from_millis(12_000));
     let with = footprint(pid);
     let live = live_sessions(pid).max(1);
     let outcomes = wait_all(shims);
@@ -166,6 +183,16 @@ pub fn run() {
         per(before.1, with.1),
         per(before.2, with.2)
     );
+}
+
+/// The soft `RLIMIT_NOFILE` up to the hard one.
+fn raise_nofile() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
+    }
 }
 
 fn fmt_outcomes(o: &BTreeMap<String, usize>) -> String {

@@ -5,7 +5,7 @@
 //! Mechanism (see docs/architecture.md for the measurements behind it): the
 //! path-taking calls of [`crate::seccomp::WATCHED`] return
 //! `SECCOMP_RET_USER_NOTIF`, so each one waits in the kernel while the
-//! sandbox's notifier thread ([`crate::notify`]) runs [`Capturer::capture`]:
+//! daemon's notifier pool ([`crate::notify`]) runs [`Capturer::capture`]:
 //!
 //! 1. read the path arguments from the caller's memory (`process_vm_readv`,
 //!    [`read_cstring`]), and for a relative path the directory it is relative

@@ -15,7 +15,7 @@
 //!    one of those by itself, anywhere.
 //! 2. The calls that create ([`crate::seccomp::creates`]: the opens with
 //!    `O_CREAT`, `mkdir`, `mknod`, `symlink`, `link`, `rename`) notify the
-//!    sandbox's listener, and the daemon's notifier thread performs them on
+//!    sandbox's listener, and a daemon notifier thread performs them on
 //!    the server's behalf ([`Guard::handle`]): it reads the path once,
 //!    resolves the parent directory in the sandbox's own view (its root,
 //!    `RESOLVE_IN_ROOT`), looks the (directory, name) pair up in the registry
@@ -1448,7 +1448,7 @@ fn umask_of(pid: u32) -> Option<u32> {
     u32::from_str_radix(line["Umask:".len()..].trim(), 8).ok()
 }
 
-/// Prepares the notifier thread to create on a server's behalf, once:
+/// Prepares a notifier pool thread to create on a server's behalf, once:
 ///
 /// - umask 0 in a fs struct of its own (`unshare(CLONE_FS)`; the rest of the
 ///   daemon keeps its umask): the guard applies each caller's umask itself;

@@ -8,7 +8,8 @@
 //! forwards it to [`crate::launch::Sandbox::spawn`] over the control socket
 //! (like the pidfd) and drops it. Nothing inside the sandbox holds it.
 //!
-//! The sandbox's [`Notifier`] thread answers every notification itself, always:
+//! The daemon's notifier threads (a [`Pool`] shared by all sandboxes, so an
+//! idle sandbox holds none) answer every notification themselves, always:
 //! receive → queue a [`RefusedCall`] for whoever records them (a bounded
 //! channel, never waited on: a full queue counts the call as lost) → reply
 //! with the rule's errno. The call is refused, never continued
@@ -30,8 +31,9 @@
 //! `execve` is such a call, so the listener reaches this thread before the
 //! server starts (PID 1 forwards it at once).
 //!
-//! The thread ends when every task using the filter is gone (the listener
-//! polls `POLLHUP`), or when the [`Sandbox`](crate::launch::Sandbox) stops it.
+//! A sandbox's listener leaves the pool when every task using the filter is
+//! gone (the listener polls `POLLHUP`), or when the
+//! [`Sandbox`](crate::launch::Sandbox) stops it.
 //! If the listener were ever closed with calls pending, the kernel fails them
 //! with `ENOSYS` rather than leaving them blocked.
 
@@ -40,11 +42,12 @@ use crate::guard::{Answer, Guard};
 use crate::queue::{QueueRx, QueueTx};
 use crate::seccomp;
 use nix::errno::Errno;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{RecvTimeoutError, TryRecvError, TrySendError};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// Events queued for the consumer before calls are counted as lost.
@@ -56,9 +59,7 @@ const FILE_QUEUE: usize = 4096;
 /// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (Linux 6.6): wake the caller on the
 /// answering thread's CPU, as the answer is the only thing it waits for.
 const SYNC_WAKE_UP: u64 = 1;
-/// How often the thread checks its stop flag while the listener is quiet.
-const POLL_INTERVAL: Duration = Duration::from_millis(100);
-/// The notifier thread's stack: its work is bounded (no recursion; paths
+/// A pool thread's stack: its work is bounded (no recursion; paths
 /// live on the heap), far below the 2 MiB default.
 const NOTIFIER_STACK: usize = 256 << 10;
 
@@ -271,16 +272,18 @@ impl std::fmt::Debug for RefusedCalls {
     }
 }
 
-/// The thread answering one sandbox's listener.
+/// One sandbox's place in the shared [`Pool`]: its listener is answered by
+/// whichever pool thread takes its next event. Dropping it (or
+/// [`Notifier::stop_and_join`]) takes the listener out of the pool.
 pub(crate) struct Notifier {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    slot: Arc<Slot>,
 }
 
 impl Notifier {
-    /// Starts answering `listener`; returns the thread and the consumers'
-    /// ends: refused calls, and observed file accesses when `watch` asks for
-    /// them (the filter was then compiled with the watched calls).
+    /// Starts answering `listener` on the shared pool; returns the
+    /// consumers' ends: refused calls, and observed file accesses when
+    /// `watch` asks for them (the filter was then compiled with the watched
+    /// calls).
     pub(crate) fn start(
         listener: OwnedFd,
         watch: Option<Watch>,
@@ -288,9 +291,7 @@ impl Notifier {
     ) -> std::io::Result<(Notifier, RefusedCalls, Option<FileAccesses>, Arc<Wake>)> {
         let (tx, rx) = crate::queue::bounded(QUEUE);
         let lost = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
         let wake = Arc::new(Wake::new()?);
-        let (lost2, stop2, wake2) = (lost.clone(), stop.clone(), wake.clone());
         let (capturer, files) = match watch {
             Some(w) => {
                 let (ftx, frx) = crate::queue::bounded(FILE_QUEUE);
@@ -313,129 +314,434 @@ impl Notifier {
             }
             None => (None, None),
         };
-        let thread = std::thread::Builder::new()
-            .name("warden-seccomp-notify".into())
-            .stack_size(NOTIFIER_STACK)
-            .spawn(move || {
-                let mut guard = guard;
-                // The guard creates with each caller's umask, applied by hand,
-                // and without the daemon's capabilities.
-                if guard.is_some() && crate::guard::prepare_thread().is_err() {
-                    guard = None; // every creation then fails (Landlock): closed
-                }
-                serve(&listener, &tx, &lost2, &stop2, capturer, guard, &wake2);
-                // Both queues are closed now (the capturer went with
-                // `serve`): the consumer learns it even if it never armed.
-                drop(tx);
-                wake2.ring();
-            })?;
-        Ok((
-            Notifier {
-                stop,
-                thread: Some(thread),
-            },
-            RefusedCalls { rx, lost },
-            files,
-            wake,
-        ))
+        let served = Served {
+            listener,
+            tx,
+            lost: lost.clone(),
+            capturer,
+            guard,
+            wake: wake.clone(),
+        };
+        let slot = Pool::get()?.add(served)?;
+        Ok((Notifier { slot }, RefusedCalls { rx, lost }, files, wake))
     }
 
-    /// Stops the thread (at once if the sandbox is gone, else within
-    /// [`POLL_INTERVAL`]) and waits for it; its queue then disconnects.
+    /// Takes the listener out of the pool, waiting for a call being answered
+    /// right now; its queues then disconnect.
     pub(crate) fn stop_and_join(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if let Ok(pool) = Pool::get() {
+            pool.remove(&self.slot, true);
         }
     }
 }
 
 impl Drop for Notifier {
     fn drop(&mut self) {
-        // Not joined: it ends by itself within POLL_INTERVAL.
-        self.stop.store(true, Ordering::SeqCst);
+        // Never waits: a pool thread answering a call right now closes it
+        // after that call.
+        if let Ok(pool) = Pool::get() {
+            pool.remove(&self.slot, false);
+        }
     }
 }
 
-fn serve(
-    listener: &OwnedFd,
-    tx: &QueueTx<RefusedCall>,
-    lost: &AtomicU64,
-    stop: &AtomicBool,
-    mut capturer: Option<Capturer>,
-    mut guard: Option<Guard>,
-    wake: &Wake,
-) {
-    let fd = listener.as_raw_fd();
+/// One sandbox's listener and what answering it needs.
+struct Served {
+    listener: OwnedFd,
+    tx: QueueTx<RefusedCall>,
+    lost: Arc<AtomicU64>,
+    capturer: Option<Capturer>,
+    guard: Option<Guard>,
+    wake: Arc<Wake>,
+}
+
+impl Served {
+    /// Answers one pending notification.
+    fn answer_one(&mut self) {
+        let fd = self.listener.as_raw_fd();
+        let Some(n) = receive(fd) else {
+            return;
+        };
+        let nr = n.data.nr as libc::c_long;
+        // A refusing rule first: a watched call can also be refused on some
+        // arguments (chmod with a set-id bit), and the filter then notified
+        // it as a refusal, on these same arguments.
+        let refused = seccomp::rule_for(nr, &n.data.args).is_some();
+        if let Some(w) = seccomp::watched(nr).filter(|_| !refused) {
+            // Observed, never refused: read, check, continue, then queue.
+            // Continued even if nobody captures (cannot happen: the filter
+            // watches only when asked to).
+            let mut captured = self.capturer.as_mut().and_then(|c| c.capture(fd, &n, w));
+            // The creation guard answers the calls that create; the rest
+            // (and everything when it is off) continue.
+            let answer = match (&mut self.guard, &captured) {
+                (Some(g), Some(c)) => g.handle(fd, &n, c),
+                _ => Answer::Continue,
+            };
+            match answer {
+                Answer::Continue => respond_continue(fd, n.id),
+                Answer::Value(v) => respond_value(fd, n.id, v),
+                Answer::Error(e) => respond(fd, n.id, e),
+                Answer::Refused { errno, why } => {
+                    respond(fd, n.id, errno);
+                    if let Some(c) = captured.as_mut() {
+                        c.guard = Some((errno, why));
+                    }
+                }
+                Answer::Answered => {}
+            }
+            if let (Some(c), Some(captured)) = (&self.capturer, captured) {
+                c.queue(captured);
+                self.wake.notify();
+            }
+            return;
+        }
+        let call = RefusedCall::from_notif(&n);
+        let errno = call.errno;
+        // Queued before the reply; never waits for the consumer.
+        match self.tx.try_send(call) {
+            Ok(()) => self.wake.notify(),
+            Err(TrySendError::Full(_)) => {
+                self.lost.fetch_add(1, Ordering::Relaxed);
+            }
+            // Nobody records them (a consumer that went away): still answer.
+            Err(TrySendError::Disconnected(_)) => {}
+        }
+        respond(fd, n.id, errno);
+    }
+
+    /// Closes both queues and tells the consumer, even if it never armed;
+    /// then closes the listener (the kernel fails calls still pending with
+    /// `ENOSYS`: none are, once every task of the sandbox is gone).
+    fn finish(self) {
+        let Served {
+            listener,
+            tx,
+            capturer,
+            guard,
+            wake,
+            ..
+        } = self;
+        drop((capturer, guard, tx));
+        wake.ring();
+        drop(listener);
+    }
+}
+
+/// A sandbox's entry in the pool.
+struct Slot {
+    key: u64,
+    /// Set when the sandbox's handle lets go: whoever holds `served` next
+    /// closes it.
+    stop: AtomicBool,
+    /// `None` once closed. Held by a pool thread while it answers a call.
+    served: Mutex<Option<Served>>,
+}
+
+/// Threads shared by every sandbox's listener, so that an idle session
+/// costs none (issue 9: 500 concurrent sessions).
+///
+/// The listeners are registered with one epoll instance, each
+/// `EPOLLONESHOT`: a ready listener is handed to exactly one of the threads
+/// waiting in `epoll_wait`, which answers its calls until none has come for
+/// [`LINGER`], then re-arms it. So one sandbox's calls are answered one at a
+/// time, in order, as before, and several sandboxes' calls in parallel; a
+/// busy sandbox has a thread to itself, an idle one none. A thread that takes an event when no
+/// other is left waiting starts another (up to [`MAX_WORKERS`]), so a call
+/// that takes long (the creation guard on a slow file system) holds up only
+/// its own sandbox; threads beyond the first end after [`KEEP_ALIVE`]
+/// without an event. Every thread is prepared for the creation guard once
+/// when it starts ([`crate::guard::prepare_thread`]: its own fs struct,
+/// umask 0, no effective capabilities); a thread that cannot be prepared
+/// ends before it takes any event.
+struct Pool {
+    epoll: Epoll,
+    slots: Mutex<HashMap<u64, Arc<Slot>>>,
+    next_key: AtomicU64,
+    /// Threads that are running, prepared or about to be.
+    workers: AtomicUsize,
+    /// Threads in `epoll_wait` right now.
+    waiting: AtomicUsize,
+}
+
+/// The pool's threads at most: beyond, calls of different sandboxes wait
+/// for each other.
+const MAX_WORKERS: usize = 64;
+/// How long a pool thread stays with a listener after answering a call, for
+/// the next call (a server's start-up or a burst of file accesses: as fast
+/// as a thread of its own) before it takes events of any listener again.
+const LINGER: Duration = Duration::from_millis(100);
+/// How long a pool thread beyond the first waits for an event before it ends.
+const KEEP_ALIVE: u16 = 10_000;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Pool {
+    /// The daemon's pool, made on first use.
+    fn get() -> std::io::Result<&'static Pool> {
+        static POOL: OnceLock<Result<Pool, Errno>> = OnceLock::new();
+        POOL.get_or_init(|| {
+            Ok(Pool {
+                epoll: Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?,
+                slots: Mutex::new(HashMap::new()),
+                next_key: AtomicU64::new(0),
+                workers: AtomicUsize::new(0),
+                waiting: AtomicUsize::new(0),
+            })
+        })
+        .as_ref()
+        .map_err(|e| std::io::Error::from(*e))
+    }
+
+    /// Registers a listener; starts the first thread if there is none yet
+    /// (and fails if it cannot be started or prepared).
+    fn add(&'static self, served: Served) -> std::io::Result<Arc<Slot>> {
+        if self.workers.load(Ordering::SeqCst) == 0 {
+            self.first_worker()?;
+        }
+        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+        let event = EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLONESHOT, key);
+        let slot = Arc::new(Slot {
+            key,
+            stop: AtomicBool::new(false),
+            served: Mutex::new(Some(served)),
+        });
+        // In the map before its first event can come; `served` held so that
+        // an event taken meanwhile waits for the registration.
+        lock(&self.slots).insert(key, slot.clone());
+        let added = {
+            let served = lock(&slot.served);
+            match served.as_ref() {
+                Some(s) => self.epoll.add(&s.listener, event),
+                None => Err(Errno::EBADF),
+            }
+        };
+        if let Err(e) = added {
+            self.remove(&slot, true);
+            return Err(e.into());
+        }
+        Ok(slot)
+    }
+
+    /// Takes a sandbox out: at once when no thread is answering one of its
+    /// calls (or, with `wait`, after that call), else by that thread after
+    /// the call.
+    fn remove(&self, slot: &Slot, wait: bool) {
+        slot.stop.store(true, Ordering::SeqCst);
+        let mut served = if wait {
+            lock(&slot.served)
+        } else {
+            match slot.served.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                // The thread answering checks `stop` after it lets go.
+                Err(std::sync::TryLockError::WouldBlock) => return,
+            }
+        };
+        self.close(slot, &mut served);
+    }
+
+    /// Closes a sandbox's entry whose `served` the caller holds.
+    fn close(&self, slot: &Slot, served: &mut Option<Served>) {
+        if let Some(s) = served.take() {
+            let _ = self.epoll.delete(&s.listener);
+            s.finish();
+        }
+        lock(&self.slots).remove(&slot.key);
+    }
+
+    /// Starts the first thread and waits until it is prepared.
+    fn first_worker(&'static self) -> std::io::Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        if self
+            .workers
+            .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return Ok(()); // another start made it
+        }
+        self.spawn(Some(tx))?;
+        match rx.recv() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(std::io::Error::other(format!(
+                "cannot prepare the seccomp notifier thread: {e}"
+            ))),
+            Err(_) => Err(std::io::Error::other("the seccomp notifier thread died")),
+        }
+    }
+
+    /// One more thread, unless there are [`MAX_WORKERS`] already.
+    fn grow(&'static self) {
+        let mut n = self.workers.load(Ordering::SeqCst);
+        loop {
+            if n >= MAX_WORKERS {
+                return;
+            }
+            match self
+                .workers
+                .compare_exchange(n, n + 1, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => break,
+                Err(now) => n = now,
+            }
+        }
+        // Without it the threads there are go on answering.
+        let _ = self.spawn(None);
+    }
+
+    /// Starts a thread counted in `workers` already (uncounted again if it
+    /// cannot start).
+    fn spawn(
+        &'static self,
+        ready: Option<std::sync::mpsc::SyncSender<Result<(), Errno>>>,
+    ) -> std::io::Result<()> {
+        let r = std::thread::Builder::new()
+            .name("warden-seccomp-notify".into())
+            .stack_size(NOTIFIER_STACK)
+            .spawn(move || {
+                let prepared = crate::guard::prepare_thread();
+                if let Some(tx) = ready {
+                    let _ = tx.send(prepared);
+                }
+                if prepared.is_err() {
+                    self.workers.fetch_sub(1, Ordering::SeqCst);
+                    return;
+                }
+                self.work();
+            });
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.workers.fetch_sub(1, Ordering::SeqCst);
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends this thread if it is not the last: true when it should return.
+    fn retire(&self) -> bool {
+        let mut n = self.workers.load(Ordering::SeqCst);
+        while n > 1 {
+            match self
+                .workers
+                .compare_exchange(n, n - 1, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return true,
+                Err(now) => n = now,
+            }
+        }
+        false
+    }
+
+    /// A pool thread's loop.
+    fn work(&'static self) {
+        let mut events = [EpollEvent::empty()];
+        loop {
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+            let r = self.epoll.wait(&mut events, KEEP_ALIVE);
+            let others = self.waiting.fetch_sub(1, Ordering::SeqCst) - 1;
+            match r {
+                Ok(0) => {
+                    if self.retire() {
+                        return;
+                    }
+                    continue;
+                }
+                Ok(_) => {}
+                // EINTR; nothing else can fail with a valid epoll fd and buffer.
+                Err(_) => continue,
+            }
+            if others == 0 {
+                self.grow();
+            }
+            self.handle(events[0]);
+        }
+    }
+
+    /// Answers one event of one sandbox's listener.
+    fn handle(&self, event: EpollEvent) {
+        let key = event.data();
+        let Some(slot) = lock(&self.slots).get(&key).cloned() else {
+            return;
+        };
+        {
+            let mut served = lock(&slot.served);
+            let Some(s) = served.as_mut() else {
+                return;
+            };
+            // A call pending: answer it, and the calls that follow within
+            // LINGER on this same listener (polled directly: the kernel then
+            // wakes this thread on the caller's CPU, SYNC_WAKE_UP, which an
+            // epoll set in between would not). Without one, POLLHUP (no task
+            // uses the filter any more) or POLLERR: done with this listener.
+            let mut open = event.events().contains(EpollFlags::EPOLLIN);
+            while open {
+                s.answer_one();
+                if slot.stop.load(Ordering::SeqCst) {
+                    open = false;
+                    break;
+                }
+                match wait_pending(&s.listener, LINGER) {
+                    Pending::Call => {}
+                    Pending::Quiet => break,
+                    Pending::Closed => open = false,
+                }
+            }
+            let mut rearm = EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLONESHOT, key);
+            if !open
+                || slot.stop.load(Ordering::SeqCst)
+                || self.epoll.modify(&s.listener, &mut rearm).is_err()
+            {
+                self.close(&slot, &mut served);
+                return;
+            }
+        }
+        // A handle let go while this thread answered (and so could not
+        // close it): close it now, unless someone else already does.
+        if slot.stop.load(Ordering::SeqCst) {
+            if let Ok(mut served) = slot.served.try_lock() {
+                self.close(&slot, &mut served);
+            }
+        }
+    }
+}
+
+/// What a listener has after a poll.
+enum Pending {
+    /// A call to answer.
+    Call,
+    /// Nothing within the time.
+    Quiet,
+    /// No task uses the filter any more (`POLLHUP`), or it is unusable.
+    Closed,
+}
+
+/// Polls one listener for up to `timeout`.
+fn wait_pending(listener: &OwnedFd, timeout: Duration) -> Pending {
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
     loop {
         let mut pfd = libc::pollfd {
-            fd,
+            fd: listener.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
         // SAFETY: one valid pollfd for the duration of the call.
-        let r = unsafe { libc::poll(&mut pfd, 1, POLL_INTERVAL.as_millis() as libc::c_int) };
+        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
         if r < 0 {
             if Errno::last() == Errno::EINTR {
                 continue;
             }
-            return;
+            return Pending::Closed;
         }
-        if pfd.revents & libc::POLLIN != 0 {
-            if let Some(n) = receive(fd) {
-                let nr = n.data.nr as libc::c_long;
-                // A refusing rule first: a watched call can also be refused
-                // on some arguments (chmod with a set-id bit), and the filter
-                // then notified it as a refusal, on these same arguments.
-                let refused = seccomp::rule_for(nr, &n.data.args).is_some();
-                if let Some(w) = seccomp::watched(nr).filter(|_| !refused) {
-                    // Observed, never refused: read, check, continue, then
-                    // queue. Continued even if nobody captures (cannot
-                    // happen: the filter watches only when asked to).
-                    let mut captured = capturer.as_mut().and_then(|c| c.capture(fd, &n, w));
-                    // The creation guard answers the calls that create; the
-                    // rest (and everything when it is off) continue.
-                    let answer = match (&mut guard, &captured) {
-                        (Some(g), Some(c)) => g.handle(fd, &n, c),
-                        _ => Answer::Continue,
-                    };
-                    match answer {
-                        Answer::Continue => respond_continue(fd, n.id),
-                        Answer::Value(v) => respond_value(fd, n.id, v),
-                        Answer::Error(e) => respond(fd, n.id, e),
-                        Answer::Refused { errno, why } => {
-                            respond(fd, n.id, errno);
-                            if let Some(c) = captured.as_mut() {
-                                c.guard = Some((errno, why));
-                            }
-                        }
-                        Answer::Answered => {}
-                    }
-                    if let (Some(c), Some(captured)) = (&capturer, captured) {
-                        c.queue(captured);
-                        wake.notify();
-                    }
-                    continue;
-                }
-                let call = RefusedCall::from_notif(&n);
-                let errno = call.errno;
-                // Queued before the reply; never waits for the consumer.
-                match tx.try_send(call) {
-                    Ok(()) => wake.notify(),
-                    Err(TrySendError::Full(_)) => {
-                        lost.fetch_add(1, Ordering::Relaxed);
-                    }
-                    // Nobody records them (a consumer that went away): still answer.
-                    Err(TrySendError::Disconnected(_)) => {}
-                }
-                respond(fd, n.id, errno);
-            }
-            continue;
-        }
-        // POLLHUP: no task uses the filter any more. POLLERR/POLLNVAL: unusable.
-        if pfd.revents != 0 || stop.load(Ordering::SeqCst) {
-            return;
-        }
+        return if pfd.revents & libc::POLLIN != 0 {
+            Pending::Call
+        } else if pfd.revents != 0 {
+            Pending::Closed
+        } else {
+            Pending::Quiet
+        };
     }
 }
 
