@@ -1,11 +1,19 @@
 //! A minimal DNS stub client ([`DnsResolver`]): A and AAAA queries over UDP to
 //! one server, retried over TCP when truncated, CNAME chains followed within the
-//! answer section. The message functions are pure and public for tests.
+//! answer section. The messages are encoded and decoded with `hickory-proto`;
+//! what this module adds is the strictness of a stub that must not be fooled:
+//! a response counts only if it answers *this* query (id, one question with
+//! our name, type and class), only the answer section is read, and a CNAME
+//! chain is followed from the query name for at most [`MAX_CNAME_CHAIN`]
+//! links. The message functions are pure and public for tests and fuzzing.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
+use hickory_proto::op::{Header, Message, MessageType, OpCode, Query};
+use hickory_proto::rr::{DNSClass, Name as DnsName, RData, RecordType};
+use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, DecodeError, Restrict};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 
@@ -14,7 +22,6 @@ use crate::resolve::{BoxFuture, Resolver};
 pub const TYPE_A: u16 = 1;
 pub const TYPE_CNAME: u16 = 5;
 pub const TYPE_AAAA: u16 = 28;
-const CLASS_IN: u16 = 1;
 /// The most CNAME records followed from the query name.
 pub const MAX_CNAME_CHAIN: usize = 8;
 
@@ -30,8 +37,9 @@ pub enum DnsError {
     NxDomain,
     #[error("server answered rcode {0}")]
     Rcode(u8),
+    /// The decoder's message, or what is wrong with a record it decoded.
     #[error("malformed response: {0}")]
-    Malformed(&'static str),
+    Malformed(String),
     #[error("CNAME chain longer than {MAX_CNAME_CHAIN}")]
     LongChain,
 }
@@ -47,10 +55,17 @@ impl From<DnsError> for io::Error {
     }
 }
 
+fn malformed(e: DecodeError) -> DnsError {
+    DnsError::Malformed(e.to_string())
+}
+
 /// A name as lower-case labels.
 type Name = Vec<Vec<u8>>;
 
-/// Lower-case labels of a dotted name (trailing dot allowed), checked for DNS.
+/// Lower-case labels of a dotted name (trailing dot allowed), checked for DNS:
+/// 1 to 63 printable ASCII bytes each, 253 in all. Stricter than hickory's
+/// text parsers on purpose: no escapes, no IDNA (the proxy has normalised the
+/// name already), nothing the policy matcher did not see.
 fn labels(name: &str) -> Result<Name, DnsError> {
     let name = name.strip_suffix('.').unwrap_or(name);
     if name.is_empty() || name.len() > 253 {
@@ -67,68 +82,30 @@ fn labels(name: &str) -> Result<Name, DnsError> {
         .collect()
 }
 
-/// A recursive query for `name` of type `qtype` with this id.
+/// The lower-case labels of a decoded name (DNS names compare without case).
+fn lower(name: &DnsName) -> Name {
+    name.iter().map(|l| l.to_ascii_lowercase()).collect()
+}
+
+/// A recursive query for `name` of type `qtype` with this id: one question,
+/// RD set, nothing else (no EDNS).
 pub fn encode_query(id: u16, name: &str, qtype: u16) -> Result<Vec<u8>, DnsError> {
-    let mut out = Vec::with_capacity(18 + name.len());
-    out.extend_from_slice(&id.to_be_bytes());
-    out.extend_from_slice(&[0x01, 0x00]); // RD
-    out.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]); // one question
-    for label in labels(name)? {
-        out.push(label.len() as u8);
-        out.extend_from_slice(&label);
-    }
-    out.push(0);
-    out.extend_from_slice(&qtype.to_be_bytes());
-    out.extend_from_slice(&CLASS_IN.to_be_bytes());
-    Ok(out)
-}
-
-/// Reads a (possibly compressed) name at `pos`; returns its lower-case labels
-/// and the position after it. Pointers must point backwards (no loops).
-fn read_name(msg: &[u8], mut pos: usize) -> Result<(Name, usize), DnsError> {
-    let mut labels = Vec::new();
-    let mut total = 0;
-    let mut after = None;
-    loop {
-        let &len = msg.get(pos).ok_or(DnsError::Malformed("name"))?;
-        match len {
-            0 => {
-                return Ok((labels, after.unwrap_or(pos + 1)));
-            }
-            1..=63 => {
-                let label = msg
-                    .get(pos + 1..pos + 1 + usize::from(len))
-                    .ok_or(DnsError::Malformed("name"))?;
-                total += label.len() + 1;
-                if total > 255 {
-                    return Err(DnsError::Malformed("name too long"));
-                }
-                labels.push(label.to_ascii_lowercase());
-                pos += 1 + usize::from(len);
-            }
-            0xc0..=0xff => {
-                let &low = msg.get(pos + 1).ok_or(DnsError::Malformed("name"))?;
-                let target = (usize::from(len & 0x3f) << 8) | usize::from(low);
-                if target >= pos {
-                    return Err(DnsError::Malformed("forward name pointer"));
-                }
-                after.get_or_insert(pos + 2);
-                pos = target;
-            }
-            _ => return Err(DnsError::Malformed("label type")),
-        }
-    }
-}
-
-fn u16_at(msg: &[u8], pos: usize) -> Result<u16, DnsError> {
-    msg.get(pos..pos + 2)
-        .map(|b| u16::from_be_bytes([b[0], b[1]]))
-        .ok_or(DnsError::Malformed("short"))
+    let name = DnsName::from_labels(labels(name)?).map_err(|_| DnsError::BadName)?;
+    let mut msg = Message::new(id, MessageType::Query, OpCode::Query);
+    msg.metadata.recursion_desired = true;
+    msg.add_query(Query::query(name, RecordType::from(qtype)));
+    msg.to_vec().map_err(|_| DnsError::BadName)
 }
 
 /// Parses a response to the query (`id`, `name`, `qtype`): the addresses of
 /// `qtype` for `name`, following CNAMEs in the answer section. `Mismatch` means
 /// "not the answer to this query" (keep waiting); `Truncated` means retry over TCP.
+///
+/// Only the header, the question and the answer section are decoded; the
+/// authority and additional sections are never read, and in the answer
+/// section only the rdata of records this lookup uses (addresses of `qtype`
+/// and CNAMEs, of class IN). Name pointers must point before the name they
+/// continue (no loops), as hickory's decoder requires.
 pub fn parse_response(
     msg: &[u8],
     id: u16,
@@ -136,66 +113,71 @@ pub fn parse_response(
     qtype: u16,
 ) -> Result<Vec<IpAddr>, DnsError> {
     let want = labels(name)?;
-    if msg.len() < 12 {
+    let mut d = BinDecoder::new(msg);
+    // Shorter than a header, another id, not a response, another opcode,
+    // not exactly one question: not ours.
+    let header = Header::read(&mut d).map_err(|_| DnsError::Mismatch)?;
+    if header.id != id
+        || header.message_type != MessageType::Response
+        || header.op_code != OpCode::Query
+        || header.counts.queries != 1
+    {
         return Err(DnsError::Mismatch);
     }
-    let flags = u16_at(msg, 2)?;
-    if u16_at(msg, 0)? != id || flags & 0x8000 == 0 || (flags >> 11) & 0xf != 0 {
+    // Another question: not ours either. (In this order: a cut-off question
+    // with our name is malformed, one with another name a mismatch.)
+    let qname = DnsName::read(&mut d).map_err(|_| DnsError::Mismatch)?;
+    if lower(&qname) != want {
         return Err(DnsError::Mismatch);
     }
-    if u16_at(msg, 4)? != 1 {
+    if u16::from(RecordType::read(&mut d).map_err(malformed)?) != qtype {
         return Err(DnsError::Mismatch);
     }
-    let (qname, pos) = read_name(msg, 12).map_err(|_| DnsError::Mismatch)?;
-    if qname != want || u16_at(msg, pos)? != qtype || u16_at(msg, pos + 2)? != CLASS_IN {
+    if DNSClass::read(&mut d).map_err(malformed)? != DNSClass::IN {
         return Err(DnsError::Mismatch);
     }
-    if flags & 0x0200 != 0 {
+    if header.truncation {
         return Err(DnsError::Truncated);
     }
-    match (flags & 0xf) as u8 {
+    match header.response_code.low() {
         0 => {}
         3 => return Err(DnsError::NxDomain),
         rcode => return Err(DnsError::Rcode(rcode)),
     }
-    let ancount = u16_at(msg, 6)?;
-    let mut pos = pos + 4;
     let mut cnames: Vec<(Name, Name)> = Vec::new();
     let mut addrs: Vec<(Name, IpAddr)> = Vec::new();
-    for _ in 0..ancount {
-        let (owner, at) = read_name(msg, pos)?;
-        let rtype = u16_at(msg, at)?;
-        let class = u16_at(msg, at + 2)?;
-        let rdlen = usize::from(u16_at(msg, at + 8)?);
-        let start = at + 10;
-        let rdata = msg
-            .get(start..start + rdlen)
-            .ok_or(DnsError::Malformed("rdata"))?;
-        pos = start + rdlen;
-        if class != CLASS_IN {
+    for _ in 0..header.counts.answers {
+        // The record's frame: owner, type, class, TTL, rdata length, and
+        // rdata within the message.
+        let owner = lower(&DnsName::read(&mut d).map_err(malformed)?);
+        let rtype = RecordType::read(&mut d).map_err(malformed)?;
+        let class = DNSClass::read(&mut d).map_err(malformed)?;
+        d.read_u32().map_err(malformed)?;
+        let rdlen = d.read_u16().map_err(malformed)?.unverified(/* checked by read_slice */);
+        let start = d.index();
+        d.read_slice(usize::from(rdlen)).map_err(malformed)?;
+        if class != DNSClass::IN {
             continue;
         }
-        match (rtype, rdata.len()) {
-            (TYPE_A, 4) if qtype == TYPE_A => {
-                let ip = Ipv4Addr::new(rdata[0], rdata[1], rdata[2], rdata[3]);
-                addrs.push((owner, IpAddr::V4(ip)));
-            }
-            (TYPE_AAAA, 16) if qtype == TYPE_AAAA => {
-                let mut o = [0u8; 16];
-                o.copy_from_slice(rdata);
-                addrs.push((owner, IpAddr::V6(Ipv6Addr::from(o))));
-            }
-            (TYPE_A, _) | (TYPE_AAAA, _) if rtype == qtype => {
-                return Err(DnsError::Malformed("address length"))
-            }
-            (TYPE_CNAME, _) => {
-                let (target, end) = read_name(msg, start)?;
-                if end != start + rdlen {
-                    return Err(DnsError::Malformed("cname length"));
-                }
-                cnames.push((owner, target));
-            }
-            _ => {}
+        // Only the rdata this lookup uses is decoded (hickory's decoders for
+        // the other types never see these bytes): an address of the type
+        // asked for, or a CNAME target. Either must fill its rdata exactly.
+        // From a decoder over the whole message, since a target may point
+        // back into it.
+        let used = matches!(
+            (rtype, qtype),
+            (RecordType::A, TYPE_A) | (RecordType::AAAA, TYPE_AAAA) | (RecordType::CNAME, _)
+        );
+        if !used {
+            continue;
+        }
+        let mut rd = BinDecoder::new(msg);
+        rd.read_slice(start).map_err(malformed)?;
+        match RData::read(&mut rd, rtype, Restrict::new(rdlen)).map_err(malformed)? {
+            RData::A(a) => addrs.push((owner, IpAddr::V4(a.0))),
+            RData::AAAA(a) => addrs.push((owner, IpAddr::V6(a.0))),
+            RData::CNAME(target) => cnames.push((owner, lower(&target.0))),
+            _ => return Err(DnsError::Malformed("rdata".into())),
         }
     }
     let mut current = want;
@@ -316,6 +298,16 @@ impl Resolver for DnsResolver {
 mod tests {
     use super::*;
 
+    const CLASS_IN: u16 = 1;
+
+    #[test]
+    fn type_numbers_are_hickorys() {
+        assert_eq!(u16::from(RecordType::A), TYPE_A);
+        assert_eq!(u16::from(RecordType::CNAME), TYPE_CNAME);
+        assert_eq!(u16::from(RecordType::AAAA), TYPE_AAAA);
+        assert_eq!(u16::from(DNSClass::IN), CLASS_IN);
+    }
+
     /// A response to `q` with the given raw answer records appended.
     fn response(q: &[u8], flags: u16, answers: &[Vec<u8>]) -> Vec<u8> {
         let mut r = q.to_vec();
@@ -391,6 +383,56 @@ mod tests {
             parse_response(&response(&q, 0x8180, &[]), 7, "a.example", TYPE_A),
             Ok(vec![])
         );
+    }
+
+    #[test]
+    fn only_what_the_lookup_uses_is_decoded() {
+        let q = encode_query(7, "a.example", TYPE_A).unwrap();
+        let a = rr(b"\xc0\x0c", TYPE_A, &[1, 2, 3, 4]);
+        let mut ch = rr(b"\xc0\x0c", TYPE_A, &[1, 2, 3]);
+        ch[4..6].copy_from_slice(&3u16.to_be_bytes()); // class CH
+        let skipped = [
+            rr(b"\xc0\x0c", 16, b"\xff"), // a TXT whose string overruns its rdata
+            ch,                           // any rdata in another class
+            rr(b"\xc0\x0c", TYPE_AAAA, &[1, 2, 3, 4, 5]), // not the type asked for
+            rr(b"\xc0\x0c", 0, b"\x01b\x00"), // type 0
+        ];
+        for s in &skipped {
+            let r = response(&q, 0x8180, &[s.clone(), a.clone()]);
+            assert_eq!(
+                parse_response(&r, 7, "a.example", TYPE_A),
+                Ok(vec!["1.2.3.4".parse().unwrap()]),
+                "{s:02x?}"
+            );
+        }
+        // The authority and additional sections are not read at all.
+        let mut r = response(&q, 0x8180, std::slice::from_ref(&a));
+        r[9] = 1;
+        r[11] = 1;
+        r.extend_from_slice(b"\xc0\xff garbage");
+        assert_eq!(
+            parse_response(&r, 7, "a.example", TYPE_A),
+            Ok(vec!["1.2.3.4".parse().unwrap()])
+        );
+        // A CNAME's rdata must be exactly its name.
+        let cname = rr(b"\xc0\x0c", TYPE_CNAME, b"\x01b\x00\x00");
+        assert!(matches!(
+            parse_response(&response(&q, 0x8180, &[cname]), 7, "a.example", TYPE_A),
+            Err(DnsError::Malformed(_))
+        ));
+        // A pointer backwards into data whose labels run on into the name that
+        // points there (the second owner, at 43, points at 28, inside the
+        // first record): hickory refuses it (the hand-written parser before
+        // it read a garbage name and skipped the record).
+        let overlap = response(
+            &q,
+            0x8180,
+            &[a.clone(), rr(b"\xc0\x1c", TYPE_A, &[5, 6, 7, 8])],
+        );
+        assert!(matches!(
+            parse_response(&overlap, 7, "a.example", TYPE_A),
+            Err(DnsError::Malformed(_))
+        ));
     }
 
     #[test]

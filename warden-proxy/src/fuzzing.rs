@@ -182,15 +182,32 @@ pub fn client_hello(data: &[u8]) {
     let _ = tls::client_hello_sni(data);
 }
 
-/// DNS responses to a fixed query.
+/// DNS responses to a fixed query; the same bytes as a query name.
 pub fn dns_response(data: &[u8]) {
-    for qtype in [crate::dns::TYPE_A, crate::dns::TYPE_AAAA] {
+    use crate::dns::{encode_query, parse_response, TYPE_A, TYPE_AAAA};
+    for qtype in [TYPE_A, TYPE_AAAA] {
         let id = data
             .get(..2)
             .map(|b| u16::from_be_bytes([b[0], b[1]]))
             .unwrap_or(0);
-        if let Ok(ips) = crate::dns::parse_response(data, id, "a.example", qtype) {
+        if let Ok(ips) = parse_response(data, id, "a.example", qtype) {
             assert!(ips.len() <= data.len() / 4);
+            // Only addresses of the type asked for.
+            assert!(ips.iter().all(|ip| ip.is_ipv4() == (qtype == TYPE_A)));
+        }
+    }
+    // A name the encoder accepts makes a query whose question a response can
+    // echo: the parser takes that response (no answers) as ours.
+    if let Ok(name) = std::str::from_utf8(data) {
+        if let Ok(q) = encode_query(7, name, TYPE_A) {
+            assert!(q.len() <= 12 + 255 + 4);
+            let mut r = q.clone();
+            r[2] |= 0x80;
+            assert_eq!(parse_response(&r, 7, name, TYPE_A), Ok(Vec::new()));
+            assert_eq!(
+                parse_response(&r, 7, name, TYPE_AAAA),
+                Err(crate::dns::DnsError::Mismatch)
+            );
         }
     }
 }

@@ -241,6 +241,36 @@ fn dns_response() {
         r.extend_from_slice(answer);
         seeds.push(r);
     }
+    // a.example A: truncated; NXDOMAIN; records the lookup skips (a TXT, an
+    // A of class CH) before its answer; a CNAME loop.
+    let q = warden_proxy::dns::encode_query(0x4242, "a.example", 1).unwrap();
+    let response = |flags: u16, answers: &[&[u8]]| {
+        let mut r = q.clone();
+        r[2..4].copy_from_slice(&flags.to_be_bytes());
+        r[6..8].copy_from_slice(&(answers.len() as u16).to_be_bytes());
+        for a in answers {
+            r.extend_from_slice(a);
+        }
+        r
+    };
+    seeds.push(response(0x8380, &[]));
+    seeds.push(response(0x8183, &[]));
+    seeds.push(response(
+        0x8180,
+        &[
+            b"\xc0\x0c\x00\x10\x00\x01\x00\x00\x00\x3c\x00\x04\x03abc",
+            b"\xc0\x0c\x00\x01\x00\x03\x00\x00\x00\x3c\x00\x03\x01\x02\x03",
+            b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04\x01\x02\x03\x04",
+        ],
+    ));
+    seeds.push(response(
+        0x8180,
+        &[b"\xc0\x0c\x00\x05\x00\x01\x00\x00\x00\x3c\x00\x02\xc0\x0c"],
+    ));
+    // Names for the encoder.
+    for name in ["a.example", "API.GitHub.com.", "x", "a..b", "-._~*.example"] {
+        seeds.push(name.as_bytes().to_vec());
+    }
     run(
         "dns_response",
         0xd115_0000_0000_0007,

@@ -2,7 +2,9 @@
 //! Landlock (an independent filesystem and network layer mirroring the grants)
 //! and the seccomp filter. Both are *prepared* in PID 1 before the fork (all
 //! allocation and every error with a message happens there) and *applied* in
-//! the child with raw syscalls only.
+//! the child with syscalls only: raw ones for seccomp, the `landlock` crate's
+//! `try_clone` and `restrict_self` for Landlock, which make `fcntl`, `prctl`,
+//! `landlock_restrict_self` and `close` and allocate nothing.
 //!
 //! With `notify`, the filter is installed with a user-notification listener
 //! (see [`crate::notify`]): `apply` returns its fd, which the child passes to
@@ -10,12 +12,14 @@
 
 use crate::proto::Failure;
 use crate::spec::SandboxSpec;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use landlock::{RulesetCreated, RulesetStatus};
+use std::os::fd::RawFd;
 
 /// What [`apply`](Confinement::apply) installs.
 pub(crate) struct Confinement {
-    /// A Landlock ruleset fd, when the kernel offers Landlock.
-    pub landlock: Option<OwnedFd>,
+    /// The Landlock ruleset (its fd and what the crate asked of it), when the
+    /// kernel offers Landlock.
+    pub landlock: Option<RulesetCreated>,
     /// The compiled seccomp-BPF program, when there is one.
     pub seccomp: Option<Vec<libc::sock_filter>>,
     /// Install the filter with `SECCOMP_FILTER_FLAG_NEW_LISTENER` (its
@@ -68,14 +72,23 @@ impl Confinement {
     /// listener fd (close-on-exec) when the filter has one; the caller owns it.
     ///
     /// # Safety
-    /// Raw syscalls only; for the forked server child just before execve.
+    /// Syscalls only, no allocation; for the forked server child just before
+    /// execve.
     pub(crate) unsafe fn apply(&self) -> Result<Option<RawFd>, (u32, i32)> {
-        if let Some(fd) = &self.landlock {
-            // SAFETY: landlock_restrict_self(ruleset_fd, flags=0).
-            let r = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0) };
-            if r < 0 {
-                // SAFETY: reading errno.
-                return Err((STAGE_LANDLOCK, unsafe { *libc::__errno_location() }));
+        if let Some(ruleset) = &self.landlock {
+            // `restrict_self` consumes its ruleset; a duplicate of the fd
+            // (F_DUPFD_CLOEXEC) keeps `apply` on `&self`. Then no_new_privs
+            // (already set by the caller: a no-op), landlock_restrict_self(fd,
+            // 0) and close. Errors carry the io::Error of the failed call.
+            let status = ruleset
+                .try_clone()
+                .map_err(|e| (STAGE_LANDLOCK, e.raw_os_error().unwrap_or(libc::EBADF)))?
+                .restrict_self()
+                .map_err(|e| (STAGE_LANDLOCK, *landlock::Errno::from(e)))?;
+            // Every right was asked for as a hard requirement, so anything but
+            // full enforcement means the kernel applies less than the table.
+            if status.ruleset != RulesetStatus::FullyEnforced {
+                return Err((STAGE_LANDLOCK, libc::EOPNOTSUPP));
             }
         }
         if let Some(prog) = &self.seccomp {

@@ -8,9 +8,16 @@
 //!
 //! The rules are data: [`rules`] turns a [`SandboxSpec`] into a table of
 //! (path, access) mirroring what `mounts.rs` put in the sandbox root; [`ruleset`]
-//! masks the table with what the running kernel's ABI can handle and builds a
-//! ruleset fd from it with raw syscalls. [`Confinement::apply`] then calls
-//! `landlock_restrict_self` in the server child, after `no_new_privs`.
+//! masks the table with what the running kernel's ABI can handle and builds the
+//! ruleset with the `landlock` crate. [`Confinement::apply`] then calls the
+//! crate's `restrict_self` in the server child, after `no_new_privs`.
+//!
+//! Which ABI is applied is decided here, explicitly: the kernel's, capped at
+//! [`KNOWN_ABI`], or a refusal when the policy's `sandbox.landlock_min_abi` is
+//! more. Everything of that ABI is then asked of the crate as a
+//! [`CompatLevel::HardRequirement`]: the crate never drops a right, a rule or a
+//! scope on its own, so the ruleset the kernel enforces is exactly the one this
+//! module describes, or the session does not start.
 //!
 //! Landlock rules only ever *add* access along a path: a read-only grant nested in a
 //! write grant (or in `/tmp`) inherits the write rights of its parent here. That case
@@ -24,114 +31,79 @@
 use crate::proto::Failure;
 use crate::spec::SandboxSpec;
 use crate::sys;
+use landlock::{
+    make_bitflags, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort,
+    PathBeneath, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetError, Scope,
+    ABI,
+};
 use nix::errno::Errno;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 
-// --- Kernel ABI (include/uapi/linux/landlock.h). Not in the libc crate. ---
+/// Filesystem access rights (`LANDLOCK_ACCESS_FS_*`).
+pub(crate) type Fs = BitFlags<AccessFs>;
+/// Network access rights (`LANDLOCK_ACCESS_NET_*`), ABI 4.
+pub(crate) type Net = BitFlags<AccessNet>;
+/// IPC scopes (`LANDLOCK_SCOPE_*`), ABI 6.
+pub(crate) type Scopes = BitFlags<Scope>;
 
-/// `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)` returns the ABI.
-const CREATE_RULESET_VERSION: u32 = 1 << 0;
-/// `landlock_add_rule` rule types.
-const RULE_PATH_BENEATH: u32 = 1;
-const RULE_NET_PORT: u32 = 2;
-
-// Filesystem access rights (LANDLOCK_ACCESS_FS_*).
-pub(crate) const FS_EXECUTE: u64 = 1 << 0;
-pub(crate) const FS_WRITE_FILE: u64 = 1 << 1;
-pub(crate) const FS_READ_FILE: u64 = 1 << 2;
-pub(crate) const FS_READ_DIR: u64 = 1 << 3;
-pub(crate) const FS_REMOVE_DIR: u64 = 1 << 4;
-pub(crate) const FS_REMOVE_FILE: u64 = 1 << 5;
-pub(crate) const FS_MAKE_CHAR: u64 = 1 << 6;
-pub(crate) const FS_MAKE_DIR: u64 = 1 << 7;
-pub(crate) const FS_MAKE_REG: u64 = 1 << 8;
-pub(crate) const FS_MAKE_SOCK: u64 = 1 << 9;
-pub(crate) const FS_MAKE_FIFO: u64 = 1 << 10;
-pub(crate) const FS_MAKE_BLOCK: u64 = 1 << 11;
-pub(crate) const FS_MAKE_SYM: u64 = 1 << 12;
-/// ABI 2: link or rename a file into another directory.
-pub(crate) const FS_REFER: u64 = 1 << 13;
-/// ABI 3: truncate(2), ftruncate(2), open(O_TRUNC).
-pub(crate) const FS_TRUNCATE: u64 = 1 << 14;
-/// ABI 5: ioctl(2) on character and block devices.
-pub(crate) const FS_IOCTL_DEV: u64 = 1 << 15;
-
-// Network access rights (LANDLOCK_ACCESS_NET_*), ABI 4.
-pub(crate) const NET_BIND_TCP: u64 = 1 << 0;
-pub(crate) const NET_CONNECT_TCP: u64 = 1 << 1;
-
-// IPC scoping (LANDLOCK_SCOPE_*), ABI 6.
-pub(crate) const SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1 << 0;
-pub(crate) const SCOPE_SIGNAL: u64 = 1 << 1;
-
-/// `struct landlock_ruleset_attr`. Passed whole: the kernel accepts a larger struct
-/// than it knows as long as the unknown tail is zero, and [`attr`] zeroes every
-/// field the ABI does not have.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct RulesetAttr {
-    handled_access_fs: u64,
-    handled_access_net: u64,
-    scoped: u64,
-}
-
-/// `struct landlock_path_beneath_attr` (packed in the uapi header).
-#[repr(C, packed)]
-struct PathBeneathAttr {
-    allowed_access: u64,
-    parent_fd: i32,
-}
-
-/// `struct landlock_net_port_attr`.
-#[repr(C)]
-struct NetPortAttr {
-    allowed_access: u64,
-    port: u64,
-}
-
-/// The newest ABI whose rights this module knows. ABI 7 adds only audit-log flags
-/// for `landlock_restrict_self`, no access right.
+/// The newest ABI whose rights this module asks for. ABI 7 adds only audit-log
+/// flags for `landlock_restrict_self`, no access right. The crate knows newer
+/// ABIs; what they add (all-threads enforcement, rights on pathname UNIX
+/// sockets and UDP) is not asked for until this table says so.
 pub(crate) const KNOWN_ABI: u32 = 7;
 
-/// What each ABI adds, for messages naming a missing feature.
-const FEATURES: [&str; 8] = [
-    "",
-    "filesystem access control",
-    "linking and renaming across directories (refer)",
-    "truncation control",
-    "TCP bind and connect control",
-    "device ioctl control",
-    "abstract unix socket and signal scoping",
-    "audit logging control",
+/// Each ABI this module applies, in order, with what it adds (for messages
+/// naming a missing feature). Index = ABI number.
+const ABIS: [(ABI, &str); KNOWN_ABI as usize + 1] = [
+    (ABI::Unsupported, ""),
+    (ABI::V1, "filesystem access control"),
+    (ABI::V2, "linking and renaming across directories (refer)"),
+    (ABI::V3, "truncation control"),
+    (ABI::V4, "TCP bind and connect control"),
+    (ABI::V5, "device ioctl control"),
+    (ABI::V6, "abstract unix socket and signal scoping"),
+    (ABI::V7, "audit logging control"),
 ];
+
+/// The crate's name for ABI `n` (at most [`KNOWN_ABI`]).
+fn abi_of(n: u32) -> ABI {
+    ABIS[n.min(KNOWN_ABI) as usize].0
+}
 
 // --- The rights the sandbox grants (all masked by the ABI later). ---
 
+/// `a` without the rights in `b`, usable in constants.
+const fn without(a: Fs, b: Fs) -> Fs {
+    a.intersection_c(b.not_c(Fs::CONST_TOKEN))
+}
+
 /// Rights that make sense on a non-directory (the kernel refuses the others with
 /// EINVAL on a file rule).
-const FILE_RIGHTS: u64 = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV;
+const FILE_RIGHTS: Fs =
+    make_bitflags!(AccessFs::{Execute | WriteFile | ReadFile | Truncate | IoctlDev});
 /// Runtime, `/etc`, the program and `read` grants.
-pub(crate) const READ_EXEC: u64 = FS_READ_FILE | FS_READ_DIR | FS_EXECUTE;
+pub(crate) const READ_EXEC: Fs = make_bitflags!(AccessFs::{ReadFile | ReadDir | Execute});
 /// `write` grants, `/tmp` and a private `$HOME`: everything but device nodes and
 /// device ioctls (every writable mount is `nodev`, so there is nothing to mirror).
-pub(crate) const READ_WRITE: u64 = READ_EXEC
-    | FS_WRITE_FILE
-    | FS_REMOVE_DIR
-    | FS_REMOVE_FILE
-    | FS_MAKE_DIR
-    | FS_MAKE_REG
-    | FS_MAKE_SOCK
-    | FS_MAKE_FIFO
-    | FS_MAKE_SYM
-    | FS_REFER
-    | FS_TRUNCATE;
+pub(crate) const READ_WRITE: Fs = READ_EXEC.union_c(make_bitflags!(AccessFs::{
+    WriteFile
+        | RemoveDir
+        | RemoveFile
+        | MakeDir
+        | MakeReg
+        | MakeSock
+        | MakeFifo
+        | MakeSym
+        | Refer
+        | Truncate
+}));
 /// What the creation guard ([`crate::guard`]) takes away from every rule: with
 /// the guard on, the daemon makes new files, directories, symlinks and FIFOs
 /// on the server's behalf after checking their names, so a call that reaches
 /// the kernel itself (one that raced its own path buffer past the check)
 /// cannot make any. Sockets stay: a socket cannot be read as a start-up file.
-pub(crate) const GUARDED_MAKE: u64 = FS_MAKE_REG | FS_MAKE_DIR | FS_MAKE_SYM | FS_MAKE_FIFO;
+pub(crate) const GUARDED_MAKE: Fs =
+    make_bitflags!(AccessFs::{MakeReg | MakeDir | MakeSym | MakeFifo});
 
 /// What the guard also takes away from the rules of write grants and of
 /// whatever lies above one (the private `/tmp` or `$HOME` a grant is mounted
@@ -139,15 +111,15 @@ pub(crate) const GUARDED_MAKE: u64 = FS_MAKE_REG | FS_MAKE_DIR | FS_MAKE_SYM | F
 /// on the name it checked ([`crate::guard`]), so a file git runs deep in a
 /// granted tree cannot be written, whatever the caller's path says when the
 /// kernel reads it again. Writes through fds already open are not opens.
-pub(crate) const GUARDED_WRITE: u64 = FS_WRITE_FILE;
+pub(crate) const GUARDED_WRITE: Fs = make_bitflags!(AccessFs::{WriteFile});
 /// `/dev/shm` is mounted `noexec`.
-pub(crate) const SHM: u64 = READ_WRITE & !FS_EXECUTE;
+pub(crate) const SHM: Fs = without(READ_WRITE, make_bitflags!(AccessFs::{Execute}));
 /// `/proc`: servers read it and occasionally write `/proc/self/...`; `noexec`.
-pub(crate) const PROC: u64 = FS_READ_FILE | FS_READ_DIR | FS_WRITE_FILE;
+pub(crate) const PROC: Fs = make_bitflags!(AccessFs::{ReadFile | ReadDir | WriteFile});
 /// `/dev/null`, `/dev/zero`, `/dev/full`.
-pub(crate) const DEV_RW: u64 = FS_READ_FILE | FS_WRITE_FILE;
+pub(crate) const DEV_RW: Fs = make_bitflags!(AccessFs::{ReadFile | WriteFile});
 /// `/dev/random`, `/dev/urandom`.
-pub(crate) const DEV_RO: u64 = FS_READ_FILE;
+pub(crate) const DEV_RO: Fs = make_bitflags!(AccessFs::{ReadFile});
 
 /// Runtime directories: a rule only for those that exist inside as directories
 /// (on merged-/usr hosts `/bin` & co. are symlinks into `/usr`, already covered).
@@ -156,58 +128,33 @@ const RUNTIME: &[&str] = &[
 ];
 
 /// Every filesystem right the given ABI can handle.
-pub(crate) fn fs_rights(abi: u32) -> u64 {
-    let mut r = 0;
-    if abi >= 1 {
-        r |= FS_EXECUTE
-            | FS_WRITE_FILE
-            | FS_READ_FILE
-            | FS_READ_DIR
-            | FS_REMOVE_DIR
-            | FS_REMOVE_FILE
-            | FS_MAKE_CHAR
-            | FS_MAKE_DIR
-            | FS_MAKE_REG
-            | FS_MAKE_SOCK
-            | FS_MAKE_FIFO
-            | FS_MAKE_BLOCK
-            | FS_MAKE_SYM;
-    }
-    if abi >= 2 {
-        r |= FS_REFER;
-    }
-    if abi >= 3 {
-        r |= FS_TRUNCATE;
-    }
-    if abi >= 5 {
-        r |= FS_IOCTL_DEV;
-    }
-    r
+pub(crate) fn fs_rights(abi: u32) -> Fs {
+    AccessFs::from_all(abi_of(abi))
 }
 
 /// Every network right the given ABI can handle.
-pub(crate) fn net_rights(abi: u32) -> u64 {
-    if abi >= 4 {
-        NET_BIND_TCP | NET_CONNECT_TCP
-    } else {
-        0
-    }
+pub(crate) fn net_rights(abi: u32) -> Net {
+    AccessNet::from_all(abi_of(abi))
 }
 
 /// Every scope the given ABI can restrict.
-pub(crate) fn scopes(abi: u32) -> u64 {
-    if abi >= 6 {
-        SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
-    } else {
-        0
-    }
+pub(crate) fn scopes(abi: u32) -> Scopes {
+    Scope::from_all(abi_of(abi))
+}
+
+/// What a ruleset handles (denies unless a rule grants it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Handled {
+    fs: Fs,
+    net: Net,
+    scoped: Scopes,
 }
 
 /// The ruleset attribute for `abi`: handle (deny unless granted) everything it knows.
-fn attr(abi: u32) -> RulesetAttr {
-    RulesetAttr {
-        handled_access_fs: fs_rights(abi),
-        handled_access_net: net_rights(abi),
+fn attr(abi: u32) -> Handled {
+    Handled {
+        fs: fs_rights(abi),
+        net: net_rights(abi),
         scoped: scopes(abi),
     }
 }
@@ -231,11 +178,11 @@ pub(crate) enum Open {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Rule {
     pub path: PathBuf,
-    pub access: u64,
+    pub access: Fs,
     pub open: Open,
 }
 
-fn rule(path: impl Into<PathBuf>, access: u64) -> Rule {
+fn rule(path: impl Into<PathBuf>, access: Fs) -> Rule {
     Rule {
         path: path.into(),
         access,
@@ -280,7 +227,7 @@ pub(crate) fn rules(spec: &SandboxSpec, guard: bool) -> Vec<Rule> {
     if !covered {
         t.push(rule(&spec.home, READ_WRITE));
     }
-    t.push(rule("/dev", FS_READ_DIR));
+    t.push(rule("/dev", AccessFs::ReadDir.into()));
     for d in ["/dev/null", "/dev/zero", "/dev/full"] {
         t.push(rule(d, DEV_RW));
     }
@@ -303,15 +250,17 @@ pub(crate) fn rules(spec: &SandboxSpec, guard: bool) -> Vec<Rule> {
 /// TCP ports the server may connect to, as (port, access) rules: only the egress
 /// proxy's port, for connect; TCP bind is denied outright (the proxy's listener
 /// is bound by PID 1 before Landlock applies).
-pub(crate) fn net_rules(spec: &SandboxSpec) -> Vec<(u16, u64)> {
+pub(crate) fn net_rules(spec: &SandboxSpec) -> Vec<(u16, Net)> {
     spec.proxy_port
-        .map(|port| vec![(port, NET_CONNECT_TCP)])
+        .map(|port| vec![(port, AccessNet::ConnectTcp.into())])
         .unwrap_or_default()
 }
 
 /// The rights of `access` the kernel accepts on a rule: masked by the ABI, and
-/// by [`FILE_RIGHTS`] when the path is not a directory.
-pub(crate) fn effective(access: u64, abi: u32, is_dir: bool) -> u64 {
+/// by [`FILE_RIGHTS`] when the path is not a directory. (The crate would refuse
+/// a directory-only right on a file as a hard requirement; this is where the
+/// table says which rights a file rule keeps.)
+pub(crate) fn effective(access: Fs, abi: u32, is_dir: bool) -> Fs {
     let a = access & fs_rights(abi);
     if is_dir {
         a
@@ -321,15 +270,20 @@ pub(crate) fn effective(access: u64, abi: u32, is_dir: bool) -> u64 {
 }
 
 /// The raw probe: `Ok(abi)`, or the errno (ENOSYS: not built in; EOPNOTSUPP:
-/// built in but not enabled at boot).
+/// built in but not enabled at boot). The crate keeps the kernel's ABI number
+/// to itself (its `ABI` is deliberately not made from run-time detection), and
+/// the audit trail, `wardenctl status` and [`check_min`] need the number and
+/// the errno, so this one call stays.
 fn probe() -> Result<u32, Errno> {
+    /// `LANDLOCK_CREATE_RULESET_VERSION`.
+    const VERSION: u32 = 1 << 0;
     // SAFETY: landlock_create_ruleset(NULL, 0, VERSION) only returns an integer.
     let r = unsafe {
         libc::syscall(
             libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<RulesetAttr>(),
+            std::ptr::null::<u8>(),
             0usize,
-            CREATE_RULESET_VERSION,
+            VERSION,
         )
     };
     if r < 0 {
@@ -352,8 +306,8 @@ fn check_min(min: u32, kernel: Result<u32, Errno>) -> Result<(), Failure> {
     if min == 0 {
         return Ok(());
     }
-    let wanted = match FEATURES.get(min as usize) {
-        Some(f) => format!("landlock ABI {min} is required by the policy ({f})"),
+    let wanted = match ABIS.get(min as usize) {
+        Some((_, f)) => format!("landlock ABI {min} is required by the policy ({f})"),
         None => format!("landlock ABI {min} is required by the policy"),
     };
     match kernel {
@@ -381,29 +335,34 @@ fn check_min(min: u32, kernel: Result<u32, Errno>) -> Result<(), Failure> {
     }
 }
 
-fn add_rule<T>(ruleset: &OwnedFd, kind: u32, attr: &T) -> Result<(), Errno> {
-    // SAFETY: `attr` points to a live struct of the layout `kind` expects; flags 0.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_add_rule,
-            ruleset.as_raw_fd(),
-            kind,
-            attr as *const T,
-            0u32,
-        )
-    };
-    if r < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(())
+/// The errno a crate error carries, if a syscall failed (the crate keeps the
+/// `io::Error` as the source); `None` for the crate's own refusals.
+fn os_errno(e: &RulesetError) -> Option<Errno> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return io.raw_os_error().map(Errno::from_raw);
+        }
+        cur = err.source();
+    }
+    None
+}
+
+/// A crate error as a setup failure of `stage`: a failed syscall reads as
+/// before (stage, errno, errno text), a refusal by the crate (it would have
+/// had to apply less than asked) with the crate's message.
+fn failure(stage: String, e: RulesetError) -> Failure {
+    match os_errno(&e) {
+        Some(errno) => Failure::os(stage, errno),
+        None => Failure::msg(stage, format!("landlock refused the ruleset: {e}")),
     }
 }
 
 /// Builds the Landlock ruleset for `spec` with every right of the best ABI
 /// available. `Ok(None)` when the kernel has no Landlock and the policy sets no
 /// minimum (the mount namespace remains the primary layer). Runs in PID 1 after
-/// pivot_root; the fd is `O_CLOEXEC` and closed by the server's execve.
-pub(crate) fn ruleset(spec: &SandboxSpec, guard: bool) -> Result<Option<OwnedFd>, Failure> {
+/// pivot_root; the ruleset's fd is `O_CLOEXEC` and closed by the server's execve.
+pub(crate) fn ruleset(spec: &SandboxSpec, guard: bool) -> Result<Option<RulesetCreated>, Failure> {
     let kernel = probe();
     check_min(spec.landlock_min_abi, kernel)?;
     let Ok(kernel_abi) = kernel else {
@@ -411,24 +370,26 @@ pub(crate) fn ruleset(spec: &SandboxSpec, guard: bool) -> Result<Option<OwnedFd>
     };
     // A newer kernel is asked only for what this code knows how to grant.
     let abi = kernel_abi.min(KNOWN_ABI);
-    let a = attr(abi);
-    // SAFETY: `a` is a live RulesetAttr of the size we pass; flags 0.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            &a as *const RulesetAttr,
-            std::mem::size_of::<RulesetAttr>(),
-            0u32,
-        )
-    };
-    if r < 0 {
-        return Err(Failure::os(
-            format!("landlock: create ruleset (ABI {abi})"),
-            Errno::last(),
-        ));
+    let handled = attr(abi);
+    let create = || format!("landlock: create ruleset (ABI {abi})");
+    // Hard requirement: a right, rule or scope the crate finds unsupported is an
+    // error, never silently left out. Everything asked for is of `abi`, which
+    // the kernel has, so on a working kernel nothing is ever refused.
+    let mut r = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(handled.fs)
+        .map_err(|e| failure(create(), e))?;
+    // An ABI without network rights or scopes: nothing to handle (the crate
+    // refuses an empty set).
+    if !handled.net.is_empty() {
+        r = r
+            .handle_access(handled.net)
+            .map_err(|e| failure(create(), e))?;
     }
-    // SAFETY: the kernel just returned this fd (O_CLOEXEC) to us.
-    let fd = unsafe { OwnedFd::from_raw_fd(r as i32) };
+    if !handled.scoped.is_empty() {
+        r = r.scope(handled.scoped).map_err(|e| failure(create(), e))?;
+    }
+    let mut ruleset = r.create().map_err(|e| failure(create(), e))?;
 
     for r in rules(spec, guard) {
         let stage = || format!("landlock rule {}", r.path.display());
@@ -460,32 +421,54 @@ pub(crate) fn ruleset(spec: &SandboxSpec, guard: bool) -> Result<Option<OwnedFd>
         let st = nix::sys::stat::fstat(&path_fd).map_err(|e| Failure::os(stage(), e))?;
         let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
         let access = effective(r.access, abi, is_dir);
-        if access == 0 {
+        if access.is_empty() {
             continue;
         }
-        let pb = PathBeneathAttr {
-            allowed_access: access,
-            parent_fd: path_fd.as_raw_fd(),
-        };
-        add_rule(&fd, RULE_PATH_BENEATH, &pb).map_err(|e| Failure::os(stage(), e))?;
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(path_fd, access))
+            .map_err(|e| failure(stage(), e))?;
     }
-    if net_rights(abi) != 0 {
+    if !handled.net.is_empty() {
         for (port, access) in net_rules(spec) {
-            let np = NetPortAttr {
-                allowed_access: access & net_rights(abi),
-                port: port.into(),
-            };
-            add_rule(&fd, RULE_NET_PORT, &np)
-                .map_err(|e| Failure::os(format!("landlock rule tcp port {port}"), e))?;
+            let access = access & handled.net;
+            if access.is_empty() {
+                continue;
+            }
+            ruleset = ruleset
+                .add_rule(NetPort::new(port, access))
+                .map_err(|e| failure(format!("landlock rule tcp port {port}"), e))?;
         }
     }
-    Ok(Some(fd))
+    Ok(Some(ruleset))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::path::Path;
+
+    // The rights by their uapi names (include/uapi/linux/landlock.h);
+    // `abi_masks` checks each one's bit against the header.
+    const FS_EXECUTE: Fs = make_bitflags!(AccessFs::{Execute});
+    const FS_WRITE_FILE: Fs = make_bitflags!(AccessFs::{WriteFile});
+    const FS_READ_FILE: Fs = make_bitflags!(AccessFs::{ReadFile});
+    const FS_READ_DIR: Fs = make_bitflags!(AccessFs::{ReadDir});
+    const FS_REMOVE_DIR: Fs = make_bitflags!(AccessFs::{RemoveDir});
+    const FS_REMOVE_FILE: Fs = make_bitflags!(AccessFs::{RemoveFile});
+    const FS_MAKE_CHAR: Fs = make_bitflags!(AccessFs::{MakeChar});
+    const FS_MAKE_DIR: Fs = make_bitflags!(AccessFs::{MakeDir});
+    const FS_MAKE_REG: Fs = make_bitflags!(AccessFs::{MakeReg});
+    const FS_MAKE_SOCK: Fs = make_bitflags!(AccessFs::{MakeSock});
+    const FS_MAKE_FIFO: Fs = make_bitflags!(AccessFs::{MakeFifo});
+    const FS_MAKE_BLOCK: Fs = make_bitflags!(AccessFs::{MakeBlock});
+    const FS_MAKE_SYM: Fs = make_bitflags!(AccessFs::{MakeSym});
+    const FS_REFER: Fs = make_bitflags!(AccessFs::{Refer});
+    const FS_TRUNCATE: Fs = make_bitflags!(AccessFs::{Truncate});
+    const FS_IOCTL_DEV: Fs = make_bitflags!(AccessFs::{IoctlDev});
+    const NET_BIND_TCP: Net = make_bitflags!(AccessNet::{BindTcp});
+    const NET_CONNECT_TCP: Net = make_bitflags!(AccessNet::{ConnectTcp});
+    const SCOPE_ABSTRACT_UNIX_SOCKET: Scopes = make_bitflags!(Scope::{AbstractUnixSocket});
+    const SCOPE_SIGNAL: Scopes = make_bitflags!(Scope::{Signal});
 
     /// From JSON, so that fields added later with `#[serde(default)]` need no
     /// change here.
@@ -507,7 +490,7 @@ mod tests {
         .unwrap()
     }
 
-    fn access_of(t: &[Rule], p: &str) -> Vec<u64> {
+    fn access_of(t: &[Rule], p: &str) -> Vec<Fs> {
         t.iter()
             .filter(|r| r.path == Path::new(p))
             .map(|r| r.access)
@@ -595,7 +578,7 @@ mod tests {
             | FS_TRUNCATE;
         assert_eq!(READ_WRITE & writes, writes);
         for a in [READ_EXEC, DEV_RO] {
-            assert_eq!(a & writes, 0);
+            assert_eq!(a & writes, Fs::EMPTY);
         }
         // Read-only places carry no write right at all.
         let t = rules(&spec(), false);
@@ -605,14 +588,14 @@ mod tests {
                     .iter()
                     .any(|p| r.path == Path::new(p));
             if ro {
-                assert_eq!(r.access & writes, 0, "{}", r.path.display());
+                assert_eq!(r.access & writes, Fs::EMPTY, "{}", r.path.display());
             }
         }
         // /proc may be written (/proc/self/...) but nothing created, removed or run.
-        assert_eq!(PROC & (writes & !FS_WRITE_FILE), 0);
-        assert_eq!(PROC & FS_EXECUTE, 0);
+        assert_eq!(PROC & (writes & !FS_WRITE_FILE), Fs::EMPTY);
+        assert_eq!(PROC & FS_EXECUTE, Fs::EMPTY);
         // noexec mounts stay non-executable.
-        assert_eq!(SHM & FS_EXECUTE, 0);
+        assert_eq!(SHM & FS_EXECUTE, Fs::EMPTY);
     }
 
     #[test]
@@ -624,24 +607,32 @@ mod tests {
         assert_eq!(plain.len(), guarded.len());
         for (p, g) in plain.iter().zip(&guarded) {
             assert_eq!(p.path, g.path);
-            assert_eq!(g.access & GUARDED_MAKE, 0, "{:?}", g.path);
+            assert_eq!(g.access & GUARDED_MAKE, Fs::EMPTY, "{:?}", g.path);
             // Opening for writing goes through the guard where a write grant
             // is (at or below the rule), nowhere else.
             let above_a_grant = s.write.iter().any(|w| w.starts_with(&g.path));
-            let taken = GUARDED_MAKE | if above_a_grant { GUARDED_WRITE } else { 0 };
+            let taken = GUARDED_MAKE
+                | if above_a_grant {
+                    GUARDED_WRITE
+                } else {
+                    Fs::EMPTY
+                };
             assert_eq!(g.access, p.access & !taken, "{:?}", g.path);
         }
-        assert_ne!(access_of(&guarded, "/work")[0] & FS_MAKE_SOCK, 0);
-        assert_ne!(access_of(&guarded, "/work")[0] & FS_REMOVE_FILE, 0);
-        assert_eq!(access_of(&guarded, "/work")[0] & FS_WRITE_FILE, 0);
-        assert_eq!(access_of(&guarded, "/tmp")[0] & FS_MAKE_REG, 0);
-        assert_ne!(access_of(&guarded, "/tmp")[0] & FS_WRITE_FILE, 0);
-        assert_ne!(access_of(&guarded, "/dev/null")[0] & FS_WRITE_FILE, 0);
+        assert_ne!(access_of(&guarded, "/work")[0] & FS_MAKE_SOCK, Fs::EMPTY);
+        assert_ne!(access_of(&guarded, "/work")[0] & FS_REMOVE_FILE, Fs::EMPTY);
+        assert_eq!(access_of(&guarded, "/work")[0] & FS_WRITE_FILE, Fs::EMPTY);
+        assert_eq!(access_of(&guarded, "/tmp")[0] & FS_MAKE_REG, Fs::EMPTY);
+        assert_ne!(access_of(&guarded, "/tmp")[0] & FS_WRITE_FILE, Fs::EMPTY);
+        assert_ne!(
+            access_of(&guarded, "/dev/null")[0] & FS_WRITE_FILE,
+            Fs::EMPTY
+        );
         // A grant under /tmp: /tmp's own rule would let it be written.
         s.write.push("/tmp/w".into());
         let guarded = rules(&s, true);
-        assert_eq!(access_of(&guarded, "/tmp")[0] & FS_WRITE_FILE, 0);
-        assert_ne!(access_of(&guarded, "/tmp")[0] & FS_READ_FILE, 0);
+        assert_eq!(access_of(&guarded, "/tmp")[0] & FS_WRITE_FILE, Fs::EMPTY);
+        assert_ne!(access_of(&guarded, "/tmp")[0] & FS_READ_FILE, Fs::EMPTY);
     }
 
     #[test]
@@ -649,7 +640,7 @@ mod tests {
         for r in rules(&spec(), false) {
             assert_eq!(
                 r.access & (FS_MAKE_CHAR | FS_MAKE_BLOCK | FS_IOCTL_DEV),
-                0,
+                Fs::EMPTY,
                 "{}",
                 r.path.display()
             );
@@ -672,46 +663,84 @@ mod tests {
 
     #[test]
     fn abi_masks() {
-        assert_eq!(fs_rights(0), 0);
-        assert_eq!(fs_rights(1), (1 << 13) - 1);
-        assert_eq!(fs_rights(1) & (FS_REFER | FS_TRUNCATE | FS_IOCTL_DEV), 0);
+        assert_eq!(fs_rights(0), Fs::EMPTY);
+        assert_eq!(fs_rights(1).bits(), (1 << 13) - 1);
+        assert_eq!(
+            fs_rights(1) & (FS_REFER | FS_TRUNCATE | FS_IOCTL_DEV),
+            Fs::EMPTY
+        );
         assert_eq!(fs_rights(2), fs_rights(1) | FS_REFER);
         assert_eq!(fs_rights(3), fs_rights(2) | FS_TRUNCATE);
         assert_eq!(fs_rights(4), fs_rights(3));
         assert_eq!(fs_rights(5), fs_rights(4) | FS_IOCTL_DEV);
-        assert_eq!(fs_rights(7), (1 << 16) - 1);
+        assert_eq!(fs_rights(7).bits(), (1 << 16) - 1);
         for abi in 0..4 {
-            assert_eq!(net_rights(abi), 0);
+            assert_eq!(net_rights(abi), Net::EMPTY);
         }
         assert_eq!(net_rights(4), NET_BIND_TCP | NET_CONNECT_TCP);
         for abi in 0..6 {
-            assert_eq!(scopes(abi), 0);
+            assert_eq!(scopes(abi), Scopes::EMPTY);
         }
         assert_eq!(scopes(6), SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL);
-        assert_eq!(
-            attr(7),
-            RulesetAttr {
-                handled_access_fs: 0xffff,
-                handled_access_net: 0b11,
-                scoped: 0b11,
-            }
-        );
+        let bits = |h: Handled| (h.fs.bits(), h.net.bits(), h.scoped.bits());
+        assert_eq!(bits(attr(7)), (0xffff, 0b11, 0b11));
         // A kernel older than ABI 4 gets zeroes where it has no fields.
+        assert_eq!(bits(attr(3)), ((1 << 15) - 1, 0, 0));
+        // The table is indexed by ABI number.
+        for (n, (abi, _)) in ABIS.iter().enumerate() {
+            let want = if n == 0 {
+                "unsupported".to_string()
+            } else {
+                n.to_string()
+            };
+            assert_eq!(abi.to_string(), want);
+        }
+        // Newer kernels are asked for nothing beyond ABI 7.
+        assert_eq!(attr(KNOWN_ABI + 3), attr(KNOWN_ABI));
+        // The crate's bits are the uapi header's.
+        let fs = [
+            FS_EXECUTE,
+            FS_WRITE_FILE,
+            FS_READ_FILE,
+            FS_READ_DIR,
+            FS_REMOVE_DIR,
+            FS_REMOVE_FILE,
+            FS_MAKE_CHAR,
+            FS_MAKE_DIR,
+            FS_MAKE_REG,
+            FS_MAKE_SOCK,
+            FS_MAKE_FIFO,
+            FS_MAKE_BLOCK,
+            FS_MAKE_SYM,
+            FS_REFER,
+            FS_TRUNCATE,
+            FS_IOCTL_DEV,
+        ];
+        for (bit, right) in fs.iter().enumerate() {
+            assert_eq!(right.bits(), 1 << bit, "{right:?}");
+        }
+        assert_eq!((NET_BIND_TCP.bits(), NET_CONNECT_TCP.bits()), (1, 2));
         assert_eq!(
-            attr(3),
-            RulesetAttr {
-                handled_access_fs: (1 << 15) - 1,
-                handled_access_net: 0,
-                scoped: 0,
-            }
+            (SCOPE_ABSTRACT_UNIX_SOCKET.bits(), SCOPE_SIGNAL.bits()),
+            (1, 2)
         );
+        // What a file rule may carry: the crate's list, at the ABIs we apply.
+        for abi in 1..=KNOWN_ABI {
+            assert_eq!(
+                FILE_RIGHTS & fs_rights(abi),
+                AccessFs::from_file(abi_of(abi))
+            );
+        }
     }
 
     #[test]
     fn gated_rights_are_masked_for_lower_abis() {
-        assert_eq!(effective(READ_WRITE, 1, true) & (FS_REFER | FS_TRUNCATE), 0);
-        assert_eq!(effective(READ_WRITE, 2, true) & FS_TRUNCATE, 0);
-        assert_ne!(effective(READ_WRITE, 2, true) & FS_REFER, 0);
+        assert_eq!(
+            effective(READ_WRITE, 1, true) & (FS_REFER | FS_TRUNCATE),
+            Fs::EMPTY
+        );
+        assert_eq!(effective(READ_WRITE, 2, true) & FS_TRUNCATE, Fs::EMPTY);
+        assert_ne!(effective(READ_WRITE, 2, true) & FS_REFER, Fs::EMPTY);
         assert_eq!(effective(READ_WRITE, 3, true), READ_WRITE);
         // File rules lose the directory-only rights (the kernel says EINVAL).
         assert_eq!(
@@ -726,7 +755,7 @@ mod tests {
         // Every granted right is one the table's ABI handles.
         for abi in 1..=KNOWN_ABI {
             for r in rules(&spec(), false) {
-                assert_eq!(effective(r.access, abi, true) & !fs_rights(abi), 0);
+                assert_eq!(effective(r.access, abi, true) & !fs_rights(abi), Fs::EMPTY);
             }
         }
     }
@@ -781,6 +810,7 @@ mod host_tests {
     use super::*;
     use crate::confine::Confinement;
     use std::ffi::CString;
+    use std::os::fd::AsRawFd;
     use std::os::unix::ffi::OsStrExt;
     use std::path::Path;
 
@@ -886,6 +916,59 @@ mod host_tests {
                     .collect()
             }
         }
+    }
+
+    /// What the crate does with a request it cannot meet in full: as a hard
+    /// requirement, it refuses (a setup failure without an errno) where best
+    /// effort would quietly apply less. Here, a directory-only right on a file
+    /// rule (best effort drops the right) and a right the ruleset does not
+    /// handle. The control: the same rule masked by [`effective`] is added.
+    #[test]
+    fn the_crate_refuses_rather_than_applies_less() {
+        let Some(abi) = landlock_abi() else {
+            eprintln!("skipping: this kernel offers no Landlock");
+            return;
+        };
+        let file = tempfile::NamedTempFile::new_in("/var/tmp").unwrap();
+        let handled = READ_EXEC | (READ_WRITE & fs_rights(abi));
+        let hard = || {
+            Ruleset::default()
+                .set_compatibility(CompatLevel::HardRequirement)
+                .handle_access(handled)
+                .unwrap()
+                .create()
+                .unwrap()
+        };
+        let fd = || sys::open_path_nofollow(None, file.path()).unwrap();
+        let refused = |e: RulesetError| match failure("landlock rule f".into(), e) {
+            Failure::Setup {
+                stage,
+                errno: None,
+                message,
+            } => {
+                assert_eq!(stage, "landlock rule f");
+                assert!(
+                    message.starts_with("landlock refused the ruleset: "),
+                    "{message}"
+                );
+            }
+            f => panic!("{f:?}"),
+        };
+        refused(
+            hard()
+                .add_rule(PathBeneath::new(fd(), handled))
+                .unwrap_err(),
+        );
+        let unhandled = Fs::from(AccessFs::MakeChar);
+        refused(
+            hard()
+                .add_rule(PathBeneath::new(fd(), unhandled))
+                .unwrap_err(),
+        );
+        // Control.
+        let masked = effective(handled, abi, false);
+        assert!(!masked.is_empty() && masked != handled);
+        hard().add_rule(PathBeneath::new(fd(), masked)).unwrap();
     }
 
     /// `ro/` (read grant) and `rw/` (write grant, also $HOME) side by side with
