@@ -4,7 +4,8 @@
 //! - [`launch`]: the daemon side: start the sandbox init, wait for it, signal it.
 //! - [`init`]: the sandbox side: a single-threaded re-exec of the daemon binary that
 //!   builds namespaces and the root filesystem, then runs the server as its child.
-//! - [`fdpass`]: SCM_RIGHTS fd passing on Unix sockets (shim → daemon stdio).
+//! - [`fdpass`]: receiving SCM_RIGHTS fds (the control socket; the daemon's side
+//!   of the shim's stdio preamble, whose sender is safe `nix` in `warden-client`).
 //! - [`notify`]: the seccomp user-notification listener that answers (and
 //!   reports) the refusals worth an audit record, and lets the observed
 //!   file-access calls through.
