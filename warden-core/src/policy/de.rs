@@ -102,11 +102,9 @@ impl NodeDe<'_> {
     /// serde's "invalid type: {what the node is}, expected {exp}".
     fn refuse(&self, exp: &dyn Expected) -> Error {
         let err = match &self.node.kind {
-            Kind::Scalar { value, plain: true } => {
-                visit_plain(value, Refuse(exp)).err().unwrap_or_else(|| {
-                    de::Error::invalid_type(Unexpected::Str(value), exp)
-                })
-            }
+            Kind::Scalar { value, plain: true } => visit_plain(value, Refuse(exp))
+                .err()
+                .unwrap_or_else(|| de::Error::invalid_type(Unexpected::Str(value), exp)),
             Kind::Scalar { value, .. } => de::Error::invalid_type(Unexpected::Str(value), exp),
             Kind::Seq(_) => de::Error::invalid_type(Unexpected::Seq, exp),
             Kind::Map(_) => de::Error::invalid_type(Unexpected::Map, exp),
@@ -125,11 +123,22 @@ impl NodeDe<'_> {
         result.map_err(|e| e.at(self.node, &self.path))
     }
 
-    fn child<'c>(&self, node: &'c Node, segment: fmt::Arguments) -> NodeDe<'c> {
-        let path = match (self.path.is_empty(), segment.to_string()) {
-            (_, s) if s.starts_with('[') => format!("{}{s}", self.path),
-            (true, s) => s,
-            (false, s) => format!("{}.{s}", self.path),
+    /// The item `index` of this list.
+    fn item<'c>(&self, node: &'c Node, index: usize) -> NodeDe<'c> {
+        let path = format!("{}[{index}]", self.path);
+        NodeDe { node, path }
+    }
+
+    /// The value (or key) `key` of this mapping.
+    fn entry<'c>(&self, node: &'c Node, key: &Node) -> NodeDe<'c> {
+        let name = match &key.kind {
+            Kind::Scalar { value, .. } => value.as_str(),
+            _ => "",
+        };
+        let path = if self.path.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{}.{name}", self.path)
         };
         NodeDe { node, path }
     }
@@ -292,9 +301,7 @@ impl<'de> de::SeqAccess<'de> for Items<'_, '_> {
     ) -> Result<Option<S::Value>, Error> {
         match self.items.next() {
             None => Ok(None),
-            Some((i, item)) => seed
-                .deserialize(self.de.child(item, format_args!("[{i}]")))
-                .map(Some),
+            Some((i, item)) => seed.deserialize(self.de.item(item, i)).map(Some),
         }
     }
 }
@@ -308,17 +315,15 @@ struct Entries<'a, 'n> {
 impl<'de> de::MapAccess<'de> for Entries<'_, '_> {
     type Error = Error;
 
-    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, Error> {
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Error> {
         let Some((key, value)) = self.entries.next() else {
             return Ok(None);
         };
         self.value = Some((key, value));
-        let name = match &key.kind {
-            Kind::Scalar { value, .. } => value.as_str(),
-            _ => "",
-        };
-        seed.deserialize(self.de.child(key, format_args!("{name}")))
-            .map(Some)
+        seed.deserialize(self.de.entry(key, key)).map(Some)
     }
 
     fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, Error> {
@@ -326,11 +331,7 @@ impl<'de> de::MapAccess<'de> for Entries<'_, '_> {
             .value
             .take()
             .ok_or_else(|| <Error as de::Error>::custom("a value without a key"))?;
-        let name = match &key.kind {
-            Kind::Scalar { value, .. } => value.as_str(),
-            _ => "",
-        };
-        seed.deserialize(self.de.child(value, format_args!("{name}")))
+        seed.deserialize(self.de.entry(value, key))
     }
 }
 

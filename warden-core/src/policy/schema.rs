@@ -201,11 +201,7 @@ impl<'de> Deserializer<'de> for Tracer<'_> {
         })?;
         match item {
             Some(Ty::Str) => self.record(Ty::StrList)?,
-            other => {
-                return Err(TraceError(format!(
-                    "lists hold strings, not {other:?}"
-                )))
-            }
+            other => return Err(TraceError(format!("lists hold strings, not {other:?}"))),
         }
         Ok(value)
     }
@@ -222,7 +218,9 @@ impl<'de> Deserializer<'de> for Tracer<'_> {
             types: &mut types,
         })?;
         if types.len() != fields.len() {
-            return Err(TraceError(format!("not every field of {fields:?} was read")));
+            return Err(TraceError(format!(
+                "not every field of {fields:?} was read"
+            )));
         }
         self.record(Ty::Map(fields.iter().copied().zip(types).collect()))?;
         Ok(value)
@@ -277,7 +275,10 @@ impl<'de> MapAccess<'de> for Fields<'_> {
         }
     }
 
-    fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, TraceError> {
+    fn next_value_seed<S: DeserializeSeed<'de>>(
+        &mut self,
+        seed: S,
+    ) -> Result<S::Value, TraceError> {
         let mut slot = None;
         // The field's own type says whether it is optional.
         let value = seed.deserialize(Tracer {

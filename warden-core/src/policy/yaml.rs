@@ -8,6 +8,7 @@
 //! it (the rules, and the messages that follow from them, are the ones policies were
 //! checked with before this parser stood alone).
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ops::Range;
 
@@ -264,49 +265,109 @@ pub(crate) fn resolve(s: &str) -> Resolved {
 // ---------------------------------------------------------------------------
 // The tree.
 
-/// Line starts and position arithmetic over the text. Line breaks are what
-/// yaml-rust2 counts: `\r\n`, `\r` and `\n`.
+/// Position arithmetic over the text. Line breaks are what yaml-rust2 counts:
+/// `\r\n`, `\r` and `\n`. Every position is found by walking forward from one
+/// already known (the last one asked for, or the start of a node), so that
+/// placing every node of a document costs time in proportion to its length.
 struct Text<'t> {
     text: &'t str,
-    lines: Vec<usize>,
+    /// The last position [`Text::at`] returned.
+    cursor: Cell<Position>,
 }
+
+const START: Position = Position {
+    line: 1,
+    column: 1,
+    offset: 0,
+};
 
 impl<'t> Text<'t> {
     fn new(text: &'t str) -> Self {
-        let mut lines = vec![0];
-        let bytes = text.as_bytes();
-        for (i, &b) in bytes.iter().enumerate() {
-            if b == b'\n' || (b == b'\r' && bytes.get(i + 1) != Some(&b'\n')) {
-                lines.push(i + 1);
+        Text {
+            text,
+            cursor: Cell::new(START),
+        }
+    }
+
+    /// The position of byte `to` (at or after `from`, on a character boundary).
+    fn advance(&self, from: Position, to: usize) -> Position {
+        let to = to.min(self.text.len());
+        let mut p = from;
+        let mut chars = self.text[from.offset..to].chars().peekable();
+        while let Some(c) = chars.next() {
+            let pair = c == '\r' && chars.peek() == Some(&'\n');
+            if (c == '\n' || c == '\r') && !pair {
+                p.line += 1;
+                p.column = 1;
+            } else if !pair {
+                p.column += 1;
             }
         }
-        Text { text, lines }
+        p.offset = to;
+        p
     }
 
-    /// yaml-rust2's lines are 1-based, its columns 0-based characters.
+    /// Where a yaml-rust2 marker is (its lines are 1-based, its columns 0-based
+    /// characters), walking from the last marker placed: the parser moves along
+    /// the text, sometimes back a little.
     fn at(&self, m: Marker) -> Position {
-        let line = m.line().max(1);
-        let start = self.lines.get(line - 1).copied().unwrap_or(self.text.len());
-        let end = self.lines.get(line).copied().unwrap_or(self.text.len());
-        let offset = self.text[start..end]
-            .char_indices()
-            .nth(m.col())
-            .map_or(end, |(i, _)| start + i);
+        let (line, column) = (m.line().max(1), m.col() + 1);
+        let last = self.cursor.get();
+        let mut p = if last.line == line && last.column <= column {
+            last
+        } else {
+            self.line_start(last, line)
+        };
+        let mut chars = self.text[p.offset..].chars();
+        while p.column < column {
+            match chars.next() {
+                Some('\n' | '\r') | None => break,
+                Some(c) => {
+                    p.column += 1;
+                    p.offset += c.len_utf8();
+                }
+            }
+        }
+        self.cursor.set(p);
+        // As yaml-rust2 counts, even past the end of the text (an error there).
         Position {
             line,
-            column: m.col() + 1,
-            offset,
+            column,
+            offset: p.offset,
         }
     }
 
-    fn at_offset(&self, offset: usize) -> Position {
-        let offset = offset.min(self.text.len());
-        let line = self.lines.partition_point(|&s| s <= offset);
-        let start = self.lines[line - 1];
+    /// The start of `line`, found by walking from `from`, forward or back.
+    fn line_start(&self, from: Position, line: usize) -> Position {
+        let bytes = self.text.as_bytes();
+        // A line break ends at `i` (`\r\n` counts once, at its `\n`).
+        let break_before = |i: usize| {
+            i > 0
+                && (bytes[i - 1] == b'\n'
+                    || (bytes[i - 1] == b'\r' && bytes.get(i) != Some(&b'\n')))
+        };
+        let (mut at_line, mut i) = (from.line, from.offset);
+        // Back to the start of `from`'s line, then to earlier lines.
+        while i > 0 && !break_before(i) {
+            i -= 1;
+        }
+        while at_line > line && i > 0 {
+            i -= 1;
+            while i > 0 && !break_before(i) {
+                i -= 1;
+            }
+            at_line -= 1;
+        }
+        while at_line < line && i < bytes.len() {
+            i += 1;
+            if break_before(i) {
+                at_line += 1;
+            }
+        }
         Position {
-            line,
-            column: self.text[start..offset].chars().count() + 1,
-            offset,
+            line: at_line,
+            column: 1,
+            offset: i.min(bytes.len()),
         }
     }
 
@@ -362,7 +423,7 @@ impl<'t> Text<'t> {
                 end
             }
         };
-        self.at_offset(start.offset + end)
+        self.advance(start, start.offset + end)
     }
 
     /// The end of an alias `*name` that starts at `start`.
@@ -373,7 +434,7 @@ impl<'t> Text<'t> {
             .skip(1)
             .find(|&(_, c)| c.is_whitespace() || ",[]{}".contains(c))
             .map_or(rest.len(), |(i, _)| i);
-        self.at_offset(start.offset + end)
+        self.advance(start, start.offset + end)
     }
 
     /// Just after the `:` that follows a key ending at `key_end`, if it does.
@@ -381,7 +442,7 @@ impl<'t> Text<'t> {
         let rest = &self.text[key_end.offset..];
         let skipped = rest.len() - rest.trim_start_matches([' ', '\t']).len();
         if rest[skipped..].starts_with(':') {
-            self.at_offset(key_end.offset + skipped + 1)
+            self.advance(key_end, key_end.offset + skipped + 1)
         } else {
             key_end
         }
@@ -450,8 +511,10 @@ impl Builder<'_> {
     /// meaning with the reader.
     fn scalar_refusal(&self, value: &str, style: TScalarStyle) -> Option<String> {
         match style {
-            // yaml-rust2 reads an empty `|` as a line break; YAML says "".
-            TScalarStyle::Literal | TScalarStyle::Folded if value.bytes().all(|b| b == b'\n') => {
+            // yaml-rust2 reads an empty `|` as a line break, where YAML says "".
+            TScalarStyle::Literal | TScalarStyle::Folded
+                if !value.is_empty() && value.bytes().all(|b| b == b'\n') =>
+            {
                 Some("a block scalar (`|`, `>`) with no content is not supported; write \"\" for an empty string".into())
             }
             // In brackets `?a` is a string to YAML 1.2, a mapping (or an error) to 1.1.
@@ -546,7 +609,7 @@ impl Builder<'_> {
         last: Option<Position>,
     ) -> Span {
         let end = if open.flow && self.text.char_at(end) == Some(closing) {
-            self.text.at_offset(end.offset + closing.len_utf8())
+            self.text.advance(end, end.offset + closing.len_utf8())
         } else {
             last.unwrap_or(open.start)
         };
@@ -561,8 +624,16 @@ impl MarkedEventReceiver for Builder<'_> {
     fn on_event(&mut self, ev: Event, marker: Marker) {
         let at = self.text.at(marker);
         match ev {
-            Event::Scalar(value, style, anchor, tag) => {
+            Event::Scalar(mut value, style, anchor, tag) => {
                 let end = self.text.scalar_end(at, style, &value);
+                let block = matches!(style, TScalarStyle::Literal | TScalarStyle::Folded);
+                if block && !self.text.text[end.offset..].contains(['\n', '\r']) {
+                    // The file ends inside it, without a line break: yaml-rust2
+                    // adds the one the last line lacks, YAML does not.
+                    if value.ends_with('\n') {
+                        value.pop();
+                    }
+                }
                 let refused = tag_refusal(tag).or_else(|| self.scalar_refusal(&value, style));
                 let plain = style == TScalarStyle::Plain;
                 let node = Node {
@@ -618,7 +689,7 @@ fn unsupported_char(text: &Text) -> Option<Problem> {
         _ => format!("invalid YAML: the character {code} is not allowed"),
     };
     Some(Problem {
-        mark: Some(text.at_offset(i)),
+        mark: Some(text.advance(START, i)),
         key: None,
         message,
     })
@@ -681,7 +752,7 @@ mod tests {
         }
     }
 
-    fn covered<'t>(text: &'t str, span: Span) -> &'t str {
+    fn covered(text: &str, span: Span) -> &str {
         &text[span.range()]
     }
 
@@ -792,8 +863,11 @@ mod tests {
             })
             .collect();
         let tag = |t: &str| Some(format!("YAML tags are not supported: remove `{t}`"));
-        let quote =
-            |v: &str| Some(format!("`{v}` in brackets reads differently to different YAML readers; quote it"));
+        let quote = |v: &str| {
+            Some(format!(
+                "`{v}` in brackets reads differently to different YAML readers; quote it"
+            ))
+        };
         let empty = Some("a block scalar (`|`, `>`) with no content is not supported; write \"\" for an empty string".to_owned());
         assert_eq!(
             refused,
@@ -807,7 +881,9 @@ mod tests {
                 None,
                 None,
                 None,
-                empty.clone(),
+                // `|` alone is "" here, as YAML says; `>+` keeps a line break
+                // yaml-rust2 may or may not count.
+                None,
                 empty,
             ]
         );
@@ -826,6 +902,24 @@ mod tests {
             assert!(p.message.contains(code), "{}", p.message);
         }
         assert!(parse("a: \"tab\there\"\r\nb: \u{a0}\u{feff}\n").is_ok());
+    }
+
+    #[test]
+    fn a_block_scalar_that_ends_the_file_has_no_line_break_it_lacks() {
+        for (text, want) in [
+            ("a: |\n  x", "x"),
+            ("a: >+\n  x\n  y", "x y"),
+            ("a: |\n  x\n", "x\n"),
+            ("a: |+\n  x\n\n", "x\n\n"),
+            ("a: |-\n  x\n", "x"),
+        ] {
+            let r = root(text);
+            let v = &entries(&r)[0].1;
+            assert!(
+                matches!(&v.kind, Kind::Scalar { value, .. } if value == want),
+                "{text:?}: {v:?}"
+            );
+        }
     }
 
     #[test]
@@ -874,9 +968,30 @@ mod tests {
     #[test]
     fn typed_parses_agree_with_resolution() {
         for s in [
-            "5", "+5", "-5", "0", "-0", "+0", "0x1f", "+0x1f", "-0x1f", "0o7", "-0b1", "0123",
-            "00", "++5", "+-5", "0x-1", "-0x-1", "1e3", "1.5", "9223372036854775807",
-            "9223372036854775808", "-9223372036854775808", "abc", "",
+            "5",
+            "+5",
+            "-5",
+            "0",
+            "-0",
+            "+0",
+            "0x1f",
+            "+0x1f",
+            "-0x1f",
+            "0o7",
+            "-0b1",
+            "0123",
+            "00",
+            "++5",
+            "+-5",
+            "0x-1",
+            "-0x-1",
+            "1e3",
+            "1.5",
+            "9223372036854775807",
+            "9223372036854775808",
+            "-9223372036854775808",
+            "abc",
+            "",
         ] {
             // Whatever reads as an i64 is an integer in the core schema.
             if let Some(n) = parse_i64(s) {
