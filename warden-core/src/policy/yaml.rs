@@ -4,9 +4,13 @@
 //! node ([`parse`]); [`super::schema`] checks that tree against the schema and
 //! [`super::de`] deserialises the typed policy from it. How a plain scalar reads
 //! (`5` an integer, `true` a boolean, `~` null) is decided here, once, by [`resolve`]
-//! and the typed parses beside it: the YAML 1.2 core schema as serde_yaml 0.9 reads
-//! it (the rules, and the messages that follow from them, are the ones policies were
-//! checked with before this parser stood alone).
+//! and the typed parses beside it: the YAML 1.2 core schema, as serde_yaml 0.9 (the
+//! reader policies were checked with before) reads it, so a policy means what it
+//! meant.
+//!
+//! What a YAML 1.1 reader (libyaml, under serde_yaml) and this YAML 1.2 one read
+//! differently is refused rather than read one way: see [`Node::refused`] and
+//! [`parse`].
 
 use std::cell::Cell;
 use std::collections::HashMap;
