@@ -187,19 +187,11 @@ pub fn lost_record(session: &str, lost: u64) -> Record {
     .with_details(json!({ "lost": lost }))
 }
 
-/// What `session.start` says about file auditing: the level, or
-/// `unavailable` when the policy asks for it but the kernel lacks seccomp user
-/// notification (like `syscall_audit`, an audit that cannot be had is said,
-/// not refused: it protects nothing).
 /// Why a session must not start for its `audit.files`, if it must not: a level
 /// the policy asked for explicitly (other than `off`) needs seccomp user
 /// notification; the default level runs without it and says `unavailable`.
-pub fn refusal(
-    level: warden_core::policy::FileAudit,
-    explicit: bool,
-    notify_available: bool,
-) -> Option<String> {
-    (explicit && level != warden_core::policy::FileAudit::Off && !notify_available).then(|| {
+pub fn refusal(level: FileAudit, explicit: bool, notify_available: bool) -> Option<String> {
+    (explicit && !level.is_off() && !notify_available).then(|| {
         format!(
             "audit.files: {} needs seccomp user notification, which this kernel does not \
              offer; set audit.files: off, or remove the key to run without file records",
@@ -208,6 +200,10 @@ pub fn refusal(
     })
 }
 
+/// What `session.start` says about file auditing: the level, or
+/// `unavailable` when the policy asks for it but the kernel lacks seccomp user
+/// notification (like `syscall_audit`, an audit that cannot be had is said,
+/// not refused: it protects nothing).
 pub fn level_in_use(level: FileAudit) -> &'static str {
     if !level.is_off() && !warden_sandbox::notify::available() {
         "unavailable"
@@ -223,7 +219,7 @@ mod tests {
 
     #[test]
     fn an_explicit_level_without_user_notification_is_refused() {
-        use warden_core::policy::FileAudit as P;
+        use FileAudit as P;
         assert!(refusal(P::All, true, false).is_some_and(|m| m.contains("audit.files: all")));
         assert!(refusal(P::Denied, true, false).is_some());
         // The default level runs (recorded as unavailable); off never needs it;

@@ -1,9 +1,10 @@
-//! Sessions: compile the policy, audit, start the sandbox, splice stdio,
+//! Sessions: compile the policy (what the sandbox gets is planned in
+//! [`plan`]), audit, start the sandbox, splice stdio,
 //! enforce the timeout, and end with exactly one exit record and event.
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,14 +13,17 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio::sync::{mpsc, Notify};
 use warden_core::audit::{Decision, Record, RecordType};
-use warden_core::policy::{self, CompileContext, CompiledPolicy, Overrides, PolicyInput};
+use warden_core::policy::{self, CompiledPolicy, PolicyInput};
 use warden_proto::v1 as pb;
 use warden_sandbox::launch::{ExitOutcome, Sandbox};
-use warden_sandbox::spec::{FileAudit, SandboxSpec};
+use warden_sandbox::spec::SandboxSpec;
 use warden_sandbox::stdio::{pipe, Relay};
 
 use crate::error::DaemonError;
 use crate::Daemon;
+
+mod plan;
+use plan::{env_get, TMP_SIZE_MB};
 
 /// Grace between SIGTERM to the tree and SIGKILL (DESIGN.md §5 "Limits").
 pub const KILL_GRACE: Duration = Duration::from_millis(750);
@@ -29,9 +33,6 @@ const DRAIN_GRACE: Duration = Duration::from_secs(5);
 /// How long the session's last refused-call records may take to be written
 /// before `session.exit` goes first.
 const RECORDER_GRACE: Duration = Duration::from_secs(2);
-/// Size of the private /tmp.
-const TMP_SIZE_MB: u64 = 256;
-const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// Why Warden (rather than the server) ended a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,50 +132,6 @@ fn new_session_id() -> String {
     hex::encode(b)
 }
 
-fn env_get<'a>(env: &'a [pb::EnvVar], name: &str) -> Option<&'a [u8]> {
-    env.iter()
-        .rev()
-        .find(|v| v.name == name.as_bytes())
-        .map(|v| v.value.as_slice())
-}
-
-/// One environment entry, raw bytes.
-type EnvPair = (Vec<u8>, Vec<u8>);
-
-/// The server's environment: only `env.allow` names from the client's
-/// environment, plus PATH, HOME, LANG and TERM defaults (DESIGN.md §5), and the
-/// egress proxy's variables (DESIGN.md §6).
-/// Returns the environment and the names passed through (for the audit).
-fn build_env(client: &[pb::EnvVar], allow: &[String], home: &Path) -> (Vec<EnvPair>, Vec<String>) {
-    let mut out: Vec<EnvPair> = Vec::new();
-    let mut passed = Vec::new();
-    for name in allow {
-        if let Some(v) = env_get(client, name) {
-            out.push((name.as_bytes().to_vec(), v.to_vec()));
-            passed.push(name.clone());
-        }
-    }
-    // The egress proxy's variables win over the client's.
-    let proxy = crate::egress::proxy_env();
-    out.retain(|(n, _)| !proxy.iter().any(|(k, _)| k.as_bytes() == n.as_slice()));
-    passed.retain(|n| !proxy.iter().any(|(k, _)| k == n));
-    for (k, v) in proxy {
-        out.push((k.as_bytes().to_vec(), v.into_bytes()));
-    }
-    let defaults: [(&str, Vec<u8>); 4] = [
-        ("PATH", DEFAULT_PATH.as_bytes().to_vec()),
-        ("HOME", home.as_os_str().as_bytes().to_vec()),
-        ("LANG", b"C.UTF-8".to_vec()),
-        ("TERM", b"dumb".to_vec()),
-    ];
-    for (k, v) in defaults {
-        if !out.iter().any(|(n, _)| n == k.as_bytes()) {
-            out.push((k.as_bytes().to_vec(), v));
-        }
-    }
-    (out, passed)
-}
-
 /// What a spawn needs after validation.
 pub struct Prepared {
     id: String,
@@ -183,11 +140,6 @@ pub struct Prepared {
     env_names: Vec<String>,
     client: pb::ClientInfo,
 }
-
-/// `limits.pids` of a policy that sets none: tasks (processes and threads)
-/// of one sandbox, far above what an MCP server runs (a Node server: about
-/// a dozen).
-pub const DEFAULT_PIDS: u64 = 4096;
 
 /// File descriptors an idle session holds in the daemon (stdio, sandbox
 /// control, pidfd, seccomp listener, proxy listener, cgroup...), rounded up.
@@ -328,134 +280,31 @@ impl Daemon {
             nofile_limit(),
         )
         .map_err(DaemonError::TooManySessions)?;
-        let home = env_get(&req.env, "HOME")
-            .filter(|h| !h.is_empty())
-            .map(|h| PathBuf::from(OsString::from_vec(h.to_vec())))
-            .or_else(|| warden_core::paths::home_dir().ok())
-            .ok_or_else(|| DaemonError::BadRequest("HOME is not set".into()))?;
-        if !home.is_absolute() {
-            return Err(DaemonError::BadRequest(format!(
-                "HOME must be absolute, got {}",
-                home.display()
-            )));
-        }
-        let cwd = PathBuf::from(&req.cwd);
-        if !cwd.is_absolute() {
-            return Err(DaemonError::BadRequest(format!(
-                "cwd must be absolute, got `{}`",
-                req.cwd
-            )));
-        }
-        let policy_path = (!req.policy_path.is_empty()).then(|| PathBuf::from(&req.policy_path));
-        if let Some(p) = &policy_path {
-            if !p.is_absolute() {
-                return Err(DaemonError::BadRequest(format!(
-                    "policy_path must be absolute, got `{}`",
-                    p.display()
-                )));
-            }
-        }
-        let extra = req.extra.clone().unwrap_or_default();
-        let overrides = Overrides {
-            read: extra.read,
-            write: extra.write,
-            allow_env: extra.allow_env,
-            name: (!req.name.is_empty()).then(|| req.name.clone()),
-            command: req.command.clone(),
-        };
-        let ctx = CompileContext {
-            home: home.clone(),
-            cwd,
-            path_env: env_get(&req.env, "PATH").map(|p| OsString::from_vec(p.to_vec())),
-            reserved: self.reserved(&req.env),
-        };
+        let plan::Compile {
+            policy_path,
+            overrides,
+            ctx,
+        } = plan::request(
+            req,
+            || warden_core::paths::home_dir().ok(),
+            self.reserved(&req.env),
+        )?;
         let input = PolicyInput {
             path: policy_path.as_deref(),
             text: &req.policy_text,
         };
         let mut policy = policy::compile(&input, &overrides, &ctx)
             .map_err(|e| DaemonError::Policy(e.to_string()))?;
-        let cg_has = |c: &str| self.cgroup.as_ref().is_ok_and(|d| d.has(c));
-        // Review F17: a fork bomb must not take the host's process table. A
-        // policy without `limits.pids` gets a generous default where it can
-        // be enforced (a cgroup, or RLIMIT_NPROC for a normal user; the
-        // kernel exempts uid 0 from the latter).
-        if policy.limits.pids.is_none() && (self.uid != 0 || cg_has("pids")) {
-            policy.limits.pids = Some(DEFAULT_PIDS);
-        }
-        if policy.limits.pids.is_some()
-            && self.uid == 0
-            && !cg_has("pids")
-            && !policy.limits.best_effort
-        {
-            return Err(DaemonError::Policy(
-                "limits.pids cannot be enforced when wardend runs as root: the kernel does not \
-                 apply RLIMIT_NPROC to uid 0; run wardend as a normal user, or set \
-                 limits.best_effort: true to run without a process limit"
-                    .into(),
-            ));
-        }
-        if let Some(cpu) = policy.limits.cpu {
-            if !cg_has("cpu") && !policy.limits.best_effort {
-                return Err(DaemonError::Policy(format!(
-                    "limits.cpu ({cpu} cores) cannot be enforced here: Warden enforces CPU limits only \
-                     through a delegated cgroup v2 cpu controller, and this daemon has none ({}); \
-                     remove limits.cpu or set limits.best_effort: true to run without a CPU limit",
-                    self.cgroup.as_ref().err().map(String::as_str).unwrap_or("the cpu controller is not delegated")
-                )));
-            }
-        }
-        if let Some(why) = self.write_protection.refusal(
-            !policy.write.is_empty(),
-            policy.sandbox.best_effort_write_protection,
-        ) {
-            return Err(DaemonError::Policy(why));
-        }
-        if let Some(why) = crate::files::refusal(
-            policy.audit.files,
-            policy.audit.files_explicit,
-            warden_sandbox::notify::available(),
-        ) {
-            return Err(DaemonError::Policy(why));
-        }
-        let (env, env_names) = build_env(&req.env, &policy.env_allow, &home);
-        let user = env_get(&req.env, "USER")
-            .or_else(|| env_get(&req.env, "LOGNAME"))
-            .and_then(|u| std::str::from_utf8(u).ok())
-            .filter(|u| {
-                !u.is_empty()
-                    && u.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-            })
-            .unwrap_or("user")
-            .to_string();
-        let spec = SandboxSpec {
-            session_id: id.to_string(),
-            program: policy.program.clone(),
-            argv: policy.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
-            env,
-            cwd: policy.cwd.clone(),
-            read: policy.read.clone(),
-            write: policy.write.clone(),
-            home,
-            uid: warden_core::paths::current_uid(),
+        let host = plan::Host {
+            uid: self.uid,
             gid: warden_core::paths::current_gid(),
-            user,
-            tmp_size_mb: policy.limits.tmp_mb.unwrap_or(TMP_SIZE_MB),
-            pids_max: policy.limits.pids,
-            landlock_min_abi: policy.sandbox.landlock_min_abi,
-            proxy_port: Some(crate::egress::PROXY_PORT),
-            cgroup: None,
-            audit_files: match policy.audit.files {
-                policy::FileAudit::Denied => FileAudit::Denied,
-                policy::FileAudit::All => FileAudit::All,
-                policy::FileAudit::Off => FileAudit::Off,
-            },
-            warden_paths: self.warden_paths(policy.source.as_deref()),
-            allow_git_init: policy.allow_git_init,
-            // Never skipped by the daemon: the field exists for benchmarks only.
-            dangerously_skip_confinement: false,
+            cgroup: &self.cgroup,
+            write_protection: &self.write_protection,
+            notify: warden_sandbox::notify::available(),
         };
+        plan::fit(&mut policy, &host)?;
+        let warden_paths = self.warden_paths(policy.source.as_deref());
+        let (spec, env_names) = plan::spec(id, &policy, &req.env, ctx.home, &host, warden_paths);
         Ok(Prepared {
             id: id.to_string(),
             policy,
@@ -951,55 +800,6 @@ fn exit_event(
         },
         reason,
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::BTreeSet;
-
-    fn var(n: &str, v: &str) -> pb::EnvVar {
-        pb::EnvVar {
-            name: n.as_bytes().to_vec(),
-            value: v.as_bytes().to_vec(),
-        }
-    }
-
-    #[test]
-    fn env_is_filtered_to_allow_list_plus_defaults() {
-        let client = vec![
-            var("SECRET", "x"),
-            var("GITHUB_TOKEN", "t"),
-            var("PATH", "/evil"),
-            var("TERM", "xterm"),
-        ];
-        let (env, names) = build_env(
-            &client,
-            &["GITHUB_TOKEN".into(), "MISSING".into()],
-            Path::new("/home/u"),
-        );
-        let got: BTreeSet<(String, String)> = env
-            .into_iter()
-            .map(|(k, v)| (String::from_utf8(k).unwrap(), String::from_utf8(v).unwrap()))
-            .collect();
-        let want: BTreeSet<(String, String)> = [
-            ("GITHUB_TOKEN", "t"),
-            ("PATH", DEFAULT_PATH),
-            ("HOME", "/home/u"),
-            ("LANG", "C.UTF-8"),
-            ("TERM", "dumb"),
-        ]
-        .into_iter()
-        .chain(
-            crate::egress::proxy_env()
-                .into_iter()
-                .map(|(k, v)| (k, Box::leak(v.into_boxed_str()) as &str)),
-        )
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect();
-        assert_eq!(got, want);
-        assert_eq!(names, vec!["GITHUB_TOKEN".to_string()]);
-    }
 }
 
 #[cfg(test)]
