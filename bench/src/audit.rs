@@ -1,5 +1,5 @@
 //! `warden-bench audit [--records N] [--rounds R] [--dir DIR]`: append
-//! throughput of wardend's audit store (`wardend::audit::AuditStore`), group
+//! throughput of wardend's audit store (`warden_audit::AuditStore`), group
 //! commit against an fsync per record, in one run on the same disk.
 //!
 //! - every record fsynced: `append(rec, durable = true)`, what
@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::json;
-use warden_core::audit::{Decision, Record, RecordType};
-use wardend::audit::{AuditStore, Options};
+use warden_audit::{Decision, Record, RecordType};
+use warden_audit::{AuditStore, Options};
 
 use crate::{arg, median};
 
@@ -56,7 +56,7 @@ fn raw(dir: &Path, records: usize) -> f64 {
         let mut r = record(i);
         r.seq = i as u64 + 1;
         r.ts = "2026-11-29T14:47:32.123Z".into();
-        let mut line = warden_core::audit::to_line(&r);
+        let mut line = warden_audit::to_line(&r);
         line.push(b'\n');
         f.write_all(&line).expect("write");
         f.sync_data().expect("fdatasync");

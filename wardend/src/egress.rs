@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
-use warden_core::audit::{Decision, Record, RecordType};
+use warden_audit::{Decision, Record, RecordType};
 use warden_core::policy::net::NetworkPolicy;
 
 use crate::Daemon;

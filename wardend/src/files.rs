@@ -17,7 +17,7 @@
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use warden_core::audit::{Decision, Record, RecordType};
+use warden_audit::{Decision, Record, RecordType};
 use warden_sandbox::files::{Action, Decision as Verdict, FileAccess};
 use warden_sandbox::spec::FileAudit;
 

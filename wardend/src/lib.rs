@@ -16,12 +16,11 @@
 //! - [`syscalls`]: refused system calls → rate-limited `policy.syscall` records;
 //!   [`files`]: observed file accesses → `file` records; [`recorder`]: drains
 //!   both queues of every session on the event loop (no thread per session).
-//! - [`audit`]: the JSONL audit store (chain, rotation, group commit).
+//! - the audit store and the record types are `warden_audit`.
 //! - [`logs`]: the `Logs` stream (stored records, then live ones).
 //! - [`error`]: errors and their one mapping to gRPC statuses.
 #![forbid(unsafe_code)]
 
-pub mod audit;
 pub mod cgroup;
 pub mod conn;
 pub mod egress;
@@ -46,10 +45,10 @@ use std::time::Instant;
 use dashmap::DashMap;
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::ReceiverStream;
-use warden_core::audit::{Decision, Record, RecordType};
+use warden_audit::{Decision, Record, RecordType};
 use warden_proto::v1::warden_server::WardenServer;
 
-use crate::audit::AuditStore;
+use warden_audit::AuditStore;
 use crate::session::{EndCause, Session};
 
 /// How long open connections may linger once every session has ended.
@@ -67,7 +66,7 @@ pub struct Config {
     /// system resolver (getaddrinfo).
     pub dns: Option<std::net::SocketAddr>,
     /// `--audit-max-bytes`, `--audit-keep`: rotation and retention.
-    pub audit: audit::Options,
+    pub audit: warden_audit::Options,
     /// `--max-sessions`: most sessions at once (0: as many as the file
     /// descriptors allow, see [`session::capacity`]).
     pub max_sessions: usize,

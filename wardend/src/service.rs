@@ -8,7 +8,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
-use warden_core::audit::{Decision, Record, RecordType};
+use warden_audit::{Decision, Record, RecordType};
 use warden_proto::v1 as pb;
 use warden_proto::v1::warden_server::Warden;
 

@@ -14,7 +14,7 @@
 use std::time::Instant;
 
 use serde_json::json;
-use warden_core::audit::{Decision, Record, RecordType};
+use warden_audit::{Decision, Record, RecordType};
 use warden_sandbox::RefusedCall;
 
 /// Records per second per rule (syscall and reason) per session.

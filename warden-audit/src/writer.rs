@@ -1,13 +1,13 @@
 //! The audit store: JSON Lines under `<state-dir>/audit/`, owned by the
 //! daemon, append-only, hash-chained, rotated by size (DESIGN.md §7,
-//! `docs/audit-format.md`; the file layout is `warden_core::audit::store`).
+//! `docs/audit-format.md`; the file layout is [`crate::store`]).
 //!
 //! - **One write per record.** Every record is one `write(2)` of a whole
 //!   line on an `O_APPEND` fd, under one lock, so lines never interleave. A
 //!   short or failed write is cut off again (`ftruncate` to the old size); if
 //!   even that fails the store refuses further records (fail closed).
 //! - **Chain.** Each record's `prev` is the hash of the line before it
-//!   (`warden_core::audit::line_hash`), across rotation and restarts.
+//!   ([`crate::line_hash`]), across rotation and restarts.
 //! - **Durability.** `durable` appends (`session.start`, `session.exit`...)
 //!   are fsynced before `append` returns: a server never runs before its
 //!   start record is on disk. Other records are group-committed: a background
@@ -38,10 +38,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tokio::sync::broadcast;
-use warden_core::audit::store::{self, Head, HEAD, LIVE};
-use warden_core::audit::{
-    line_hash, timestamp, to_line, Decision, Record, RecordType, GENESIS, SCHEMA_VERSION,
-};
+use crate::store::{self, Head, HEAD, LIVE};
+use crate::{line_hash, timestamp, to_line, Decision, Record, RecordType, GENESIS, SCHEMA_VERSION};
 
 /// Default size at which the live file is rotated.
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
@@ -885,7 +883,7 @@ pub fn read_all(path: &Path) -> io::Result<Vec<Record>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use warden_core::audit::verify::{verify, ProblemKind};
+    use crate::verify::{verify, ProblemKind};
 
     fn rec(n: u64) -> Record {
         Record::new(
@@ -899,7 +897,7 @@ mod tests {
         .with_details(json!({ "n": n, "pad": "x".repeat(100) }))
     }
 
-    fn verify_dir(state: &Path) -> warden_core::audit::verify::Report {
+    fn verify_dir(state: &Path) -> crate::verify::Report {
         verify(&store::snapshot(&state.join("audit")).unwrap())
     }
 
