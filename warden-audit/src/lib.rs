@@ -27,6 +27,7 @@
 //! `prev` = [`GENESIS`] (64 zeros). The chain runs across rotated files.
 #![forbid(unsafe_code)]
 
+pub mod event;
 pub mod filter;
 pub mod store;
 pub mod verify;

@@ -538,9 +538,9 @@ fn resolve(b: Break, next: Option<(&Fields, &String)>, head: Option<&Head>) -> O
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::store::{rotated_name, snapshot, Head, HEAD, LIVE};
     use crate::{to_line, Decision, Record, RecordType};
-    use super::*;
     use std::fs;
     use std::path::Path;
 

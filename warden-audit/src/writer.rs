@@ -36,10 +36,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-use tokio::sync::broadcast;
 use crate::store::{self, Head, HEAD, LIVE};
 use crate::{line_hash, timestamp, to_line, Decision, Record, RecordType, GENESIS, SCHEMA_VERSION};
+use serde_json::json;
+use tokio::sync::broadcast;
 
 /// Default size at which the live file is rotated.
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
