@@ -21,25 +21,29 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::json;
-use warden_audit::{Decision, Record, RecordType};
-use warden_audit::{AuditStore, Options};
+use warden_audit::event::{CheckedArg, SyscallRefused};
+use warden_audit::{AuditStore, Options, Record};
 
 use crate::{arg, median};
 
 fn record(n: usize) -> Record {
-    Record::new(
-        RecordType::Policy,
-        "syscall",
-        Some("3fa1c09b22de"),
-        "unshare",
-        Decision::Deny,
-        "new namespaces (userns unlocks CVE-2022-0185, CVE-2023-32233, CVE-2022-0492); CLONE_FILES/FS pass",
-    )
-    .with_details(json!({
-        "pid": 81234 + n, "nr": 272, "args": [268435456, 0, 0, 0, 0, 0],
-        "checked_arg": {"index": 0, "value": 268435456}, "errno": 1, "error": "EPERM",
-    }))
+    SyscallRefused {
+        session: "3fa1c09b22de".into(),
+        syscall: "unshare".into(),
+        reason: "new namespaces (userns unlocks CVE-2022-0185, CVE-2023-32233, CVE-2022-0492); \
+                 CLONE_FILES/FS pass"
+            .into(),
+        pid: 81234 + n as u32,
+        nr: 272,
+        args: [268435456, 0, 0, 0, 0, 0],
+        checked_arg: Some(CheckedArg {
+            index: 0,
+            value: 268435456,
+        }),
+        errno: 1,
+        error: "EPERM".into(),
+    }
+    .into()
 }
 
 /// The baseline: `write(2)` + `fdatasync` per line on an `O_APPEND` file.

@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use warden_client::pb;
 use warden_audit::filter::Filter;
 use warden_audit::store::{self, Snapshot};
 use warden_audit::verify::{self, Report};
 use warden_audit::Record;
+use warden_client::pb;
 
 #[derive(clap::Args, Debug)]
 pub struct LogsArgs {

@@ -45,10 +45,10 @@ use std::time::Instant;
 use dashmap::DashMap;
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::ReceiverStream;
-use warden_audit::{Decision, Record, RecordType};
+use warden_audit::event::{DaemonPeer, DaemonPeerSummary, DaemonStart, DaemonStop};
+use warden_audit::AuditStore;
 use warden_proto::v1::warden_server::WardenServer;
 
-use warden_audit::AuditStore;
 use crate::session::{EndCause, Session};
 
 /// How long open connections may linger once every session has ended.
@@ -105,7 +105,7 @@ impl Daemon {
     /// Writes a `daemon.peer` record unless refusals of that reason flood in
     /// (then counted, and summarised once their second is over, or at
     /// shutdown with `all`).
-    pub fn record_peer(&self, rec: Option<Record>, all: bool) {
+    pub fn record_peer(&self, rec: Option<DaemonPeer>, all: bool) {
         let now = Instant::now();
         let (admitted, summaries) = {
             let mut l = self.peer_records.lock().unwrap_or_else(|p| p.into_inner());
@@ -117,20 +117,11 @@ impl Daemon {
             (admitted.then_some(rec).flatten(), summaries)
         };
         for (reason, count) in summaries {
-            self.audit.record(
-                Record::new(
-                    RecordType::Daemon,
-                    "peer",
-                    None,
-                    "*",
-                    Decision::Deny,
-                    reason,
-                )
-                .with_details(serde_json::json!({
-                    "suppressed": count,
-                    "rate_limit": "10 records per second per reason",
-                })),
-            );
+            self.audit.record(DaemonPeerSummary {
+                reason,
+                suppressed: count,
+                rate_limit: "10 records per second per reason".into(),
+            });
         }
         if let Some(r) = admitted {
             self.audit.record(r);
@@ -184,17 +175,11 @@ pub async fn run(
         peer_records: std::sync::Mutex::new(PeerLimit::new(10, u32::MAX, Instant::now())),
     });
     daemon.audit.append(
-        Record::new(
-            RecordType::Daemon,
-            "start",
-            None,
-            daemon.config.socket.display().to_string(),
-            Decision::Info,
-            "",
-        )
-        .with_details(
-            serde_json::json!({ "pid": std::process::id(), "version": env!("CARGO_PKG_VERSION") }),
-        ),
+        DaemonStart {
+            socket: daemon.config.socket.display().to_string(),
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
         true,
     )?;
     let svc = service::Service {
@@ -235,14 +220,9 @@ pub async fn run(
         } => tracing::warn!("clients still connected after shutdown; closing anyway"),
     }
     daemon.record_peer(None, true);
-    daemon.audit.record(Record::new(
-        RecordType::Daemon,
-        "stop",
-        None,
-        daemon.config.socket.display().to_string(),
-        Decision::Info,
-        "",
-    ));
+    daemon.audit.record(DaemonStop {
+        socket: daemon.config.socket.display().to_string(),
+    });
     daemon.audit.sync()?;
     Ok(())
 }

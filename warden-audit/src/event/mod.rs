@@ -171,8 +171,10 @@ macro_rules! into_record {
             }
         })*
 
-        /// Any documented record, typed.
+        /// Any documented record, typed. (Unboxed: an oracle for tests and
+        /// tools, read one record at a time, not a type kept in bulk.)
         #[derive(Debug, Clone, PartialEq)]
+        #[allow(clippy::large_enum_variant)]
         pub enum AnyEvent {
             $($t($t),)*
         }
