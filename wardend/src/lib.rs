@@ -16,7 +16,8 @@
 //! - [`syscalls`]: refused system calls → rate-limited `policy.syscall` records;
 //!   [`files`]: observed file accesses → `file` records; [`recorder`]: drains
 //!   both queues of every session on the event loop (no thread per session).
-//! - the audit store and the record types are `warden_audit`.
+//! - The audit store and the type of every record are in `warden_audit`;
+//!   the modules above decide what to record and build it from those types.
 //! - [`logs`]: the `Logs` stream (stored records, then live ones).
 //! - [`error`]: errors and their one mapping to gRPC statuses.
 #![forbid(unsafe_code)]
