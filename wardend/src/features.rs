@@ -291,18 +291,18 @@ impl WriteProtection {
     }
 
     /// `details.sandbox.write_protection` of `session.start`.
-    pub fn record(&self, has_writes: bool) -> serde_json::Value {
+    pub fn record(&self, has_writes: bool) -> warden_audit::event::WriteProtection {
         let missing = self.missing();
         let mode = match (has_writes, missing.is_empty()) {
             (false, _) => "no write grants",
             (true, true) => "full",
             (true, false) => "best effort",
         };
-        serde_json::json!({
-            "mode": mode,
-            "active": self.active(),
-            "missing": missing,
-        })
+        warden_audit::event::WriteProtection {
+            mode: mode.to_owned(),
+            active: self.active(),
+            missing,
+        }
     }
 
     /// The `write_protection` line of `wardenctl status`.
@@ -346,7 +346,7 @@ mod tests {
         );
         assert_eq!(w.refusal(true, false), None);
         assert_eq!(
-            w.record(true),
+            serde_json::to_value(w.record(true)).unwrap(),
             serde_json::json!({"mode": "full", "active": ["protected names bound read-only", "creation guard", "Landlock ABI 7"], "missing": []})
         );
     }
@@ -370,7 +370,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            w.record(true),
+            serde_json::to_value(w.record(true)).unwrap(),
             serde_json::json!({"mode": "best effort", "active": ["protected names bound read-only"], "missing": w.missing()})
         );
     }
@@ -392,7 +392,7 @@ mod tests {
         );
         assert_eq!(w.refusal(false, false), None, "no write grant");
         assert_eq!(w.refusal(true, true), None, "opted in");
-        assert_eq!(w.record(false)["mode"], "no write grants");
+        assert_eq!(w.record(false).mode, "no write grants");
     }
 
     #[test]

@@ -16,12 +16,12 @@
 //! - [`syscalls`]: refused system calls → rate-limited `policy.syscall` records;
 //!   [`files`]: observed file accesses → `file` records; [`recorder`]: drains
 //!   both queues of every session on the event loop (no thread per session).
-//! - [`audit`]: the JSONL audit store (chain, rotation, group commit).
+//! - The audit store and the type of every record are in `warden_audit`;
+//!   the modules above decide what to record and build it from those types.
 //! - [`logs`]: the `Logs` stream (stored records, then live ones).
 //! - [`error`]: errors and their one mapping to gRPC statuses.
 #![forbid(unsafe_code)]
 
-pub mod audit;
 pub mod cgroup;
 pub mod conn;
 pub mod egress;
@@ -46,10 +46,10 @@ use std::time::Instant;
 use dashmap::DashMap;
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::ReceiverStream;
-use warden_core::audit::{Decision, Record, RecordType};
+use warden_audit::event::{DaemonPeer, DaemonPeerSummary, DaemonStart, DaemonStop};
+use warden_audit::AuditStore;
 use warden_proto::v1::warden_server::WardenServer;
 
-use crate::audit::AuditStore;
 use crate::session::{EndCause, Session};
 
 /// How long open connections may linger once every session has ended.
@@ -67,7 +67,7 @@ pub struct Config {
     /// system resolver (getaddrinfo).
     pub dns: Option<std::net::SocketAddr>,
     /// `--audit-max-bytes`, `--audit-keep`: rotation and retention.
-    pub audit: audit::Options,
+    pub audit: warden_audit::Options,
     /// `--max-sessions`: most sessions at once (0: as many as the file
     /// descriptors allow, see [`session::capacity`]).
     pub max_sessions: usize,
@@ -106,7 +106,7 @@ impl Daemon {
     /// Writes a `daemon.peer` record unless refusals of that reason flood in
     /// (then counted, and summarised once their second is over, or at
     /// shutdown with `all`).
-    pub fn record_peer(&self, rec: Option<Record>, all: bool) {
+    pub fn record_peer(&self, rec: Option<DaemonPeer>, all: bool) {
         let now = Instant::now();
         let (admitted, summaries) = {
             let mut l = self.peer_records.lock().unwrap_or_else(|p| p.into_inner());
@@ -118,20 +118,11 @@ impl Daemon {
             (admitted.then_some(rec).flatten(), summaries)
         };
         for (reason, count) in summaries {
-            self.audit.record(
-                Record::new(
-                    RecordType::Daemon,
-                    "peer",
-                    None,
-                    "*",
-                    Decision::Deny,
-                    reason,
-                )
-                .with_details(serde_json::json!({
-                    "suppressed": count,
-                    "rate_limit": "10 records per second per reason",
-                })),
-            );
+            self.audit.record(DaemonPeerSummary {
+                reason,
+                suppressed: count,
+                rate_limit: "10 records per second per reason".into(),
+            });
         }
         if let Some(r) = admitted {
             self.audit.record(r);
@@ -185,17 +176,11 @@ pub async fn run(
         peer_records: std::sync::Mutex::new(PeerLimit::new(10, u32::MAX, Instant::now())),
     });
     daemon.audit.append(
-        Record::new(
-            RecordType::Daemon,
-            "start",
-            None,
-            daemon.config.socket.display().to_string(),
-            Decision::Info,
-            "",
-        )
-        .with_details(
-            serde_json::json!({ "pid": std::process::id(), "version": env!("CARGO_PKG_VERSION") }),
-        ),
+        DaemonStart {
+            socket: daemon.config.socket.display().to_string(),
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
         true,
     )?;
     let svc = service::Service {
@@ -236,14 +221,9 @@ pub async fn run(
         } => tracing::warn!("clients still connected after shutdown; closing anyway"),
     }
     daemon.record_peer(None, true);
-    daemon.audit.record(Record::new(
-        RecordType::Daemon,
-        "stop",
-        None,
-        daemon.config.socket.display().to_string(),
-        Decision::Info,
-        "",
-    ));
+    daemon.audit.record(DaemonStop {
+        socket: daemon.config.socket.display().to_string(),
+    });
     daemon.audit.sync()?;
     Ok(())
 }

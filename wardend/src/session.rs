@@ -10,9 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use tokio::sync::{mpsc, Notify};
-use warden_core::audit::{Decision, Record, RecordType};
+use warden_audit::event;
 use warden_core::policy::{self, CompiledPolicy, PolicyInput};
 use warden_proto::v1 as pb;
 use warden_sandbox::launch::{ExitOutcome, Sandbox};
@@ -185,18 +184,13 @@ fn nofile_limit() -> u64 {
 impl Daemon {
     /// Audits a spawn that was refused before anything started.
     pub fn refuse(&self, id: Option<&str>, req: &pb::SpawnRequest, reason: &str) {
-        let rec = Record::new(
-            RecordType::Session,
-            "refused",
-            id,
-            req.command.join(" "),
-            Decision::Deny,
-            reason,
-        )
-        .with_details(json!({
-            "policy_path": req.policy_path,
-            "client_pid": req.client.as_ref().map(|c| c.pid),
-        }));
+        let rec = event::SessionRefused {
+            session: id.map(str::to_owned),
+            command: req.command.join(" "),
+            reason: reason.to_owned(),
+            policy_path: req.policy_path.clone(),
+            client_pid: req.client.as_ref().map(|c| c.pid),
+        };
         if let Err(e) = self.audit.append(rec, true) {
             tracing::error!(error = %e, "cannot write audit record for a refused spawn");
         }
@@ -342,47 +336,55 @@ impl Daemon {
             })
             .cloned()
             .collect();
-        let start = Record::new(
-            RecordType::Session,
-            "start",
-            Some(&id),
-            policy.program.display().to_string(),
-            Decision::Allow,
-            "",
-        )
-        .with_details(json!({
-            "name": policy.name,
-            "argv": policy.argv,
-            "program": policy.program,
-            "cwd": policy.cwd,
-            "policy_path": policy.source,
-            "policy_digest": policy.digest,
-            "read": policy.read,
-            "write": policy.write,
-            "protected": protected,
-            "exposed": policy.exposed,
-            "warnings": policy.warnings,
-            "network_allow": policy.network.allow.iter().map(|r| r.source.as_str()).collect::<Vec<_>>(),
-            "env_names": env_names,
-            "limits": limits,
-            "client": { "pid": client.pid, "program": client.program, "version": client.version },
-            "sandbox": {
-                "backend": "linux",
-                "namespaces": ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"],
-                "landlock_abi": warden_sandbox::landlock_abi(),
-                "landlock_min_abi": policy.sandbox.landlock_min_abi,
-                "syscall_audit": if warden_sandbox::notify::available() {
+        let start = event::SessionStart {
+            session: id.clone(),
+            name: policy.name.clone(),
+            argv: policy.argv.clone(),
+            program: policy.program.clone(),
+            cwd: policy.cwd.clone(),
+            policy_path: policy.source.clone(),
+            policy_digest: policy.digest.clone(),
+            read: policy.read.clone(),
+            write: policy.write.clone(),
+            protected,
+            exposed: policy.exposed.clone(),
+            warnings: policy.warnings.clone(),
+            network_allow: policy
+                .network
+                .allow
+                .iter()
+                .map(|r| r.source.clone())
+                .collect(),
+            env_names,
+            limits: limits.clone(),
+            client: event::Client {
+                pid: client.pid,
+                program: client.program.clone(),
+                version: client.version.clone(),
+            },
+            sandbox: event::SandboxFacts {
+                backend: "linux".into(),
+                namespaces: ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"]
+                    .map(String::from)
+                    .to_vec(),
+                landlock_abi: warden_sandbox::landlock_abi(),
+                landlock_min_abi: policy.sandbox.landlock_min_abi,
+                syscall_audit: if warden_sandbox::notify::available() {
                     "seccomp user notification"
                 } else {
                     "unavailable"
-                },
-                "file_audit": crate::files::level_in_use(spec.audit_files),
-                "create_guard": warden_sandbox::guard::active(&spec, warden_sandbox::notify::available()),
-                "host_root": spec.uid == 0,
-                "write_protection": self.write_protection.record(!policy.write.is_empty()),
-                "best_effort_write_protection": policy.sandbox.best_effort_write_protection,
+                }
+                .into(),
+                file_audit: crate::files::level_in_use(spec.audit_files).into(),
+                create_guard: warden_sandbox::guard::active(
+                    &spec,
+                    warden_sandbox::notify::available(),
+                ),
+                host_root: spec.uid == 0,
+                write_protection: self.write_protection.record(!policy.write.is_empty()),
+                best_effort_write_protection: policy.sandbox.best_effort_write_protection,
             },
-        }));
+        };
         // Audit-before-execute: the start record is on disk before the server runs.
         self.audit.append(start, true).map_err(DaemonError::Audit)?;
 
@@ -530,28 +532,17 @@ impl Daemon {
                 .unwrap_or_default();
             let total = mem.total();
             if total > limit && session.request_end(EndCause::Memory) {
-                self.audit.record(
-                    Record::new(
-                        RecordType::Limit,
-                        "breach",
-                        Some(&session.id),
-                        "memory_mb",
-                        Decision::Deny,
-                        format!(
-                            "memory {} MiB (resident, tmpfs and memfd) exceeds memory_mb={limit_mb}",
-                            total >> 20
-                        ),
-                    )
-                    .with_details(json!({
-                        "rss_bytes": total,
-                        "resident_bytes": mem.resident,
-                        "shmem_mapped_bytes": mem.shmem_mapped,
-                        "tmpfs_bytes": mem.tmpfs,
-                        "memfd_bytes": mem.memfd,
-                        "limit_bytes": limit,
-                        "mechanism": "rss-sampling",
-                    })),
-                );
+                self.audit.record(event::LimitBreach {
+                    session: session.id.clone(),
+                    mechanism: event::Breach::RssSampling {
+                        limit_bytes: limit,
+                        rss_bytes: total,
+                        resident_bytes: mem.resident,
+                        shmem_mapped_bytes: mem.shmem_mapped,
+                        tmpfs_bytes: mem.tmpfs,
+                        memfd_bytes: mem.memfd,
+                    },
+                });
                 return;
             }
         }
@@ -618,17 +609,10 @@ impl Daemon {
         if let Some(dir) = &session.cgroup {
             let kills = crate::cgroup::oom_kills(dir);
             if kills > 0 && session.request_end(EndCause::Memory) {
-                self.audit.record(
-                    Record::new(
-                        RecordType::Limit,
-                        "breach",
-                        Some(&session.id),
-                        "memory_mb",
-                        Decision::Deny,
-                        "the session's cgroup reached memory.max; the kernel killed it",
-                    )
-                    .with_details(json!({ "oom_kills": kills, "mechanism": "cgroup" })),
-                );
+                self.audit.record(event::LimitBreach {
+                    session: session.id.clone(),
+                    mechanism: event::Breach::Cgroup { oom_kills: kills },
+                });
             }
             tokio::spawn(crate::cgroup::remove_session(dir.clone()));
         }
@@ -658,19 +642,13 @@ impl Daemon {
         signal: Option<i32>,
         reason: &str,
     ) {
-        let rec = Record::new(
-            RecordType::Session,
-            "exit",
-            Some(id),
-            "",
-            Decision::Info,
-            reason,
-        )
-        .with_details(json!({
-            "code": code,
-            "signal": signal,
-            "duration_ms": started.elapsed().as_millis() as u64,
-        }));
+        let rec = event::SessionExit {
+            session: id.to_owned(),
+            reason: reason.to_owned(),
+            code,
+            signal,
+            duration_ms: started.elapsed().as_millis() as u64,
+        };
         if let Err(e) = self.audit.append(rec, true) {
             tracing::error!(error = %e, session = id, "cannot write session.exit");
         }
