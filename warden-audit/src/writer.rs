@@ -412,7 +412,8 @@ impl Shared {
             }
         }
         if self.live_tx.receiver_count() > 0 {
-            let line = String::from_utf8(line).expect("stored lines are ASCII");
+            // Stored lines are ASCII (`to_line`): nothing to replace.
+            let line = String::from_utf8_lossy(&line).into_owned();
             let _ = self.live_tx.send(Arc::new(Live {
                 seq: rec.seq,
                 line,

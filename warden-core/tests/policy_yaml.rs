@@ -2,6 +2,7 @@
 //! the values, it still means (each accepted case below read the same there), and
 //! what YAML readers read differently is refused. The expected values were
 //! checked against the serde_yaml-based parser this one replaced.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

@@ -116,9 +116,9 @@ impl Confinement {
                     &fprog as *const libc::sock_fprog,
                 )
             };
-            // SAFETY: reading errno.
             if r < 0
                 && flags & WAIT_KILLABLE_RECV != 0
+                // SAFETY: reading this thread's errno.
                 && unsafe { *libc::__errno_location() } == libc::EINVAL
             {
                 // A kernel that reports 5.19+ but lacks the flag (a backport

@@ -211,7 +211,7 @@ impl Guard {
             }
             self.registry = Some(reg);
         }
-        self.registry.as_mut().expect("just built")
+        self.registry.get_or_insert_with(HashMap::new)
     }
 
     /// Decides (and performs) a watched call `c` of notification `n`. Only

@@ -292,7 +292,13 @@ impl Sandbox {
                 Err(e) => return Err(fail(&mut launcher, control(e))),
             }
         }
-        let (pidfd, pid) = pidfd.expect("loop ends only with a pidfd");
+        // The loop ends only with a pidfd.
+        let Some((pidfd, pid)) = pidfd else {
+            return Err(fail(
+                &mut launcher,
+                SandboxError::Protocol("no pidfd from the launcher".into()),
+            ));
+        };
         let (notifier, refused) = notifier.unzip();
         Ok(Sandbox {
             sock: ours,

@@ -4,6 +4,7 @@
 //! and rate limits are tested end to end in `e2e/tests/file_audit.rs`.
 //!
 //! Run as root and as an unprivileged user (`scripts/test`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;

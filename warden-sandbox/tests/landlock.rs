@@ -6,6 +6,7 @@
 //! `src/landlock.rs` (`host_tests`). Here: the mounts and Landlock together keep
 //! the grants, and inside the sandbox Landlock refuses things the mount layer
 //! and file permissions would allow.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -6,6 +6,7 @@
 //! operation on an ordinary file of the same grant succeeds, and the same
 //! operation on the protected file succeeds once the policy grants that exact
 //! path for writing.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -5,6 +5,7 @@
 //! `WARDEN_SANDBOX_RUN` (for copies of the binaries run by another user), else from
 //! Cargo. Tests that need user namespaces say so and skip when the kernel refuses
 //! them.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::io::Read;
 use std::os::fd::OwnedFd;

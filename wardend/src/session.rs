@@ -127,7 +127,15 @@ impl Session {
 
 fn new_session_id() -> String {
     let mut b = [0u8; 6];
-    getrandom::fill(&mut b).expect("getrandom");
+    if getrandom::fill(&mut b).is_err() {
+        // Ids need to be unique, not secret: the clock and a counter.
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        b.copy_from_slice(&(nanos ^ n.rotate_left(40)).to_le_bytes()[..6]);
+    }
     hex::encode(b)
 }
 
@@ -681,7 +689,10 @@ impl Daemon {
             .collect();
         match matches.len() {
             0 => Err(DaemonError::NoSuchSession(id.to_string())),
-            1 => Ok(matches.into_iter().next().unwrap()),
+            1 => matches
+                .into_iter()
+                .next()
+                .ok_or_else(|| DaemonError::NoSuchSession(id.to_string())),
             _ => Err(DaemonError::AmbiguousSession(id.to_string())),
         }
     }

@@ -85,7 +85,16 @@ fn name(r: &Record) -> String {
 /// plain data; serialising one can fail only for a path that is not UTF-8,
 /// which the policy compiler never lets through.
 fn details(event: &impl Serialize) -> Value {
-    serde_json::to_value(event).expect("an event's details serialise to JSON")
+    // Never a panic in the daemon for a record: should it ever fail, the
+    // record still goes out, saying so.
+    serde_json::to_value(event).unwrap_or_else(|e| {
+        let mut m = serde_json::Map::new();
+        m.insert(
+            "details_error".into(),
+            Value::String(format!("details not serialisable: {e}")),
+        );
+        Value::Object(m)
+    })
 }
 
 /// `details` with `extra` (constant keys of the record type) added.
