@@ -11,7 +11,6 @@
 //!   file-access calls through.
 //! - [`files`]: file-access auditing: reading what an observed call names
 //!   and judging it against the sandbox's layout.
-//! - [`stdio`]: moving bytes between the client's stdio and the server's pipes.
 //! - [`protect`]: the names inside a write grant the host runs or trusts (`.git`,
 //!   shell start-up files, `.vscode`...), kept read-only by `mounts`.
 //!
@@ -37,7 +36,6 @@ mod queue;
 mod readiness;
 mod seccomp;
 pub mod spec;
-pub mod stdio;
 mod sys;
 
 pub use files::{FileAccess, FileAccesses};

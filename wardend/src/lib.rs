@@ -10,6 +10,8 @@
 //! - [`service`]: the gRPC methods and the peer checks (uid; [`peer`]: not
 //!   inside a sandbox).
 //! - [`session`]: policy → audit → sandbox → stdio pumps → exit.
+//! - [`stdio`]: the stdio relay between the client's fds (passed by the shim)
+//!   and the server's pipes, on daemon threads.
 //! - [`egress`]: the per-session egress proxy (crate `warden-proxy`) wired to
 //!   the session's listener, the audit store and the `ps` counters.
 //! - [`limits`]: memory limit by sampling the sandbox's resident memory.
@@ -35,6 +37,7 @@ pub mod ratelimit;
 pub mod recorder;
 pub mod service;
 pub mod session;
+pub mod stdio;
 pub mod syscalls;
 
 use std::future::Future;

@@ -16,9 +16,9 @@ use warden_core::policy::{self, CompiledPolicy, PolicyInput};
 use warden_proto::v1 as pb;
 use warden_sandbox::launch::{ExitOutcome, Sandbox};
 use warden_sandbox::spec::SandboxSpec;
-use warden_sandbox::stdio::{pipe, Relay};
 
 use crate::error::DaemonError;
+use crate::stdio::{pipe, Relay};
 use crate::Daemon;
 
 mod plan;

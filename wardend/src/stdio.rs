@@ -15,13 +15,24 @@
 //! The fds received from the shim share their open file description with the
 //! shim (and maybe with a terminal the user's shell also uses), so their flags
 //! (`O_NONBLOCK`) are never changed here.
+//!
+//! It runs on daemon threads, outside any sandbox, and needs no `unsafe`:
+//! every call is a safe `nix` wrapper (`splice`, `poll`, `pipe2`, `eventfd`),
+//! as in the egress proxy's `engine/splice.rs`.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{fcntl, splice, FcntlArg, OFlag, SpliceFFlags};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::stat::{fstat, SFlag};
+use nix::unistd::{pipe2, read, write};
 
 const CHUNK: usize = 1 << 16;
 
@@ -34,7 +45,7 @@ const RELAY_STACK: usize = 128 << 10;
 /// A thread with a cancel eventfd: what [`Pump`] and [`Duplex`] run on.
 struct Worker {
     thread: Option<JoinHandle<io::Result<()>>>,
-    cancel: Arc<OwnedFd>,
+    cancel: Arc<EventFd>,
     stop: Arc<AtomicBool>,
 }
 
@@ -42,15 +53,12 @@ impl Worker {
     /// Runs `body(cancel_fd, stop_flag)` on a new thread named `name`.
     fn spawn(
         name: String,
-        body: impl FnOnce(&OwnedFd, &AtomicBool) -> io::Result<()> + Send + 'static,
+        body: impl FnOnce(&EventFd, &AtomicBool) -> io::Result<()> + Send + 'static,
     ) -> io::Result<Worker> {
-        // SAFETY: eventfd returns a new fd or -1.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if efd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: efd is a fresh fd we own.
-        let cancel = Arc::new(unsafe { OwnedFd::from_raw_fd(efd) });
+        let cancel = Arc::new(EventFd::from_value_and_flags(
+            0,
+            EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK,
+        )?);
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (cancel, stop) = (cancel.clone(), stop.clone());
@@ -69,15 +77,8 @@ impl Worker {
     /// Asks the thread to stop at its next wait.
     fn cancel(&self) {
         self.stop.store(true, Ordering::SeqCst);
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
-        unsafe {
-            libc::write(
-                self.cancel.as_raw_fd(),
-                &one as *const u64 as *const libc::c_void,
-                8,
-            )
-        };
+        // Only fails when the counter would overflow, which leaves it readable.
+        let _ = self.cancel.write(1);
     }
 
     fn is_finished(&self) -> bool {
@@ -177,10 +178,16 @@ enum Wait {
     Cancelled,
 }
 
+/// Whether `poll(2)` reported anything for `p` (events bits nix does not
+/// name count too).
+fn fired(p: &PollFd<'_>) -> bool {
+    p.any().unwrap_or(true)
+}
+
 fn wait_fd(
-    fd: RawFd,
-    events: libc::c_short,
-    cancel: &OwnedFd,
+    fd: BorrowedFd<'_>,
+    events: PollFlags,
+    cancel: &EventFd,
     stop: &AtomicBool,
 ) -> io::Result<Wait> {
     loop {
@@ -188,30 +195,18 @@ fn wait_fd(
             return Ok(Wait::Cancelled);
         }
         let mut fds = [
-            libc::pollfd {
-                fd,
-                events,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: cancel.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
+            PollFd::new(fd, events),
+            PollFd::new(cancel.as_fd(), PollFlags::POLLIN),
         ];
-        // SAFETY: fds is a valid array of two pollfd.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
         }
-        if fds[1].revents != 0 {
+        if fired(&fds[1]) {
             return Ok(Wait::Cancelled);
         }
-        if fds[0].revents != 0 {
+        if fired(&fds[0]) {
             return Ok(Wait::Ready);
         }
     }
@@ -220,82 +215,58 @@ fn wait_fd(
 fn copy(
     src: OwnedFd,
     dst: OwnedFd,
-    cancel: &OwnedFd,
+    cancel: &EventFd,
     stop: &AtomicBool,
     bytes: &AtomicU64,
 ) -> io::Result<()> {
-    let (s, d) = (src.as_raw_fd(), dst.as_raw_fd());
     let mut use_splice = true;
     let mut buf: Vec<u8> = Vec::new();
     loop {
-        match wait_fd(s, libc::POLLIN, cancel, stop)? {
+        match wait_fd(src.as_fd(), PollFlags::POLLIN, cancel, stop)? {
             Wait::Cancelled => return Ok(()),
             Wait::Ready => {}
         }
         if use_splice {
-            // SAFETY: splice between two fds we hold; null offsets = current file positions.
-            let n = unsafe {
-                libc::splice(
-                    s,
-                    std::ptr::null_mut(),
-                    d,
-                    std::ptr::null_mut(),
-                    CHUNK,
-                    libc::SPLICE_F_MOVE,
-                )
-            };
-            if n > 0 {
-                bytes.fetch_add(n as u64, Ordering::Relaxed);
-                continue;
-            }
-            if n == 0 {
-                return Ok(()); // EOF
-            }
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) | Some(libc::EAGAIN) => continue,
+            // No offsets: both fds at their current file positions.
+            match splice(&src, None, &dst, None, CHUNK, SpliceFFlags::SPLICE_F_MOVE) {
+                Ok(0) => return Ok(()), // EOF
+                Ok(n) => {
+                    bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    continue;
+                }
+                Err(Errno::EINTR | Errno::EAGAIN) => continue,
                 // Not spliceable on one side: copy through a buffer instead.
-                Some(libc::EINVAL) | Some(libc::ENOSYS) | Some(libc::EBADF) => {
+                Err(Errno::EINVAL | Errno::ENOSYS | Errno::EBADF) => {
                     use_splice = false;
                     buf = vec![0u8; CHUNK];
                 }
-                Some(libc::EPIPE) => return Ok(()),
-                _ => return Err(e),
+                Err(Errno::EPIPE) => return Ok(()),
+                Err(e) => return Err(e.into()),
             }
         }
-        // SAFETY: buf is CHUNK writable bytes.
-        let n = unsafe { libc::read(s, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) };
-        if n == 0 {
-            return Ok(());
-        }
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) | Some(libc::EAGAIN) => continue,
-                _ => return Err(e),
-            }
-        }
+        let n = match read(&src, &mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(Errno::EINTR | Errno::EAGAIN) => continue,
+            Err(e) => return Err(e.into()),
+        };
         let mut off = 0usize;
-        let n = n as usize;
         while off < n {
-            // SAFETY: writing initialised bytes off..n of buf.
-            let w = unsafe { libc::write(d, buf[off..n].as_ptr() as *const libc::c_void, n - off) };
-            if w < 0 {
-                let e = io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(libc::EAGAIN) => {
-                        if let Wait::Cancelled = wait_fd(d, libc::POLLOUT, cancel, stop)? {
-                            return Ok(());
-                        }
-                        continue;
-                    }
-                    Some(libc::EPIPE) => return Ok(()),
-                    _ => return Err(e),
+            match write(&dst, &buf[off..n]) {
+                Ok(w) => {
+                    off += w;
+                    bytes.fetch_add(w as u64, Ordering::Relaxed);
                 }
+                Err(Errno::EINTR) => continue,
+                Err(Errno::EAGAIN) => {
+                    let waited = wait_fd(dst.as_fd(), PollFlags::POLLOUT, cancel, stop)?;
+                    if let Wait::Cancelled = waited {
+                        return Ok(());
+                    }
+                }
+                Err(Errno::EPIPE) => return Ok(()),
+                Err(e) => return Err(e.into()),
             }
-            off += w as usize;
-            bytes.fetch_add(w as u64, Ordering::Relaxed);
         }
     }
 }
@@ -392,13 +363,7 @@ impl Relay {
 
 /// A close-on-exec pipe: (read end, write end).
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: fds is a valid array of two ints.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: pipe2 returned two fresh fds that we now own.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)
 }
 
 /// Both directions of a session's stdin/stdout on one thread.
@@ -425,47 +390,32 @@ pub struct Duplex {
     bytes_err: Arc<AtomicU64>,
 }
 
+/// The file type bits of `fd`'s mode; None when `fstat` fails.
+fn file_type(fd: &OwnedFd) -> Option<SFlag> {
+    let st = fstat(fd).ok()?;
+    Some(SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT)
+}
+
 /// True for fds `Duplex` can serve: pipes and sockets.
 pub fn duplex_capable(fd: &OwnedFd) -> bool {
-    // SAFETY: fstat into a zeroed stat buffer.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fd is valid for the call; st is a valid out-pointer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
-        return false;
-    }
-    matches!(st.st_mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK)
+    matches!(file_type(fd), Some(SFlag::S_IFIFO | SFlag::S_IFSOCK))
 }
 
 /// True for a pipe (FIFO).
 fn is_fifo(fd: &OwnedFd) -> bool {
-    // SAFETY: fstat into a zeroed stat buffer.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fd is valid for the call; st is a valid out-pointer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
-        return false;
-    }
-    st.st_mode & libc::S_IFMT == libc::S_IFIFO
+    file_type(fd) == Some(SFlag::S_IFIFO)
 }
 
-fn set_nonblocking(fd: RawFd) -> io::Result<()> {
-    // SAFETY: F_GETFL/F_SETFL on an fd we own (our own pipe ends only).
-    unsafe {
-        let fl = libc::fcntl(fd, libc::F_GETFL);
-        if fl < 0 || libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
+/// Only ever on the daemon's own pipe ends.
+fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
+    let fl = OFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(fl | OFlag::O_NONBLOCK))?;
     Ok(())
 }
 
-fn poll_now(fd: RawFd, events: libc::c_short) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, no sleep.
-    unsafe { libc::poll(&mut p, 1, 0) > 0 }
+fn poll_now(fd: BorrowedFd<'_>, events: PollFlags) -> bool {
+    let mut p = [PollFd::new(fd, events)];
+    matches!(poll(&mut p, PollTimeout::ZERO), Ok(n) if n > 0)
 }
 
 /// One direction of a [`Duplex`].
@@ -484,49 +434,32 @@ enum Step {
 }
 
 impl Lane {
-    fn pollfd(&self) -> libc::pollfd {
-        let (fd, events) = if self.want_write {
-            (self.dst.as_raw_fd(), libc::POLLOUT)
+    fn pollfd(&self) -> PollFd<'_> {
+        if self.want_write {
+            PollFd::new(self.dst.as_fd(), PollFlags::POLLOUT)
         } else {
-            (self.src.as_raw_fd(), libc::POLLIN)
-        };
-        libc::pollfd {
-            fd,
-            events,
-            revents: 0,
+            PollFd::new(self.src.as_fd(), PollFlags::POLLIN)
         }
     }
 
     fn step(&mut self) -> io::Result<Step> {
-        // SAFETY: splice between two fds we hold, at their current positions.
-        let n = unsafe {
-            libc::splice(
-                self.src.as_raw_fd(),
-                std::ptr::null_mut(),
-                self.dst.as_raw_fd(),
-                std::ptr::null_mut(),
-                CHUNK,
-                libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
-            )
-        };
-        if n > 0 {
-            self.want_write = false;
-            self.bytes.fetch_add(n as u64, Ordering::Relaxed);
-            return Ok(Step::Moved);
-        }
-        if n == 0 {
-            return Ok(Step::Closed);
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EINTR) => Ok(Step::Idle),
+        // No offsets: both fds at their current positions.
+        let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
+        match splice(&self.src, None, &self.dst, None, CHUNK, flags) {
+            Ok(0) => Ok(Step::Closed),
+            Ok(n) => {
+                self.want_write = false;
+                self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                Ok(Step::Moved)
+            }
+            Err(Errno::EINTR) => Ok(Step::Idle),
             // Either side may be the one that is not ready: ask the destination.
-            Some(libc::EAGAIN) => {
-                self.want_write = !poll_now(self.dst.as_raw_fd(), libc::POLLOUT);
+            Err(Errno::EAGAIN) => {
+                self.want_write = !poll_now(self.dst.as_fd(), PollFlags::POLLOUT);
                 Ok(Step::Idle)
             }
-            Some(libc::EPIPE) | Some(libc::ECONNRESET) => Ok(Step::Closed),
-            _ => Err(e),
+            Err(Errno::EPIPE | Errno::ECONNRESET) => Ok(Step::Closed),
+            Err(e) => Err(e.into()),
         }
     }
 }
@@ -555,10 +488,10 @@ impl Duplex {
         c_out: OwnedFd,
         err: Option<(OwnedFd, OwnedFd)>,
     ) -> io::Result<Duplex> {
-        set_nonblocking(in_w.as_raw_fd())?;
-        set_nonblocking(out_r.as_raw_fd())?;
+        set_nonblocking(&in_w)?;
+        set_nonblocking(&out_r)?;
         if let Some((err_r, _)) = &err {
-            set_nonblocking(err_r.as_raw_fd())?;
+            set_nonblocking(err_r)?;
         }
         let out_done = Arc::new(AtomicBool::new(false));
         let err_done = Arc::new(AtomicBool::new(err.is_none()));
@@ -597,12 +530,12 @@ impl Duplex {
         })
     }
 
-    /// Bytes moved client → server and server → client.
     /// The live counters behind [`Duplex::bytes`]: (client → server, server → client).
     pub fn counters(&self) -> (Arc<AtomicU64>, Arc<AtomicU64>) {
         (self.bytes_in.clone(), self.bytes_out.clone())
     }
 
+    /// Bytes moved client → server and server → client.
     pub fn bytes(&self) -> (u64, u64) {
         (
             self.bytes_in.load(Ordering::Relaxed),
@@ -657,7 +590,7 @@ impl Duplex {
 /// `done[0]`/`done[1]` are set when the stdout/stderr lane has closed.
 fn duplex(
     lanes: [Option<Lane>; 3],
-    cancel: &OwnedFd,
+    cancel: &EventFd,
     stop: &AtomicBool,
     done: &[Arc<AtomicBool>; 2],
 ) -> io::Result<()> {
@@ -667,57 +600,59 @@ fn duplex(
         if stop.load(Ordering::SeqCst) || lanes.iter().all(Option::is_none) {
             break Ok(());
         }
-        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(4);
-        let mut which: Vec<usize> = Vec::with_capacity(3);
-        for (i, lane) in lanes.iter().enumerate() {
-            if let Some(l) = lane {
-                fds.push(l.pollfd());
-                which.push(i);
-            }
-        }
-        fds.push(libc::pollfd {
-            fd: cancel.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
         let spinning = last_move.is_some_and(|t| t.elapsed() < SPIN_WINDOW);
-        // SAFETY: fds is a valid array of fds.len() pollfd.
-        let n = unsafe {
-            libc::poll(
-                fds.as_mut_ptr(),
-                fds.len() as libc::nfds_t,
-                if spinning { 0 } else { -1 },
-            )
+        // The poll set borrows the lanes; what fired is copied out before
+        // the lanes move data.
+        let mut ready = [false; 3];
+        let polled = {
+            let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(4);
+            let mut which: Vec<usize> = Vec::with_capacity(3);
+            for (i, lane) in lanes.iter().enumerate() {
+                if let Some(l) = lane {
+                    fds.push(l.pollfd());
+                    which.push(i);
+                }
+            }
+            fds.push(PollFd::new(cancel.as_fd(), PollFlags::POLLIN));
+            let timeout = if spinning {
+                PollTimeout::ZERO
+            } else {
+                PollTimeout::NONE
+            };
+            poll(&mut fds, timeout).map(|n| {
+                for (k, &i) in which.iter().enumerate() {
+                    ready[i] = fired(&fds[k]);
+                }
+                (n, fds.last().is_some_and(fired))
+            })
         };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
+        let cancelled = match polled {
+            Ok((0, _)) => {
+                // Nothing yet within the window: let the client or the server
+                // run (sched_yield).
+                std::thread::yield_now();
                 continue;
             }
-            break Err(e);
-        }
-        if n == 0 {
-            // Nothing yet within the window: let the client or the server run.
-            // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
-            continue;
-        }
-        if fds.last().is_some_and(|c| c.revents != 0) {
+            Ok((_, cancelled)) => cancelled,
+            Err(Errno::EINTR) => continue,
+            Err(e) => break Err(e.into()),
+        };
+        if cancelled {
             break Ok(());
         }
         let mut failed = None;
-        for (k, &i) in which.iter().enumerate() {
-            if fds[k].revents == 0 {
+        for (i, slot) in lanes.iter_mut().enumerate() {
+            if !ready[i] {
                 continue;
             }
-            let Some(lane) = lanes[i].as_mut() else {
+            let Some(lane) = slot.as_mut() else {
                 continue;
             };
             match lane.step() {
                 Ok(Step::Moved) => last_move = Some(Instant::now()),
                 Ok(Step::Idle) => {}
                 Ok(Step::Closed) => {
-                    lanes[i] = None; // closes both fds: EOF travels on
+                    *slot = None; // closes both fds: EOF travels on
                     if i >= 1 {
                         done[i - 1].store(true, Ordering::SeqCst);
                     }
@@ -786,6 +721,47 @@ mod tests {
         std::fs::File::from(src_w).write_all(b"abc\n").unwrap();
         assert!(pump.wait_for(Duration::from_secs(5)));
         assert_eq!(std::fs::read(&path).unwrap(), b"abc\n");
+    }
+
+    #[test]
+    fn pumps_relay_a_tty_both_ways_byte_exact() {
+        use nix::sys::termios::{cfmakeraw, tcgetattr, tcsetattr, SetArg};
+        // A terminal client: the server's stdout into the tty, the tty's
+        // input into the server's stdin (raw mode: no echo, no line editing).
+        let pty = nix::pty::openpty(None, None).unwrap();
+        let mut raw = tcgetattr(&pty.slave).unwrap();
+        cfmakeraw(&mut raw);
+        tcsetattr(&pty.slave, SetArg::TCSANOW, &raw).unwrap();
+        let slave_in = pty.slave.try_clone().unwrap();
+        let (out_r, out_w) = pipe().unwrap();
+        let (in_r, in_w) = pipe().unwrap();
+        let mut stdout = Pump::start("tty-out", out_r, pty.slave).unwrap();
+        let stdin = Pump::start("tty-in", slave_in, in_w).unwrap();
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let master = std::fs::File::from(pty.master);
+        let typist = {
+            let (data, mut m) = (data.clone(), master.try_clone().unwrap());
+            std::thread::spawn(move || m.write_all(&data).unwrap())
+        };
+        let server = {
+            let data = data.clone();
+            std::thread::spawn(move || {
+                let mut got = vec![0u8; data.len()];
+                std::fs::File::from(in_r).read_exact(&mut got).unwrap();
+                std::fs::File::from(out_w).write_all(&data).unwrap();
+                got
+            })
+        };
+        let mut shown = vec![0u8; data.len()];
+        (&master).read_exact(&mut shown).unwrap();
+        typist.join().unwrap();
+        assert!(server.join().unwrap() == data, "tty → server differs");
+        assert!(shown == data, "server → tty differs");
+        // The server's stdout ended: the pump ends and closes its tty fd.
+        assert!(stdout.wait_for(Duration::from_secs(5)));
+        assert_eq!(stdout.bytes(), data.len() as u64);
+        assert_eq!(stdin.bytes(), data.len() as u64);
+        stdin.stop(Duration::from_secs(1));
     }
 
     #[test]
