@@ -1586,12 +1586,17 @@ pub(crate) struct Watch {
 }
 
 impl Watch {
-    /// `None` when the spec does not ask for file auditing and the creation
-    /// guard is off (`guard`); with the guard alone (level `off`), only its
-    /// refusals are reported.
-    pub(crate) fn from_spec(spec: &SandboxSpec, guard: bool) -> Option<Watch> {
-        (!spec.audit_files.is_off() || guard).then(|| Watch {
-            level: spec.audit_files,
+    /// `None` when the spec's layers neither watch file accesses nor guard
+    /// creations; with the guard alone (level `off`), only its refusals are
+    /// reported.
+    pub(crate) fn from_spec(spec: &SandboxSpec) -> Option<Watch> {
+        let l = spec.layers;
+        (l.watch_files || l.guard).then(|| Watch {
+            level: if l.watch_files {
+                spec.audit_files
+            } else {
+                FileAudit::Off
+            },
             layout: Layout::new(spec),
         })
     }
@@ -2140,6 +2145,7 @@ mod tests {
             "user": "ana",
             "tmp_size_mb": 1,
             "audit_files": "denied",
+            "layers": crate::spec::Layers::NONE,
         }))
         .unwrap()
     }

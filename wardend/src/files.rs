@@ -19,7 +19,7 @@ use std::time::Instant;
 use warden_audit::event::{self, path_text};
 use warden_audit::{Decision, Record};
 use warden_sandbox::files::{Action, Decision as Verdict, FileAccess};
-use warden_sandbox::spec::FileAudit;
+use warden_sandbox::spec::{FileAudit, SandboxSpec};
 
 /// Records per second for one (action, decision, path) per session.
 pub const PER_PATH: u32 = 10;
@@ -176,14 +176,15 @@ pub fn refusal(level: FileAudit, explicit: bool, notify_available: bool) -> Opti
 }
 
 /// What `session.start` says about file auditing: the level, or
-/// `unavailable` when the policy asks for it but the kernel lacks seccomp user
-/// notification (like `syscall_audit`, an audit that cannot be had is said,
-/// not refused: it protects nothing).
-pub fn level_in_use(level: FileAudit) -> &'static str {
-    if !level.is_off() && !warden_sandbox::notify::available() {
+/// `unavailable` when the policy asks for it but the sandbox's layers do not
+/// watch file accesses (the kernel lacks seccomp user notification; like
+/// `syscall_audit`, an audit that cannot be had is said, not refused: it
+/// protects nothing).
+pub fn level_in_use(spec: &SandboxSpec) -> &'static str {
+    if !spec.audit_files.is_off() && !spec.layers.watch_files {
         "unavailable"
     } else {
-        level.as_str()
+        spec.audit_files.as_str()
     }
 }
 

@@ -95,7 +95,12 @@ pub struct Daemon {
     pub shutting_down: AtomicBool,
     /// The delegated cgroup v2 subtree the daemon manages, or why there is none.
     pub cgroup: Result<cgroup::Delegation, String>,
-    /// What protects write grants on this kernel (probed once at start).
+    /// What the kernel offers, probed once at start: every session's
+    /// sandbox layers are decided from it (`session::plan`), `wardenctl
+    /// status` shows it.
+    pub kernel: warden_sandbox::Kernel,
+    /// What protects write grants on this kernel (judged once at start from
+    /// [`Daemon::kernel`] and the test setting [`features::PRETEND_MISSING_VAR`]).
     pub write_protection: features::WriteProtection,
     /// `daemon.peer` refusals: a refused peer may reconnect in a loop.
     pub peer_records: std::sync::Mutex<PeerLimit>,
@@ -153,8 +158,18 @@ pub async fn run(
         ),
         Err(why) => tracing::info!(%why, "no delegated cgroup: limits use the fallbacks"),
     }
+    let kernel = warden_sandbox::Kernel::probe();
+    tracing::info!(
+        release = %kernel.release,
+        landlock_abi = ?kernel.landlock_abi(),
+        user_notif = kernel.user_notif,
+        addfd_send = kernel.addfd_send,
+        wait_killable_recv = kernel.wait_killable_recv,
+        sync_wake_up = kernel.sync_wake_up,
+        "probed the kernel"
+    );
     let pretend = std::env::var(features::PRETEND_MISSING_VAR).ok();
-    let write_protection = features::WriteProtection::probe(pretend.as_deref());
+    let write_protection = features::WriteProtection::judge(&kernel, pretend.as_deref());
     if write_protection.pretended {
         tracing::warn!(
             var = features::PRETEND_MISSING_VAR,
@@ -175,6 +190,7 @@ pub async fn run(
         started: Instant::now(),
         shutting_down: AtomicBool::new(false),
         cgroup,
+        kernel,
         write_protection,
         peer_records: std::sync::Mutex::new(PeerLimit::new(10, u32::MAX, Instant::now())),
     });

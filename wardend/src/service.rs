@@ -176,7 +176,7 @@ impl Warden for Service {
             audit_path: d.audit.path().display().to_string(),
             sessions: d.sessions.len() as u32,
             uptime_ms: d.started.elapsed().as_millis() as u64,
-            features: crate::features::probe(&self.daemon.cgroup, &self.daemon.write_protection),
+            features: crate::features::report(&d.kernel, &d.cgroup, &d.write_protection),
         }))
     }
 

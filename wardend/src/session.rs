@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, Notify};
 use warden_audit::event;
 use warden_core::policy::{self, CompiledPolicy, PolicyInput};
 use warden_proto::v1 as pb;
-use warden_sandbox::launch::{ExitOutcome, Sandbox};
+use warden_sandbox::launch::{ExitOutcome, Sandbox, Spawned};
 use warden_sandbox::spec::SandboxSpec;
 
 use crate::error::DaemonError;
@@ -302,7 +302,7 @@ impl Daemon {
             gid: warden_core::paths::current_gid(),
             cgroup: &self.cgroup,
             write_protection: &self.write_protection,
-            notify: warden_sandbox::notify::available(),
+            kernel: &self.kernel,
         };
         plan::fit(&mut policy, &host)?;
         let warden_paths = self.warden_paths(policy.source.as_deref());
@@ -370,28 +370,8 @@ impl Daemon {
                 program: client.program.clone(),
                 version: client.version.clone(),
             },
-            sandbox: event::SandboxFacts {
-                backend: "linux".into(),
-                namespaces: ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"]
-                    .map(String::from)
-                    .to_vec(),
-                landlock_abi: warden_sandbox::landlock_abi(),
-                landlock_min_abi: policy.sandbox.landlock_min_abi,
-                syscall_audit: if warden_sandbox::notify::available() {
-                    "seccomp user notification"
-                } else {
-                    "unavailable"
-                }
-                .into(),
-                file_audit: crate::files::level_in_use(spec.audit_files).into(),
-                create_guard: warden_sandbox::guard::active(
-                    &spec,
-                    warden_sandbox::notify::available(),
-                ),
-                host_root: spec.uid == 0,
-                write_protection: self.write_protection.record(!policy.write.is_empty()),
-                best_effort_write_protection: policy.sandbox.best_effort_write_protection,
-            },
+            // What the spec's layers apply, as the sandbox is given them.
+            sandbox: plan::sandbox_facts(&spec, &policy, &self.write_protection),
         };
         // Audit-before-execute: the start record is on disk before the server runs.
         self.audit.append(start, true).map_err(DaemonError::Audit)?;
@@ -416,7 +396,7 @@ impl Daemon {
             }
         }
         let result = self.launch(&spec, stdio).await;
-        let (sandbox, relay) = match result {
+        let (spawned, relay) = match result {
             Ok(v) => v,
             Err(e) => {
                 if let Some(dir) = spec.cgroup.clone() {
@@ -426,12 +406,18 @@ impl Daemon {
                 return Err(e);
             }
         };
+        let Spawned {
+            sandbox,
+            refused,
+            files,
+            proxy_listener,
+        } = spawned;
         let sandbox = Arc::new(sandbox);
         let net = Arc::new(crate::egress::NetCounters::default());
         // The egress proxy, on the listener PID 1 made inside the sandbox. Without
         // it the server would run with no way out but also no record of its
         // attempts: refuse instead.
-        let proxy = match sandbox.take_proxy_listener().map(|fd| {
+        let proxy = match proxy_listener.map(|fd| {
             crate::egress::Proxy::start(fd, policy.network.clone(), self.clone(), &id, net.clone())
         }) {
             Some(Ok(p)) => p,
@@ -450,7 +436,7 @@ impl Daemon {
         };
         // Refused escape and kernel-attack calls and observed file accesses,
         // recorded until the sandbox is gone (a task, no thread of its own).
-        let recorder = crate::recorder::start(self, &id, &sandbox);
+        let recorder = crate::recorder::start(self, &id, &sandbox, refused, files);
         let session = Arc::new(Session {
             id: id.clone(),
             name: policy.name.clone().unwrap_or_default(),
@@ -501,14 +487,14 @@ impl Daemon {
         &self,
         spec: &SandboxSpec,
         stdio: [OwnedFd; 3],
-    ) -> Result<(Sandbox, Relay), DaemonError> {
+    ) -> Result<(Spawned, Relay), DaemonError> {
         let io = |e: std::io::Error| DaemonError::Internal(format!("stdio pipes: {e}"));
         let (in_r, in_w) = pipe().map_err(io)?;
         let (out_r, out_w) = pipe().map_err(io)?;
         let (err_r, err_w) = pipe().map_err(io)?;
         let exe = self.config.sandbox_exe.clone();
         let spec2 = spec.clone();
-        let sandbox =
+        let spawned =
             tokio::task::spawn_blocking(move || Sandbox::spawn(&exe, &spec2, [in_r, out_w, err_w]))
                 .await
                 .map_err(|e| DaemonError::Internal(e.to_string()))?
@@ -517,10 +503,10 @@ impl Daemon {
         // EOF travels both ways.
         let relay = Relay::start(stdio, [in_w, out_r, err_r]);
         match relay {
-            Ok(r) => Ok((sandbox, r)),
+            Ok(r) => Ok((spawned, r)),
             Err(e) => {
-                let _ = sandbox.kill_tree();
-                let _ = sandbox.wait();
+                let _ = spawned.sandbox.kill_tree();
+                let _ = spawned.sandbox.wait();
                 Err(io(e))
             }
         }

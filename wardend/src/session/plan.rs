@@ -1,9 +1,10 @@
 //! From a spawn request and its compiled policy to what the sandbox is given.
 //!
 //! Pure: what the daemon knows about itself and this machine (its uid, the
-//! delegated cgroup, the kernel's protections) comes in as a [`Host`], and what
-//! needs the filesystem (compiling the policy, Warden's own paths) is done by the
-//! caller, `Daemon::prepare`. Three steps:
+//! delegated cgroup, its one probe of the kernel and the protections judged
+//! from it) comes in as a [`Host`], and what needs the filesystem (compiling
+//! the policy, Warden's own paths) is done by the caller, `Daemon::prepare`.
+//! Three steps:
 //!
 //! 1. [`request`]: the request's own fields, validated, become what the policy is
 //!    compiled with ([`Compile`]).
@@ -11,15 +12,19 @@
 //!    one can be enforced, and a refusal naming what is missing for a limit or a
 //!    protection the policy needs (fail closed).
 //! 3. [`spec`]: the [`SandboxSpec`], with the server's environment filtered to
-//!    `env.allow` plus defaults.
+//!    `env.allow` plus defaults, and the [`Layers`] it applies on this kernel
+//!    (decided here, once: the sandbox applies them as given, and
+//!    [`sandbox_facts`] records them in `session.start`).
 
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
+use warden_audit::event;
 use warden_core::policy::{self, CompileContext, CompiledPolicy, Overrides, Reserved};
 use warden_proto::v1 as pb;
-use warden_sandbox::spec::{FileAudit, SandboxSpec};
+use warden_sandbox::spec::{FileAudit, Layers, SandboxSpec};
+use warden_sandbox::Kernel;
 
 use crate::cgroup::Delegation;
 use crate::error::DaemonError;
@@ -45,8 +50,8 @@ pub struct Host<'a> {
     pub cgroup: &'a Result<Delegation, String>,
     /// Which write-grant protections this kernel offers.
     pub write_protection: &'a WriteProtection,
-    /// Seccomp user notification works (file auditing needs it).
-    pub notify: bool,
+    /// What the kernel offers (the daemon's probe at start).
+    pub kernel: &'a Kernel,
 }
 
 impl Host<'_> {
@@ -171,7 +176,7 @@ pub fn fit(policy: &mut CompiledPolicy, host: &Host) -> Result<(), DaemonError> 
     if let Some(why) = crate::files::refusal(
         file_audit(policy.audit.files),
         policy.audit.files_explicit,
-        host.notify,
+        host.kernel.user_notif,
     ) {
         return Err(DaemonError::Policy(why));
     }
@@ -241,7 +246,8 @@ fn user_name(client: &[pb::EnvVar]) -> String {
 
 /// The sandbox for session `id`, and the environment names passed through
 /// (for `session.start`). `warden_paths`: Warden's own files, protected in
-/// every write grant that covers them.
+/// every write grant that covers them. Its layers are what this kernel
+/// offers a sandbox like it ([`Kernel::layers`]).
 pub fn spec(
     id: &str,
     policy: &CompiledPolicy,
@@ -251,7 +257,7 @@ pub fn spec(
     warden_paths: Vec<PathBuf>,
 ) -> (SandboxSpec, Vec<String>) {
     let (env, env_names) = build_env(client_env, &policy.env_allow, &home);
-    let spec = SandboxSpec {
+    let mut spec = SandboxSpec {
         session_id: id.to_string(),
         program: policy.program.clone(),
         argv: policy.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
@@ -273,8 +279,41 @@ pub fn spec(
         allow_git_init: policy.allow_git_init,
         // Never skipped by the daemon: the field exists for benchmarks only.
         dangerously_skip_confinement: false,
+        // Decided from the rest of the spec, just below.
+        layers: Layers::NONE,
     };
+    spec.layers = host.kernel.layers(&spec);
     (spec, env_names)
+}
+
+/// `details.sandbox` of `session.start`: the layers of `spec` (what the
+/// sandbox is given to apply, not a second guess of it) and what protects
+/// write grants.
+pub fn sandbox_facts(
+    spec: &SandboxSpec,
+    policy: &CompiledPolicy,
+    write_protection: &WriteProtection,
+) -> event::SandboxFacts {
+    let layers = &spec.layers;
+    event::SandboxFacts {
+        backend: "linux".into(),
+        namespaces: ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"]
+            .map(String::from)
+            .to_vec(),
+        landlock_abi: layers.landlock_abi,
+        landlock_min_abi: policy.sandbox.landlock_min_abi,
+        syscall_audit: if layers.notify {
+            "seccomp user notification"
+        } else {
+            "unavailable"
+        }
+        .into(),
+        file_audit: crate::files::level_in_use(spec).into(),
+        create_guard: layers.guard,
+        host_root: spec.uid == 0,
+        write_protection: write_protection.record(!policy.write.is_empty()),
+        best_effort_write_protection: policy.sandbox.best_effort_write_protection,
+    }
 }
 
 #[cfg(test)]
@@ -406,6 +445,21 @@ mod tests {
     struct Machine {
         cgroup: Result<Delegation, String>,
         write_protection: WriteProtection,
+        /// Everything the sandbox uses, and the same without seccomp user
+        /// notification.
+        kernel: Kernel,
+        no_notify: Kernel,
+    }
+
+    fn without_notify(k: &Kernel) -> Kernel {
+        Kernel {
+            seccomp_actions: Some("kill_process kill_thread trap errno trace log allow".into()),
+            user_notif: false,
+            wait_killable_recv: false,
+            addfd_send: false,
+            sync_wake_up: false,
+            ..k.clone()
+        }
     }
 
     fn machine(controllers: &[&str], protections: bool) -> Machine {
@@ -430,6 +484,8 @@ mod tests {
                 create_guard: missing("guard"),
                 pretended: false,
             },
+            kernel: crate::features::full_kernel(),
+            no_notify: without_notify(&crate::features::full_kernel()),
         }
     }
 
@@ -439,7 +495,7 @@ mod tests {
             gid: uid + 1,
             cgroup: &m.cgroup,
             write_protection: &m.write_protection,
-            notify,
+            kernel: if notify { &m.kernel } else { &m.no_notify },
         }
     }
 
@@ -582,6 +638,14 @@ mod tests {
                 warden_paths: vec!["/state".into()],
                 allow_git_init: true,
                 dangerously_skip_confinement: false,
+                layers: Layers {
+                    landlock_abi: Some(7),
+                    notify: true,
+                    watch_files: true,
+                    guard: true,
+                    wait_killable: true,
+                    sync_wake_up: true,
+                },
             }
         );
         // Defaults: the private /tmp's size; the policy's file audit level.
@@ -596,6 +660,139 @@ mod tests {
         assert_eq!(
             (spec.tmp_size_mb, spec.pids_max, spec.audit_files),
             (TMP_SIZE_MB, None, FileAudit::Denied)
+        );
+    }
+
+    /// `session.start` says what the sandbox is given to apply: its facts
+    /// are the spec's layers, which are the daemon's probe of the kernel
+    /// applied to the policy, whatever the kernel lacks.
+    #[test]
+    fn session_start_records_the_layers_the_probe_gave() {
+        let full = crate::features::full_kernel();
+        let kernels = [
+            ("everything", full.clone()),
+            ("no user notification", without_notify(&full)),
+            (
+                "landlock ABI 3",
+                Kernel {
+                    landlock: Ok(3),
+                    ..full.clone()
+                },
+            ),
+            (
+                "a newer landlock",
+                Kernel {
+                    landlock: Ok(9),
+                    ..full.clone()
+                },
+            ),
+            (
+                "no landlock",
+                Kernel {
+                    landlock: Err(nix::errno::Errno::EOPNOTSUPP),
+                    ..full.clone()
+                },
+            ),
+            (
+                "no SECCOMP_ADDFD_FLAG_SEND",
+                Kernel {
+                    addfd_send: false,
+                    ..full.clone()
+                },
+            ),
+        ];
+        let cgroup = Err("not delegated".to_string());
+        for (what, kernel) in &kernels {
+            for pretend in [None, Some("create_guard,landlock")] {
+                for (write, level) in [
+                    (false, policy::FileAudit::Off),
+                    (true, policy::FileAudit::Denied),
+                    (true, policy::FileAudit::All),
+                ] {
+                    let wp = WriteProtection::judge(kernel, pretend);
+                    let host = Host {
+                        uid: 1000,
+                        gid: 1000,
+                        cgroup: &cgroup,
+                        write_protection: &wp,
+                        kernel,
+                    };
+                    let mut p = policy();
+                    if write {
+                        p.write = vec!["/out".into()];
+                    }
+                    p.audit.files = level;
+                    let (spec, _) = spec("abc", &p, &[], "/h".into(), &host, vec![]);
+                    let facts = sandbox_facts(&spec, &p, &wp);
+                    let ctx = format!("{what}, {pretend:?}, {level:?}");
+                    // What the probe found...
+                    assert_eq!(facts.landlock_abi, kernel.landlock_abi(), "{ctx}");
+                    assert_eq!(
+                        facts.syscall_audit,
+                        if kernel.user_notif {
+                            "seccomp user notification"
+                        } else {
+                            "unavailable"
+                        },
+                        "{ctx}"
+                    );
+                    assert_eq!(
+                        facts.file_audit,
+                        match (level, kernel.user_notif) {
+                            (policy::FileAudit::Off, _) => "off",
+                            (_, false) => "unavailable",
+                            (l, true) => l.as_str(),
+                        },
+                        "{ctx}"
+                    );
+                    // ...(the test setting only refuses more: the sandbox
+                    // keeps what the kernel has)...
+                    assert_eq!(
+                        facts.create_guard,
+                        write && kernel.guard_available(),
+                        "{ctx}"
+                    );
+                    // ...is what the sandbox is told to apply.
+                    let l = spec.layers;
+                    assert_eq!(l, kernel.layers(&spec), "{ctx}");
+                    assert_eq!(
+                        (facts.landlock_abi, facts.create_guard),
+                        (l.landlock_abi, l.guard),
+                        "{ctx}"
+                    );
+                    assert_eq!(l.notify, kernel.user_notif, "{ctx}");
+                    assert_eq!(
+                        l.watch_files,
+                        level != policy::FileAudit::Off && facts.file_audit == level.as_str(),
+                        "{ctx}"
+                    );
+                    assert_eq!(facts.write_protection, wp.record(write), "{ctx}");
+                }
+            }
+        }
+        // The record's fields and values, as docs/audit-format.md shows them.
+        let wp = WriteProtection::judge(&full, None);
+        let m = machine(&[], true);
+        let host = Host {
+            write_protection: &wp,
+            ..host(&m, 1000, true)
+        };
+        let mut p = policy();
+        p.write = vec!["/out".into()];
+        let (spec, _) = spec("abc", &p, &[], "/h".into(), &host, vec![]);
+        assert_eq!(
+            serde_json::to_value(sandbox_facts(&spec, &p, &wp)).unwrap(),
+            serde_json::json!({
+                "backend": "linux", "best_effort_write_protection": false,
+                "create_guard": true, "file_audit": "denied", "host_root": false,
+                "landlock_abi": 7, "landlock_min_abi": 0,
+                "namespaces": ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"],
+                "syscall_audit": "seccomp user notification",
+                "write_protection": {
+                    "active": ["protected names bound read-only", "creation guard", "Landlock ABI 7"],
+                    "missing": [], "mode": "full"
+                }
+            })
         );
     }
 
