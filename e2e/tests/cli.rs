@@ -152,6 +152,86 @@ fn status_reports_the_daemon() {
     );
 }
 
+/// `session.start` records what the daemon's one probe of the kernel (the
+/// one `wardenctl status` shows) gives the sandbox: its Landlock ABI, whether
+/// refused calls are reported, the file audit level in use, the creation
+/// guard, the write protection. Not a second look at the kernel.
+#[test]
+fn session_start_records_what_the_probe_found() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let status = env.ctl_json(&["status"]);
+    let feature = |n: &str| {
+        let f = status["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == n)
+            .unwrap_or_else(|| panic!("no {n} in {status}"))
+            .clone();
+        (
+            f["available"].as_bool().unwrap(),
+            f["detail"].as_str().unwrap().to_owned(),
+        )
+    };
+    let (notify, _) = feature("seccomp_user_notif");
+    let (files, _) = feature("file_audit");
+    let (guard, _) = feature("create_guard");
+    let (full, _) = feature("write_protection");
+    let abi = match feature("landlock") {
+        (true, d) => {
+            let n = d.strip_prefix("ABI ").and_then(|r| r.split(':').next());
+            json!(n
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("{d}")))
+        }
+        (false, _) => Value::Null,
+    };
+    let work = env.mkdir("work");
+    let policy = env.policy(
+        "probed.yaml",
+        &format!(
+            "version: 1\nname: e2e-probed\nfilesystem:\n  write: [\"{}\"]\n{}{}",
+            work.display(),
+            if files { "audit:\n  files: all\n" } else { "" },
+            if full {
+                ""
+            } else {
+                "sandbox:\n  best_effort_write_protection: true\n"
+            },
+        ),
+    );
+    let mut c = env.fixture_session(&policy, &[], &[]);
+    c.initialize();
+    finish(c);
+    let start = audit_records(&env)
+        .into_iter()
+        .find(|r| r["type"] == "session" && r["action"] == "start")
+        .expect("a session.start");
+    let sandbox = &start["details"]["sandbox"];
+    assert_eq!(sandbox["landlock_abi"], abi, "{sandbox}");
+    assert_eq!(
+        sandbox["syscall_audit"],
+        if notify {
+            "seccomp user notification"
+        } else {
+            "unavailable"
+        },
+        "{sandbox}"
+    );
+    assert_eq!(
+        sandbox["file_audit"],
+        if files { "all" } else { "unavailable" },
+        "{sandbox}"
+    );
+    assert_eq!(sandbox["create_guard"], guard, "{sandbox}");
+    assert_eq!(
+        sandbox["write_protection"]["mode"],
+        if full { "full" } else { "best effort" },
+        "{sandbox}"
+    );
+}
+
 /// What the creation guard needs: user notification and Linux 5.14 read
 /// here from `/proc`, Landlock as given.
 fn guard_expected(landlock: bool) -> bool {

@@ -254,6 +254,19 @@ fn write_grants_are_refused_when_the_creation_guard_is_missing() {
         starts.last().unwrap()["details"]["sandbox"]["best_effort_write_protection"],
         true
     );
+    // The setting only refuses more: the sandbox still gets the guard the
+    // kernel has, and the record says what it got.
+    let guard = status["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "create_guard")
+        .map(|f| f["available"].clone())
+        .unwrap();
+    assert_eq!(
+        starts.last().unwrap()["details"]["sandbox"]["create_guard"],
+        guard
+    );
     daemon.stop(Duration::from_secs(10));
 
     // Control 3: the real kernel has the guard: the same write grant runs

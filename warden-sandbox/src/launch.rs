@@ -150,9 +150,9 @@ pub struct Sandbox {
 }
 
 /// A sandbox that has started, and the channels it came with. Each is handed
-/// out here, once, to whoever spawned it; none has to be taken up (refused
-/// calls are answered and file accesses let through either way, and an
-/// unserved proxy listener refuses connections).
+/// out here, once, to whoever spawned it; none has to be used (refused calls
+/// are answered and file accesses let through either way, and with the proxy
+/// listener dropped the port is closed).
 #[derive(Debug)]
 pub struct Spawned {
     pub sandbox: Sandbox,

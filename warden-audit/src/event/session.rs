@@ -53,7 +53,8 @@ pub struct SandboxFacts {
     /// `linux`.
     pub backend: String,
     pub namespaces: Vec<String>,
-    /// The kernel's Landlock ABI (as far as Warden knows it), `null` without Landlock.
+    /// The Landlock ABI the sandbox applies (its spec's layers: the kernel's,
+    /// as far as Warden knows it), `null` without Landlock.
     pub landlock_abi: Option<u32>,
     pub landlock_min_abi: u32,
     /// `seccomp user notification` or `unavailable`.
