@@ -1,5 +1,5 @@
 //! `warden-bench audit [--records N] [--rounds R] [--dir DIR]`: append
-//! throughput of wardend's audit store (`wardend::audit::AuditStore`), group
+//! throughput of wardend's audit store (`warden_audit::AuditStore`), group
 //! commit against an fsync per record, in one run on the same disk.
 //!
 //! - every record fsynced: `append(rec, durable = true)`, what
@@ -21,25 +21,29 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::json;
-use warden_core::audit::{Decision, Record, RecordType};
-use wardend::audit::{AuditStore, Options};
+use warden_audit::event::{CheckedArg, SyscallRefused};
+use warden_audit::{AuditStore, Options, Record};
 
 use crate::{arg, median};
 
 fn record(n: usize) -> Record {
-    Record::new(
-        RecordType::Policy,
-        "syscall",
-        Some("3fa1c09b22de"),
-        "unshare",
-        Decision::Deny,
-        "new namespaces (userns unlocks CVE-2022-0185, CVE-2023-32233, CVE-2022-0492); CLONE_FILES/FS pass",
-    )
-    .with_details(json!({
-        "pid": 81234 + n, "nr": 272, "args": [268435456, 0, 0, 0, 0, 0],
-        "checked_arg": {"index": 0, "value": 268435456}, "errno": 1, "error": "EPERM",
-    }))
+    SyscallRefused {
+        session: "3fa1c09b22de".into(),
+        syscall: "unshare".into(),
+        reason: "new namespaces (userns unlocks CVE-2022-0185, CVE-2023-32233, CVE-2022-0492); \
+                 CLONE_FILES/FS pass"
+            .into(),
+        pid: 81234 + n as u32,
+        nr: 272,
+        args: [268435456, 0, 0, 0, 0, 0],
+        checked_arg: Some(CheckedArg {
+            index: 0,
+            value: 268435456,
+        }),
+        errno: 1,
+        error: "EPERM".into(),
+    }
+    .into()
 }
 
 /// The baseline: `write(2)` + `fdatasync` per line on an `O_APPEND` file.
@@ -56,7 +60,7 @@ fn raw(dir: &Path, records: usize) -> f64 {
         let mut r = record(i);
         r.seq = i as u64 + 1;
         r.ts = "2026-11-29T14:47:32.123Z".into();
-        let mut line = warden_core::audit::to_line(&r);
+        let mut line = warden_audit::to_line(&r);
         line.push(b'\n');
         f.write_all(&line).expect("write");
         f.sync_data().expect("fdatasync");

@@ -11,6 +11,18 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use warden_e2e::*;
 
+/// Every record reads back as one of the documented record types
+/// (`warden_audit::event`, a typed oracle of docs/audit-format.md).
+fn assert_typed(records: &[serde_json::Value]) {
+    for r in records {
+        let rec: warden_audit::Record =
+            serde_json::from_value(r.clone()).unwrap_or_else(|e| panic!("{e}: {r}"));
+        if let Err(e) = warden_audit::event::AnyEvent::parse(&rec) {
+            panic!("{e}: {r}");
+        }
+    }
+}
+
 fn is_root() -> bool {
     // SAFETY: getuid has no preconditions.
     unsafe { libc::getuid() == 0 }
@@ -200,6 +212,7 @@ fn a_spawn_refused_by_the_daemon_is_on_record() {
     assert_eq!(refused.len(), 1, "{records:?}");
     assert_eq!(refused[0]["decision"], "deny");
     assert!(refused[0]["reason"].as_str().unwrap().contains("stdio"));
+    assert_typed(&records);
 }
 
 #[test]
@@ -278,6 +291,7 @@ fn a_peer_with_another_uid_is_denied_and_audited() {
     assert_eq!(denied.len(), 1, "{audit}");
     assert_eq!(denied[0]["decision"], "deny");
     assert_eq!(denied[0]["details"]["peer_uid"], json!(0));
+    assert_typed(&denied);
 }
 
 #[test]
@@ -488,6 +502,7 @@ fn a_sandboxed_server_cannot_use_the_daemon_even_through_an_exposed_socket() {
     let records = audit_records(&env);
     assert_eq!(count(&records, "session", "start"), 2, "{records:#?}");
     assert_eq!(count(&records, "daemon", "peer"), 1, "{records:#?}");
+    assert_typed(&records);
 }
 
 /// `wardend --socket SOCKET --state-dir STATE` with the env's variables, as

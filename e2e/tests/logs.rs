@@ -24,6 +24,18 @@ const MINUTE: Duration = Duration::from_secs(60);
 
 // ---- helpers ------------------------------------------------------------------
 
+/// Every record reads back as one of the documented record types
+/// (`warden_audit::event`, a typed oracle of docs/audit-format.md).
+fn assert_typed(records: &[Value]) {
+    for r in records {
+        let rec: warden_audit::Record =
+            serde_json::from_value(r.clone()).unwrap_or_else(|e| panic!("{e}: {r}"));
+        if let Err(e) = warden_audit::event::AnyEvent::parse(&rec) {
+            panic!("{e}: {r}");
+        }
+    }
+}
+
 /// The store directory of a daemon started with `--state-dir env.state`.
 fn audit_dir(state: &Path) -> PathBuf {
     state.join("audit")
@@ -823,6 +835,7 @@ fn rotation_and_retention_under_a_small_limit_keep_the_chain_verifiable() {
         records.iter().any(|r| r["action"] == "retention"),
         "{records:#?}"
     );
+    assert_typed(&records);
     assert_verifies(&env, &env.state);
 }
 
@@ -876,6 +889,7 @@ fn hostile_resources_and_reasons_cannot_forge_or_break_records() {
     session.wait_exit(MINUTE);
     let exit_seq = {
         let records = audit_records(&env);
+        assert_typed(&records);
         records
             .iter()
             .find(|r| r["action"] == "exit")
@@ -1003,6 +1017,7 @@ fn filters_select_by_session_type_decision_and_time() {
     assert_eq!(short_session(&env, &policy), 0);
     daemon.stop(MINUTE);
     let records = audit_records(&env);
+    assert_typed(&records);
     let json = |args: &[&str]| -> Vec<Value> {
         let mut a = os(&["logs", "--json", "--state-dir"]);
         a.push(env.state.clone().into());

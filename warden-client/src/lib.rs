@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use hyper_util::rt::TokioIo;
 use tonic::transport::Endpoint;
 use warden_proto::v1::warden_client::WardenClient;
-use warden_sandbox::fdpass::{send_with_fds, STDIO_PREAMBLE};
+use warden_proto::STDIO_PREAMBLE;
 
 pub use tonic::transport::Channel;
 pub use tonic::Code;
@@ -65,8 +65,43 @@ pub fn connect_raw(socket: &Path) -> Result<StdUnixStream, ClientError> {
 }
 
 /// Sends the stdio preamble: these three fds become the session's stdio.
-pub fn send_stdio(stream: &StdUnixStream, stdio: [BorrowedFd<'_>; 3]) -> Result<(), ClientError> {
+pub fn send_stdio(
+    stream: &StdUnixStream,
+    stdio: [BorrowedFd<'_>; warden_proto::STDIO_FDS],
+) -> Result<(), ClientError> {
     send_with_fds(stream.as_fd(), STDIO_PREAMBLE, &stdio).map_err(ClientError::Preamble)
+}
+
+/// Sends `data` with `fds` attached as SCM_RIGHTS (to its first byte, so
+/// they arrive with the first `recvmsg` however the rest is split).
+fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    use nix::sys::socket::{send, sendmsg, ControlMessage, MsgFlags};
+    use std::os::fd::AsRawFd;
+    let raw: Vec<_> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    let cmsg = [ControlMessage::ScmRights(&raw)];
+    // MSG_NOSIGNAL: a closed peer is EPIPE, not a SIGPIPE.
+    let sent = loop {
+        match sendmsg::<()>(
+            sock.as_raw_fd(),
+            &[io::IoSlice::new(data)],
+            &cmsg,
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        ) {
+            Ok(n) => break n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let mut rest = &data[sent..];
+    while !rest.is_empty() {
+        match send(sock.as_raw_fd(), rest, MsgFlags::MSG_NOSIGNAL) {
+            Ok(n) => rest = &rest[n..],
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Wraps an already connected stream in a gRPC client. The channel never

@@ -2,12 +2,10 @@
 //!
 //! - [`policy`]: the YAML policy schema (v1), its strict parser and the compiled,
 //!   always-valid [`policy::CompiledPolicy`].
-//! - [`audit`]: the audit record schema written as JSON Lines by `wardend`.
 //! - [`paths`]: where the socket, state and profiles live for a user.
 //! - [`exit`]: the shim's exit codes.
 #![forbid(unsafe_code)]
 
-pub mod audit;
 pub mod exit;
 pub mod paths;
 pub mod policy;

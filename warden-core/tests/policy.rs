@@ -1,5 +1,6 @@
 //! Policy compilation end to end: real files in a temp dir, whole-value asserts on
 //! the compiled policy and on every diagnostic line.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::ffi::OsString;
 use std::fs;

@@ -1,5 +1,6 @@
 //! `audit:` in the policy (`audit.files: denied | all | off`): compiled
 //! values and every error with its position, like the other keys.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::ffi::OsString;
 use std::fs;

@@ -2,6 +2,8 @@
 //! smoke test (`tests/fuzz_smoke.rs`). Each feeds one input to a parser and
 //! panics when an invariant does not hold; none may panic otherwise.
 #![doc(hidden)]
+// Fuzz oracles: a broken invariant is a panic, by design.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use warden_core::policy::net::parse_host;
 

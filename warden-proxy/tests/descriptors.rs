@@ -1,5 +1,6 @@
 //! F10: the proxy out of file descriptors. Its own test binary, because it
 //! lowers this process's `RLIMIT_NOFILE` and fills it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 mod common;
 

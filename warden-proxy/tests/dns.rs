@@ -1,5 +1,6 @@
 //! `DnsResolver` against a recording DNS server on loopback (UDP, and TCP for
 //! truncated answers), alone and as the proxy's resolver.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! hundred thousand deterministic inputs (pseudo-random bytes and mutated valid
 //! seeds), so CI exercises them on each run. `WARDEN_FUZZ_SMOKE_ITERS` changes
 //! the count per target; a failure prints the input that caused it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

@@ -3,6 +3,7 @@
 //! made-up public addresses that a loopback-only connector maps to the test's own
 //! servers, so nothing leaves the machine and every lookup and connection attempt
 //! is counted.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! CONNECT and SOCKS5 tunnels on loopback: the ClientHello check, SOCKS5
 //! negotiation and refusals, with curl where it can drive the case and raw
 //! sockets elsewhere.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 mod common;
 

@@ -6,9 +6,11 @@
 //! `try_clone` and `restrict_self` for Landlock, which make `fcntl`, `prctl`,
 //! `landlock_restrict_self` and `close` and allocate nothing.
 //!
-//! With `notify`, the filter is installed with a user-notification listener
-//! (see [`crate::notify`]): `apply` returns its fd, which the child passes to
-//! PID 1 and closes before execve.
+//! What is applied is what the spec's [`Layers`](crate::spec::Layers) say:
+//! the Landlock ABI, and whether the filter has a user-notification listener
+//! (see [`crate::notify`]), watches file accesses, guards creations. With a
+//! listener, `apply` returns its fd, which the child passes to PID 1 and
+//! closes before execve.
 
 use crate::proto::Failure;
 use crate::spec::SandboxSpec;
@@ -18,7 +20,7 @@ use std::os::fd::RawFd;
 /// What [`apply`](Confinement::apply) installs.
 pub(crate) struct Confinement {
     /// The Landlock ruleset (its fd and what the crate asked of it), when the
-    /// kernel offers Landlock.
+    /// layers apply Landlock.
     pub landlock: Option<RulesetCreated>,
     /// The compiled seccomp-BPF program, when there is one.
     pub seccomp: Option<Vec<libc::sock_filter>>,
@@ -33,18 +35,19 @@ pub(crate) struct Confinement {
     pub wait_killable: bool,
 }
 
-/// `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV` (not in the libc crate).
-const WAIT_KILLABLE_RECV: libc::c_ulong = 1 << 5;
-
 /// Stage numbers reported by [`Confinement::apply`] (see init.rs `STAGES`).
 pub(crate) const STAGE_LANDLOCK: u32 = 8;
 pub(crate) const STAGE_SECCOMP: u32 = 9;
+pub(crate) const STAGE_SECCOMP_LISTENER: u32 = 12;
+pub(crate) const STAGE_SECCOMP_WAIT_KILLABLE: u32 = 13;
 
 impl Confinement {
-    /// Builds both layers for `spec`. Runs in PID 1 after the new root is in
-    /// place, so paths are the sandbox's own. `notify`: the kernel offers user
-    /// notification (checked by the caller on the host's /proc).
-    pub(crate) fn prepare(spec: &SandboxSpec, notify: bool) -> Result<Confinement, Failure> {
+    /// Builds both layers for `spec`, as its [`Layers`](crate::spec::Layers)
+    /// say (decided by the daemon from its probe of the kernel; nothing is
+    /// decided here). Runs in PID 1 after the new root is in place, so paths
+    /// are the sandbox's own. Refuses layers that cannot go together, and a
+    /// Landlock ABI the kernel does not offer.
+    pub(crate) fn prepare(spec: &SandboxSpec) -> Result<Confinement, Failure> {
         if spec.dangerously_skip_confinement {
             return Ok(Confinement {
                 landlock: None,
@@ -53,17 +56,20 @@ impl Confinement {
                 wait_killable: false,
             });
         }
-        let guard = crate::guard::active(spec, notify);
+        let layers = spec.layers;
+        if let Some(why) = layers.inconsistency() {
+            return Err(Failure::msg("check the sandbox's layers", why));
+        }
         Ok(Confinement {
-            landlock: crate::landlock::ruleset(spec, guard)?,
+            landlock: crate::landlock::ruleset(spec)?,
             seccomp: Some(crate::seccomp::program(
-                notify,
-                notify && !spec.audit_files.is_off(),
-                guard,
+                layers.notify,
+                layers.watch_files,
+                layers.guard,
                 !spec.write.is_empty(),
             )?),
-            notify,
-            wait_killable: guard && crate::guard::kernel_at_least(5, 19),
+            notify: layers.notify,
+            wait_killable: layers.wait_killable,
         })
     }
 
@@ -97,18 +103,24 @@ impl Confinement {
                 filter: prog.as_ptr() as *mut libc::sock_filter,
             };
             // NEW_LISTENER: the kernel returns a new fd (always O_CLOEXEC) on
-            // which the Notify rules' calls wait for an answer.
-            let mut flags = if self.notify {
-                libc::SECCOMP_FILTER_FLAG_NEW_LISTENER
-            } else {
-                0
+            // which the Notify rules' calls wait for an answer. A flag the
+            // kernel lacks fails the install (EINVAL) and with it the start:
+            // the layers said it would be there. The stage names the flags.
+            let (flags, stage) = match (self.notify, self.wait_killable) {
+                (false, _) => (0, STAGE_SECCOMP),
+                (true, false) => (
+                    libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+                    STAGE_SECCOMP_LISTENER,
+                ),
+                (true, true) => (
+                    libc::SECCOMP_FILTER_FLAG_NEW_LISTENER
+                        | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
+                    STAGE_SECCOMP_WAIT_KILLABLE,
+                ),
             };
-            if self.notify && self.wait_killable {
-                flags |= WAIT_KILLABLE_RECV;
-            }
             // SAFETY: seccomp(SECCOMP_SET_MODE_FILTER) with a valid program that
             // outlives the call (the kernel copies it).
-            let mut r = unsafe {
+            let r = unsafe {
                 libc::syscall(
                     libc::SYS_seccomp,
                     libc::SECCOMP_SET_MODE_FILTER,
@@ -116,26 +128,9 @@ impl Confinement {
                     &fprog as *const libc::sock_fprog,
                 )
             };
-            // SAFETY: reading errno.
-            if r < 0
-                && flags & WAIT_KILLABLE_RECV != 0
-                && unsafe { *libc::__errno_location() } == libc::EINVAL
-            {
-                // A kernel that reports 5.19+ but lacks the flag (a backport
-                // mismatch): the narrow restart window stays, nothing else changes.
-                // SAFETY: as above.
-                r = unsafe {
-                    libc::syscall(
-                        libc::SYS_seccomp,
-                        libc::SECCOMP_SET_MODE_FILTER,
-                        flags & !WAIT_KILLABLE_RECV,
-                        &fprog as *const libc::sock_fprog,
-                    )
-                };
-            }
             if r < 0 {
                 // SAFETY: reading errno.
-                return Err((STAGE_SECCOMP, unsafe { *libc::__errno_location() }));
+                return Err((stage, unsafe { *libc::__errno_location() }));
             }
             if self.notify {
                 return Ok(Some(r as RawFd));

@@ -1,101 +1,19 @@
-//! Passing file descriptors over Unix sockets (SCM_RIGHTS).
-//!
-//! The shim hands its own stdin, stdout and stderr to the daemon at the start
-//! of its connection (the "stdio preamble"), so the daemon can move bytes
-//! between them and the sandboxed server's pipes without the sandbox ever
-//! holding a host fd.
+//! Receiving file descriptors over Unix sockets (SCM_RIGHTS): the sandbox's
+//! control socket (PID 1 → daemon: the pidfd, the seccomp listener, the proxy
+//! listener) and the daemon's side of the stdio preamble
+//! (`STDIO_PREAMBLE` in `warden-proto`: the
+//! shim hands its own stdin, stdout and stderr to the daemon at the start of
+//! its connection, so the daemon can move bytes between them and the
+//! sandboxed server's pipes without the sandbox ever holding a host fd).
+//! Taking ownership of a received fd is the one step no safe wrapper offers;
+//! the shim's sending side is safe `nix` in `warden-client`.
 
 use std::io;
 use std::mem;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
-/// Marks a connection whose first bytes carry stdio fds. gRPC (HTTP/2)
-/// connections start with `PRI * HTTP/2.0`, so the two cannot be confused.
-pub const STDIO_PREAMBLE: &[u8; 8] = b"WARDFD01";
-
 /// Most fds accepted in one message.
 pub const MAX_FDS: usize = 3;
-
-/// Sends `data` with `fds` attached as SCM_RIGHTS in one `sendmsg`.
-pub fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
-    if fds.len() > MAX_FDS || data.is_empty() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "bad fd message",
-        ));
-    }
-    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-    let payload = mem::size_of_val(raw.as_slice());
-    // SAFETY: CMSG_SPACE only computes a size.
-    let space = unsafe { libc::CMSG_SPACE(payload as u32) } as usize;
-    let mut cbuf = vec![0u8; space];
-    let mut iov = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
-    };
-    // SAFETY: msghdr is plain data; every pointer set below outlives the call.
-    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    if !raw.is_empty() {
-        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
-        msg.msg_controllen = space as _;
-        // SAFETY: the control buffer is CMSG_SPACE(payload) bytes, enough for one
-        // header and `payload` bytes of data.
-        unsafe {
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(payload as u32) as _;
-            std::ptr::copy_nonoverlapping(
-                raw.as_ptr() as *const u8,
-                libc::CMSG_DATA(cmsg),
-                payload,
-            );
-        }
-    }
-    let mut sent = 0;
-    while sent == 0 {
-        // SAFETY: msg is fully initialised; MSG_NOSIGNAL turns a closed peer into EPIPE.
-        let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        sent = n as usize;
-    }
-    if sent != data.len() {
-        // The fds went with the first byte; the rest is ordinary data.
-        write_all(sock, &data[sent..])?;
-    }
-    Ok(())
-}
-
-fn write_all(sock: BorrowedFd<'_>, mut data: &[u8]) -> io::Result<()> {
-    while !data.is_empty() {
-        // SAFETY: data is a valid buffer of data.len() bytes.
-        let n = unsafe {
-            libc::send(
-                sock.as_raw_fd(),
-                data.as_ptr() as *const libc::c_void,
-                data.len(),
-                libc::MSG_NOSIGNAL,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        data = &data[n as usize..];
-    }
-    Ok(())
-}
 
 /// One `recvmsg` into `buf`, collecting up to [`MAX_FDS`] fds (received
 /// close-on-exec). Returns the bytes read and the fds. With `nonblocking`,
@@ -192,17 +110,27 @@ mod tests {
     use std::os::fd::AsFd;
     use std::os::unix::net::UnixStream;
 
+    const HEAD: &[u8; 8] = b"WARDFD01";
+
+    fn send_with_fds(a: &UnixStream, fds: &[std::os::fd::RawFd]) {
+        use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+        let cmsg = [ControlMessage::ScmRights(fds)];
+        let iov = [std::io::IoSlice::new(HEAD)];
+        let n = sendmsg::<()>(a.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None).unwrap();
+        assert_eq!(n, HEAD.len());
+    }
+
     #[test]
     fn fds_cross_a_socket() {
         let (a, b) = UnixStream::pair().unwrap();
         let (mut r, mut w) = std::io::pipe().unwrap();
-        send_with_fds(a.as_fd(), STDIO_PREAMBLE, &[w.as_fd(), r.as_fd()]).unwrap();
+        send_with_fds(&a, &[w.as_raw_fd(), r.as_raw_fd()]);
         let mut head = [0u8; 8];
         assert_eq!(peek(b.as_fd(), &mut head).unwrap(), 8);
-        assert_eq!(&head, STDIO_PREAMBLE);
+        assert_eq!(&head, HEAD);
         let mut buf = [0u8; 8];
         let (n, fds) = recv_with_fds(b.as_fd(), &mut buf, false).unwrap();
-        assert_eq!((n, &buf), (8, STDIO_PREAMBLE));
+        assert_eq!((n, &buf), (8, HEAD));
         assert_eq!(fds.len(), 2);
         let mut w2 = std::fs::File::from(fds.into_iter().next().unwrap());
         w2.write_all(b"hello").unwrap();

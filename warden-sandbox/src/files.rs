@@ -195,9 +195,10 @@ pub(crate) fn open_component(dir: RawFd, name: &[u8]) -> Result<OwnedFd, Errno> 
 
 /// File type bits and mount id of what `fd` refers to.
 fn stat_fd(fd: BorrowedFd<'_>) -> Result<(u32, u64), Errno> {
+    // SAFETY: statx is plain integers, valid zeroed.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: statx fills the struct we own; an empty path with AT_EMPTY_PATH
     // refers to `fd` itself.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
     let r = unsafe {
         libc::statx(
             fd.as_raw_fd(),
@@ -262,8 +263,9 @@ pub fn host_has(path: &[u8]) -> bool {
         return false;
     }
     let Ok(c) = cstring(path) else { return false };
-    // SAFETY: statx into a struct we own, NUL-terminated path.
+    // SAFETY: statx is plain integers, valid zeroed.
     let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: statx into a struct we own, NUL-terminated path.
     let r = unsafe {
         libc::statx(
             libc::AT_FDCWD,
@@ -1584,12 +1586,17 @@ pub(crate) struct Watch {
 }
 
 impl Watch {
-    /// `None` when the spec does not ask for file auditing and the creation
-    /// guard is off (`guard`); with the guard alone (level `off`), only its
-    /// refusals are reported.
-    pub(crate) fn from_spec(spec: &SandboxSpec, guard: bool) -> Option<Watch> {
-        (!spec.audit_files.is_off() || guard).then(|| Watch {
-            level: spec.audit_files,
+    /// `None` when the spec's layers neither watch file accesses nor guard
+    /// creations; with the guard alone (level `off`), only its refusals are
+    /// reported.
+    pub(crate) fn from_spec(spec: &SandboxSpec) -> Option<Watch> {
+        let l = spec.layers;
+        (l.watch_files || l.guard).then(|| Watch {
+            level: if l.watch_files {
+                spec.audit_files
+            } else {
+                FileAudit::Off
+            },
             layout: Layout::new(spec),
         })
     }
@@ -1779,8 +1786,8 @@ mod tests {
         mem[page + 5] = b'a';
         let (got, long) = read_cstring(me(), base as u64, 100).unwrap();
         assert_eq!((got.len(), long), (100, true));
-        // SAFETY: unmapping the second page of our own mapping.
         assert_eq!(
+            // SAFETY: unmapping the second page of our own mapping.
             unsafe { libc::munmap((base as usize + page) as *mut _, page) },
             0
         );
@@ -2138,6 +2145,7 @@ mod tests {
             "user": "ana",
             "tmp_size_mb": 1,
             "audit_files": "denied",
+            "layers": crate::spec::Layers::NONE,
         }))
         .unwrap()
     }

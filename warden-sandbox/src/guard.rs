@@ -7,7 +7,10 @@
 //! `core.fsmonitor`, a `.bashrc` in a granted home, a FIFO named `.bashrc`
 //! that feeds the user's next shell). Landlock cannot refuse one name in a
 //! directory where it allows creating files, and the seccomp filter cannot
-//! read a path. So, when the guard is on ([`active`]):
+//! read a path. So, when the guard is on (the spec's
+//! [`Layers::guard`](crate::spec::Layers::guard): write grants, and a kernel
+//! with seccomp user notification, Landlock and `SECCOMP_ADDFD_FLAG_SEND`, as
+//! [`crate::kernel::Kernel::layers`] decides):
 //!
 //! 1. Landlock takes the rights to create regular files, directories,
 //!    symlinks and FIFOs away from every rule
@@ -60,38 +63,6 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-
-/// Whether the guard runs for `spec` on this kernel. `notify`: seccomp user
-/// notification is available. Needs write grants (no write grant, no
-/// protected names), Landlock (the kernel-side half) and Linux 5.14+
-/// (`SECCOMP_ADDFD_FLAG_SEND`). Computed the same way by the sandbox (its
-/// filter and rules) and the daemon (its notifier), from the spec and the
-/// kernel.
-pub fn active(spec: &SandboxSpec, notify: bool) -> bool {
-    !spec.dangerously_skip_confinement && !spec.write.is_empty() && available(notify)
-}
-
-/// Whether this kernel has what the guard needs: seccomp user notification
-/// (`notify`), Landlock, and `SECCOMP_ADDFD_FLAG_SEND` (Linux 5.14).
-pub fn available(notify: bool) -> bool {
-    notify && crate::landlock::landlock_abi().is_some() && addfd_send_supported()
-}
-
-/// `SECCOMP_ADDFD_FLAG_SEND` arrived in Linux 5.14.
-fn addfd_send_supported() -> bool {
-    kernel_at_least(5, 14)
-}
-
-/// The running kernel's release is at least `major.minor`.
-pub(crate) fn kernel_at_least(major: u32, minor: u32) -> bool {
-    nix::sys::utsname::uname().is_ok_and(|u| {
-        let r = u.release().to_string_lossy().into_owned();
-        let mut it = r.split(|c: char| !c.is_ascii_digit());
-        let a: u32 = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
-        let b: u32 = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
-        (a, b) >= (major, minor)
-    })
-}
 
 /// How the notifier answers a call the guard looked at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,7 +182,7 @@ impl Guard {
             }
             self.registry = Some(reg);
         }
-        self.registry.as_mut().expect("just built")
+        self.registry.get_or_insert_with(HashMap::new)
     }
 
     /// Decides (and performs) a watched call `c` of notification `n`. Only

@@ -302,10 +302,6 @@ fn pid1(
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
     // Read while the host /proc is still mounted (same value inside).
     let last_cap = cap_last_cap()?;
-    // Without user notification the recorded rules fall back to plain errno
-    // returns: still refused, just not audited (the daemon notes it in
-    // session.start from the same file).
-    let notify = crate::notify::available();
 
     // Namespaces owned by our new user namespace. CLONE_NEWCGROUP makes our current
     // cgroup the root of the cgroup view; CLONE_NEWNET leaves only a down loopback.
@@ -376,8 +372,11 @@ fn pid1(
     )
     .map_err(|e| Failure::os("signalfd", e))?;
 
-    // Landlock and seccomp, built now (errors with messages), applied in the child.
-    let confinement = crate::confine::Confinement::prepare(spec, notify)?;
+    // Landlock and seccomp as the spec's layers say (without user
+    // notification the recorded rules fall back to plain errno returns: still
+    // refused, just not audited, as session.start says), built now (errors
+    // with messages), applied in the child.
+    let confinement = crate::confine::Confinement::prepare(spec)?;
     let confinement_notifies = confinement.notify;
 
     // Exec status socket: CLOEXEC, so a successful exec closes the child's end
@@ -559,7 +558,7 @@ const STAGE_LISTENER: u32 = 11;
 /// Not a stage: the status message that carries the seccomp listener.
 const MSG_LISTENER: u32 = u32::MAX;
 
-const STAGES: [&str; 12] = [
+const STAGES: [&str; 14] = [
     "start server",
     "unblock signals",
     "setsid",
@@ -572,6 +571,9 @@ const STAGES: [&str; 12] = [
     "install seccomp filter",
     "set RLIMIT_NPROC",
     "pass the seccomp listener",
+    "install seccomp filter with a user-notification listener",
+    "install seccomp filter with a user-notification listener and \
+     SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV",
 ];
 const STAGE_EXEC: u32 = 7;
 

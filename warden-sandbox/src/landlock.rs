@@ -272,9 +272,9 @@ pub(crate) fn effective(access: Fs, abi: u32, is_dir: bool) -> Fs {
 /// The raw probe: `Ok(abi)`, or the errno (ENOSYS: not built in; EOPNOTSUPP:
 /// built in but not enabled at boot). The crate keeps the kernel's ABI number
 /// to itself (its `ABI` is deliberately not made from run-time detection), and
-/// the audit trail, `wardenctl status` and [`check_min`] need the number and
-/// the errno, so this one call stays.
-fn probe() -> Result<u32, Errno> {
+/// [`crate::kernel::Kernel`] (the audit trail, `wardenctl status`) and
+/// [`planned_abi`] need the number and the errno, so this one call stays.
+pub(crate) fn probe() -> Result<u32, Errno> {
     /// `LANDLOCK_CREATE_RULESET_VERSION`.
     const VERSION: u32 = 1 << 0;
     // SAFETY: landlock_create_ruleset(NULL, 0, VERSION) only returns an integer.
@@ -293,11 +293,75 @@ fn probe() -> Result<u32, Errno> {
     }
 }
 
-/// The Landlock ABI the sandbox applies: the kernel's, capped at the newest this
-/// build knows ([`KNOWN_ABI`]); `None` when Landlock is not built in or not
-/// enabled. For the audit trail (`session.start`) and `wardenctl status`.
-pub fn landlock_abi() -> Option<u32> {
-    probe().ok().map(|abi| abi.min(KNOWN_ABI))
+/// The ABI to apply: the one the spec's layers name, once the kernel is seen
+/// to offer it and it meets the policy's minimum. Refuses, naming what is
+/// missing, when the kernel lacks the policy's minimum (as [`check_min`]
+/// says), when the layers apply less than that minimum, or when they name an
+/// ABI the kernel (or this build) does not have: the layers were decided
+/// elsewhere, from a probe of the kernel, and the sandbox never applies less
+/// than they say.
+fn planned_abi(
+    min: u32,
+    planned: Option<u32>,
+    kernel: Result<u32, Errno>,
+) -> Result<Option<u32>, Failure> {
+    check_min(min, kernel)?;
+    let planned_too_low = |applied: String| {
+        Failure::msg(
+            "landlock",
+            format!("{}, the sandbox's layers apply {applied}", wanted(min)),
+        )
+    };
+    let Some(abi) = planned else {
+        if min > 0 {
+            return Err(planned_too_low("no landlock".into()));
+        }
+        return Ok(None);
+    };
+    if abi < min.max(1) {
+        return Err(if min > 0 {
+            planned_too_low(format!("ABI {abi}"))
+        } else {
+            Failure::msg("landlock", format!("there is no landlock ABI {abi}"))
+        });
+    }
+    let asked = format!("the sandbox's layers ask for landlock ABI {abi}");
+    match kernel {
+        Ok(k) if k < abi => Err(Failure::msg(
+            "landlock",
+            format!("{asked}, the kernel offers ABI {k}"),
+        )),
+        Ok(_) if abi > KNOWN_ABI => Err(Failure::msg(
+            "landlock",
+            format!("{asked}, this build of warden applies ABI {KNOWN_ABI} at most"),
+        )),
+        Ok(_) => Ok(Some(abi)),
+        Err(e) => Err(Failure::Setup {
+            stage: "landlock".into(),
+            errno: Some(e as i32),
+            message: format!(
+                "{asked}, the kernel offers no landlock ({})",
+                no_landlock(e)
+            ),
+        }),
+    }
+}
+
+/// "landlock ABI `min` is required by the policy (what it adds)".
+fn wanted(min: u32) -> String {
+    match ABIS.get(min as usize) {
+        Some((_, f)) => format!("landlock ABI {min} is required by the policy ({f})"),
+        None => format!("landlock ABI {min} is required by the policy"),
+    }
+}
+
+/// Why the kernel has no Landlock, from the version call's errno.
+fn no_landlock(e: Errno) -> String {
+    if e == Errno::EOPNOTSUPP {
+        "built in but not enabled: add landlock to the lsm= boot parameter".to_string()
+    } else {
+        sys::errno_text(e)
+    }
 }
 
 /// Checks the policy's minimum ABI against what the kernel offers, then against
@@ -306,10 +370,7 @@ fn check_min(min: u32, kernel: Result<u32, Errno>) -> Result<(), Failure> {
     if min == 0 {
         return Ok(());
     }
-    let wanted = match ABIS.get(min as usize) {
-        Some((_, f)) => format!("landlock ABI {min} is required by the policy ({f})"),
-        None => format!("landlock ABI {min} is required by the policy"),
-    };
+    let wanted = wanted(min);
     match kernel {
         Ok(abi) if abi < min => Err(Failure::msg(
             "landlock",
@@ -325,11 +386,7 @@ fn check_min(min: u32, kernel: Result<u32, Errno>) -> Result<(), Failure> {
             errno: Some(e as i32),
             message: format!(
                 "{wanted}, the kernel offers no landlock ({})",
-                if e == Errno::EOPNOTSUPP {
-                    "built in but not enabled: add landlock to the lsm= boot parameter".to_string()
-                } else {
-                    sys::errno_text(e)
-                }
+                no_landlock(e)
             ),
         }),
     }
@@ -358,18 +415,18 @@ fn failure(stage: String, e: RulesetError) -> Failure {
     }
 }
 
-/// Builds the Landlock ruleset for `spec` with every right of the best ABI
-/// available. `Ok(None)` when the kernel has no Landlock and the policy sets no
-/// minimum (the mount namespace remains the primary layer). Runs in PID 1 after
-/// pivot_root; the ruleset's fd is `O_CLOEXEC` and closed by the server's execve.
-pub(crate) fn ruleset(spec: &SandboxSpec, guard: bool) -> Result<Option<RulesetCreated>, Failure> {
-    let kernel = probe();
-    check_min(spec.landlock_min_abi, kernel)?;
-    let Ok(kernel_abi) = kernel else {
+/// Builds the Landlock ruleset for `spec` with every right of the ABI its
+/// layers name ([`crate::spec::Layers::landlock_abi`], the kernel's capped
+/// at [`KNOWN_ABI`] when the daemon decided them), with the creation guard's
+/// rules when the layers have the guard. `Ok(None)` when the layers apply no
+/// Landlock (the mount namespace remains the primary layer). Runs in PID 1
+/// after pivot_root; the ruleset's fd is `O_CLOEXEC` and closed by the
+/// server's execve.
+pub(crate) fn ruleset(spec: &SandboxSpec) -> Result<Option<RulesetCreated>, Failure> {
+    let Some(abi) = planned_abi(spec.landlock_min_abi, spec.layers.landlock_abi, probe())? else {
         return Ok(None);
     };
-    // A newer kernel is asked only for what this code knows how to grant.
-    let abi = kernel_abi.min(KNOWN_ABI);
+    let guard = spec.layers.guard;
     let handled = attr(abi);
     let create = || format!("landlock: create ruleset (ABI {abi})");
     // Hard requirement: a right, rule or scope the crate finds unsupported is an
@@ -445,6 +502,7 @@ pub(crate) fn ruleset(spec: &SandboxSpec, guard: bool) -> Result<Option<RulesetC
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::Layers;
     use std::path::Path;
 
     // The rights by their uapi names (include/uapi/linux/landlock.h);
@@ -471,7 +529,7 @@ mod tests {
     const SCOPE_SIGNAL: Scopes = make_bitflags!(Scope::{Signal});
 
     /// From JSON, so that fields added later with `#[serde(default)]` need no
-    /// change here.
+    /// change here (the layers have no default: none here).
     fn spec() -> SandboxSpec {
         serde_json::from_value(serde_json::json!({
             "session_id": "s",
@@ -486,6 +544,7 @@ mod tests {
             "gid": 1000,
             "user": "ana",
             "tmp_size_mb": 1,
+            "layers": Layers::NONE,
         }))
         .unwrap()
     }
@@ -792,6 +851,61 @@ mod tests {
         );
     }
 
+    /// PID 1 applies the ABI the layers name, and refuses when the kernel
+    /// (or this build, or the policy's minimum) disagrees with them.
+    #[test]
+    fn the_planned_abi_is_applied_or_refused() {
+        let msg = |f: Failure| match f {
+            Failure::Setup { stage, message, .. } => {
+                assert_eq!(stage, "landlock");
+                message
+            }
+            f => panic!("{f:?}"),
+        };
+        assert_eq!(planned_abi(0, Some(7), Ok(7)).unwrap(), Some(7));
+        assert_eq!(planned_abi(0, Some(3), Ok(7)).unwrap(), Some(3));
+        assert_eq!(planned_abi(3, Some(7), Ok(9)).unwrap(), Some(7));
+        assert_eq!(planned_abi(0, None, Ok(7)).unwrap(), None);
+        assert_eq!(planned_abi(0, None, Err(Errno::ENOSYS)).unwrap(), None);
+        // The kernel has less than the layers say.
+        assert_eq!(
+            msg(planned_abi(0, Some(5), Ok(3)).unwrap_err()),
+            "the sandbox's layers ask for landlock ABI 5, the kernel offers ABI 3"
+        );
+        let m = msg(planned_abi(0, Some(1), Err(Errno::EOPNOTSUPP)).unwrap_err());
+        assert_eq!(
+            m,
+            "the sandbox's layers ask for landlock ABI 1, the kernel offers no landlock \
+             (built in but not enabled: add landlock to the lsm= boot parameter)"
+        );
+        // More than this build knows, or no ABI at all.
+        assert_eq!(
+            msg(planned_abi(0, Some(8), Ok(9)).unwrap_err()),
+            "the sandbox's layers ask for landlock ABI 8, this build of warden applies ABI 7 at most"
+        );
+        assert_eq!(
+            msg(planned_abi(0, Some(0), Ok(7)).unwrap_err()),
+            "there is no landlock ABI 0"
+        );
+        // The policy's minimum is checked first, with its own message, then
+        // against the layers.
+        assert_eq!(
+            msg(planned_abi(4, Some(7), Ok(3)).unwrap_err()),
+            "landlock ABI 4 is required by the policy (TCP bind and connect control), the \
+             kernel offers ABI 3"
+        );
+        assert_eq!(
+            msg(planned_abi(4, Some(3), Ok(7)).unwrap_err()),
+            "landlock ABI 4 is required by the policy (TCP bind and connect control), the \
+             sandbox's layers apply ABI 3"
+        );
+        assert_eq!(
+            msg(planned_abi(1, None, Ok(7)).unwrap_err()),
+            "landlock ABI 1 is required by the policy (filesystem access control), the \
+             sandbox's layers apply no landlock"
+        );
+    }
+
     #[test]
     fn net_rules_grant_only_the_proxy_port() {
         assert!(net_rules(&spec()).is_empty());
@@ -809,6 +923,7 @@ mod tests {
 mod host_tests {
     use super::*;
     use crate::confine::Confinement;
+    use crate::spec::Layers;
     use std::ffi::CString;
     use std::os::fd::AsRawFd;
     use std::os::unix::ffi::OsStrExt;
@@ -925,7 +1040,7 @@ mod host_tests {
     /// handle. The control: the same rule masked by [`effective`] is added.
     #[test]
     fn the_crate_refuses_rather_than_applies_less() {
-        let Some(abi) = landlock_abi() else {
+        let Some(abi) = crate::kernel::Kernel::probe().landlock_abi() else {
             eprintln!("skipping: this kernel offers no Landlock");
             return;
         };
@@ -1003,6 +1118,7 @@ mod host_tests {
                 "gid": nix::unistd::getgid().as_raw(),
                 "user": "t",
                 "tmp_size_mb": 1,
+                "layers": Layers::NONE,
             }))
             .unwrap();
             Fixture { dir, spec }
@@ -1015,7 +1131,7 @@ mod host_tests {
 
     #[test]
     fn landlock_alone_enforces_the_grants() {
-        let Some(abi) = landlock_abi() else {
+        let Some(abi) = crate::kernel::Kernel::probe().landlock_abi() else {
             eprintln!("skipping: this kernel offers no Landlock");
             return;
         };
@@ -1096,9 +1212,10 @@ mod host_tests {
         }
 
         // Restricted: only what the table grants.
-        let f = Fixture::new();
+        let mut f = Fixture::new();
+        f.spec.layers.landlock_abi = Some(abi);
         let confinement = Confinement {
-            landlock: ruleset(&f.spec, false).unwrap(),
+            landlock: ruleset(&f.spec).unwrap(),
             seccomp: None,
             notify: false,
             wait_killable: false,

@@ -10,8 +10,8 @@
 //! PID 1 is signalled only through a pidfd the launcher passes back, so a recycled
 //! pid can never be hit. Server signals and tree-wide SIGTERM go through PID 1 as
 //! control messages. PID 1 also passes the seccomp listener; the sandbox answers
-//! it on its own thread ([`crate::notify`]) whether or not anyone takes the
-//! refused calls ([`Sandbox::take_refused_calls`]).
+//! it on the shared notifier pool ([`crate::notify`]) whether or not anyone
+//! reads the refused calls ([`Spawned::refused`]).
 //!
 //! Nothing here needs a thread per sandbox to notice its end: the launcher's
 //! pidfd ([`Sandbox::exit_fd`]) becomes readable when the launcher has exited,
@@ -131,6 +131,9 @@ fn control(e: Errno) -> SandboxError {
 struct WaitState {
     launcher: Child,
     outcome: Option<ExitOutcome>,
+    /// Answers the seccomp listener; `None` without user notification.
+    /// Stopped once the sandbox is gone.
+    notifier: Option<Notifier>,
 }
 
 /// A running sandbox. `Send + Sync`: control calls may come from any thread while
@@ -142,14 +145,29 @@ pub struct Sandbox {
     launcher_pidfd: OwnedFd,
     pid: u32,
     state: Mutex<WaitState>,
-    /// Answers the seccomp listener; `None` without user notification.
-    notifier: Mutex<Option<Notifier>>,
-    refused: Mutex<Option<RefusedCalls>>,
     /// Rung when the notifier queues for a consumer that asked for it.
     wake: Option<Arc<Wake>>,
-    /// Observed file accesses (`audit.files`), when asked for and available.
-    files: Mutex<Option<FileAccesses>>,
-    proxy: Mutex<Option<OwnedFd>>,
+}
+
+/// A sandbox that has started, and the channels it came with. Each is handed
+/// out here, once, to whoever spawned it; none has to be taken up (refused
+/// calls are answered and file accesses let through either way, and an
+/// unserved proxy listener refuses connections).
+#[derive(Debug)]
+pub struct Spawned {
+    pub sandbox: Sandbox,
+    /// The refused calls; `None` without user notification (the spec's
+    /// [`Layers::notify`](crate::spec::Layers::notify)). The queue
+    /// disconnects when [`Sandbox::wait`] returns.
+    pub refused: Option<RefusedCalls>,
+    /// The observed file accesses, when the layers watch them
+    /// ([`Layers::watch_files`](crate::spec::Layers::watch_files)) or guard
+    /// creations (then only the guard's refusals, at level `off`). The queue
+    /// disconnects when [`Sandbox::wait`] returns.
+    pub files: Option<FileAccesses>,
+    /// The egress proxy's listening socket (TCP, `127.0.0.1:<proxy_port>`
+    /// inside the sandbox's network namespace); `None` without `proxy_port`.
+    pub proxy_listener: Option<OwnedFd>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -172,11 +190,13 @@ impl Sandbox {
     /// `spec`, and returns once the server has been exec'd inside the sandbox, or the
     /// reason it was not (sent back as data by the child, including an execve
     /// failure of the program). `stdio` become the server's fds 0, 1, 2.
+    /// The sandbox applies the spec's [`layers`](SandboxSpec::layers) and
+    /// fails to start if the kernel lacks one of them.
     pub fn spawn(
         exe: &Path,
         spec: &SandboxSpec,
         stdio: [OwnedFd; 3],
-    ) -> Result<Sandbox, SandboxError> {
+    ) -> Result<Spawned, SandboxError> {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
         // SEQPACKET: message boundaries and EOF when the other side is gone.
         // CLOEXEC on both ends: only the dup2'd fd 3 reaches the init.
@@ -257,11 +277,10 @@ impl Sandbox {
                 Ok(Recv::Msg(FromInit::Launched { pid }, Some(fd))) => {
                     pidfd = Some((fd, pid as u32))
                 }
-                Ok(Recv::Msg(FromInit::Listener, Some(fd))) => {
+                Ok(Recv::Msg(FromInit::Listener, Some(fd))) if spec.layers.notify => {
                     // Answered from now on, before the server can make a call.
-                    let guard = crate::guard::active(spec, crate::notify::available());
-                    let g = guard.then(|| crate::guard::Guard::new(spec));
-                    match Notifier::start(fd, Watch::from_spec(spec, guard), g) {
+                    let g = spec.layers.guard.then(|| crate::guard::Guard::new(spec));
+                    match Notifier::start(fd, Watch::from_spec(spec), g, spec.layers.sync_wake_up) {
                         Ok((n, calls, f, w)) => {
                             notifier = Some((n, calls));
                             wake = Some(w);
@@ -292,51 +311,31 @@ impl Sandbox {
                 Err(e) => return Err(fail(&mut launcher, control(e))),
             }
         }
-        let (pidfd, pid) = pidfd.expect("loop ends only with a pidfd");
+        // The loop ends only with a pidfd.
+        let Some((pidfd, pid)) = pidfd else {
+            return Err(fail(
+                &mut launcher,
+                SandboxError::Protocol("no pidfd from the launcher".into()),
+            ));
+        };
         let (notifier, refused) = notifier.unzip();
-        Ok(Sandbox {
-            sock: ours,
-            pidfd,
-            launcher_pidfd,
-            pid,
-            state: Mutex::new(WaitState {
-                launcher,
-                outcome: None,
-            }),
-            notifier: Mutex::new(notifier),
-            refused: Mutex::new(refused),
-            wake,
-            files: Mutex::new(files),
-            proxy: Mutex::new(proxy),
+        Ok(Spawned {
+            sandbox: Sandbox {
+                sock: ours,
+                pidfd,
+                launcher_pidfd,
+                pid,
+                state: Mutex::new(WaitState {
+                    launcher,
+                    outcome: None,
+                    notifier,
+                }),
+                wake,
+            },
+            refused,
+            files,
+            proxy_listener: proxy,
         })
-    }
-
-    /// Whether refused escape and kernel-attack calls are reported (the
-    /// kernel offers seccomp user notification). Without it they are still
-    /// refused, with the same errno.
-    pub fn syscall_audit(&self) -> bool {
-        self.notifier
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
-    }
-
-    /// The refused calls, once (`None` afterwards, or without user
-    /// notification). The queue disconnects when [`Sandbox::wait`] returns.
-    /// Nobody has to take it: the calls are answered either way.
-    pub fn take_refused_calls(&self) -> Option<RefusedCalls> {
-        self.refused
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-    }
-
-    /// The observed file accesses (`audit.files` in the spec), once (`None`
-    /// afterwards, when the spec does not ask for them, or without user
-    /// notification). Their queue disconnects when [`Sandbox::wait`]
-    /// returns. Nobody has to take it: the calls go through either way.
-    pub fn take_file_accesses(&self) -> Option<FileAccesses> {
-        self.files.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     /// Rung (made readable, an eventfd) when a refused call or a file
@@ -366,12 +365,6 @@ impl Sandbox {
         // A pidfd stays readable once its process has exited.
         let _ = fd.readable().await?;
         Ok(())
-    }
-
-    /// The egress proxy's listening socket (TCP, `127.0.0.1:<proxy_port>` inside
-    /// the sandbox's network namespace), once; None without `proxy_port`.
-    pub fn take_proxy_listener(&self) -> Option<OwnedFd> {
-        self.proxy.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     /// Host pid of the sandbox's PID 1.
@@ -434,12 +427,7 @@ impl Sandbox {
         st.launcher.wait().map_err(SandboxError::Control)?;
         // Every task of the sandbox is gone: the notifier sees POLLHUP and ends,
         // which closes the refused-call queue behind the last call.
-        if let Some(n) = self
-            .notifier
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_mut()
-        {
+        if let Some(n) = st.notifier.as_mut() {
             n.stop_and_join();
         }
         let o = outcome.unwrap_or(ExitOutcome::Signal(libc::SIGKILL));

@@ -1,10 +1,14 @@
 //! Everything Linux-specific and `unsafe` in Warden.
 //!
-//! - [`spec`]: the compiled sandbox description the daemon hands to the sandbox init.
+//! - [`spec`]: the compiled sandbox description the daemon hands to the sandbox
+//!   init, with the [`spec::Layers`] it applies.
+//! - [`kernel`]: what the kernel offers, probed once ([`kernel::Kernel::probe`],
+//!   by the daemon at start), and the layers a spec gets from it.
 //! - [`launch`]: the daemon side: start the sandbox init, wait for it, signal it.
 //! - [`init`]: the sandbox side: a single-threaded re-exec of the daemon binary that
 //!   builds namespaces and the root filesystem, then runs the server as its child.
-//! - [`fdpass`]: SCM_RIGHTS fd passing on Unix sockets (shim → daemon stdio).
+//! - [`fdpass`]: receiving SCM_RIGHTS fds (the control socket; the daemon's side
+//!   of the shim's stdio preamble, whose sender is safe `nix` in `warden-client`).
 //! - [`notify`]: the seccomp user-notification listener that answers (and
 //!   reports) the refusals worth an audit record, and lets the observed
 //!   file-access calls through.
@@ -15,7 +19,7 @@
 //!
 //! Private helpers: `proto` (the typed daemon ↔ init control protocol), `mounts`
 //! (the sandbox root filesystem), `landlock` (the Landlock ruleset mirroring the
-//! grants; [`landlock_abi`] reports what the kernel offers), `seccomp` (the
+//! grants), `confine` (Landlock and seccomp as the layers say), `seccomp` (the
 //! syscall filter, a table compiled to BPF), `queue` (the bounded queues of refused calls and file accesses,
 //! allocated as they fill), `readiness` (waiting for a
 //! sandbox's fds on a tokio event loop) and `sys` (raw kernel calls not
@@ -25,6 +29,7 @@ pub mod fdpass;
 pub mod files;
 pub mod guard;
 pub mod init;
+pub mod kernel;
 mod landlock;
 pub mod launch;
 mod mounts;
@@ -38,6 +43,6 @@ pub mod spec;
 mod sys;
 
 pub use files::{FileAccess, FileAccesses};
-pub use landlock::landlock_abi;
-pub use launch::{init_entry_if_requested, ExitOutcome, Sandbox, SandboxError, INIT_ARG};
+pub use kernel::Kernel;
+pub use launch::{init_entry_if_requested, ExitOutcome, Sandbox, SandboxError, Spawned, INIT_ARG};
 pub use notify::{RefusedCall, RefusedCalls, Wake, WakeWaiter};

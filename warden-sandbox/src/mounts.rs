@@ -756,6 +756,7 @@ mod tests {
             warden_paths: vec![],
             allow_git_init: false,
             dangerously_skip_confinement: false,
+            layers: crate::spec::Layers::NONE,
         }
     }
 

@@ -58,7 +58,7 @@ const QUEUE: usize = 1024;
 const FILE_QUEUE: usize = 4096;
 /// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (Linux 6.6): wake the caller on the
 /// answering thread's CPU, as the answer is the only thing it waits for.
-const SYNC_WAKE_UP: u64 = 1;
+pub(crate) const SYNC_WAKE_UP: u64 = 1;
 /// A pool thread's stack: its work is bounded (no recursion; paths
 /// live on the heap), far below the 2 MiB default.
 const NOTIFIER_STACK: usize = 256 << 10;
@@ -181,13 +181,6 @@ impl std::fmt::Debug for Wake {
     }
 }
 
-/// True when this kernel offers `SECCOMP_RET_USER_NOTIF`
-/// (`/proc/sys/kernel/seccomp/actions_avail` lists `user_notif`).
-pub fn available() -> bool {
-    std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail")
-        .is_ok_and(|s| s.split_whitespace().any(|a| a == "user_notif"))
-}
-
 /// One refused call, as the filter's rule describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefusedCall {
@@ -283,33 +276,43 @@ impl Notifier {
     /// Starts answering `listener` on the shared pool; returns the
     /// consumers' ends: refused calls, and observed file accesses when
     /// `watch` asks for them (the filter was then compiled with the watched
-    /// calls).
+    /// calls). `sync_wake_up`: set `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` on
+    /// the listener (the spec's layers say so; a kernel that refuses fails
+    /// the start).
     pub(crate) fn start(
         listener: OwnedFd,
         watch: Option<Watch>,
         guard: Option<Guard>,
+        sync_wake_up: bool,
     ) -> std::io::Result<(Notifier, RefusedCalls, Option<FileAccesses>, Arc<Wake>)> {
         let (tx, rx) = crate::queue::bounded(QUEUE);
         let lost = Arc::new(AtomicU64::new(0));
         let wake = Arc::new(Wake::new()?);
+        if sync_wake_up {
+            // The flags are the argument itself, not a pointer.
+            // SAFETY: SET_FLAGS takes its flags by value.
+            let r = unsafe {
+                libc::ioctl(
+                    listener.as_raw_fd(),
+                    libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
+                    SYNC_WAKE_UP as libc::c_ulong,
+                )
+            };
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("set SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP on the seccomp listener: {e}"),
+                ));
+            }
+        }
         let (capturer, files) = match watch {
             Some(w) => {
                 let (ftx, frx) = crate::queue::bounded(FILE_QUEUE);
                 let flost = Arc::new(AtomicU64::new(0));
-                // Best effort: kernels before 6.6 answer EINVAL and wake the
-                // caller the ordinary way. The flags are the argument itself,
-                // not a pointer.
-                // SAFETY: SET_FLAGS takes its flags by value.
-                let sync = unsafe {
-                    libc::ioctl(
-                        listener.as_raw_fd(),
-                        libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
-                        SYNC_WAKE_UP as libc::c_ulong,
-                    )
-                } == 0;
                 (
                     Some(Capturer::new(ftx, flost.clone())),
-                    Some(FileAccesses::new(frx, flost, w, sync)),
+                    Some(FileAccesses::new(frx, flost, w, sync_wake_up)),
                 )
             }
             None => (None, None),

@@ -391,6 +391,7 @@ mod tests {
             "gid": 1000,
             "user": "ana",
             "tmp_size_mb": 1,
+            "layers": crate::spec::Layers::NONE,
         }))
         .unwrap()
     }

@@ -46,7 +46,7 @@ pub struct SandboxSpec {
     pub landlock_min_abi: u32,
     /// The egress proxy's port: PID 1 listens on `127.0.0.1:<port>` inside the
     /// sandbox's network namespace and hands the listener to the daemon
-    /// ([`crate::Sandbox::take_proxy_listener`]); with Landlock ABI 4+ it is the
+    /// ([`crate::launch::Spawned::proxy_listener`]); with Landlock ABI 4+ it is the
     /// only TCP port the server may connect to. None: no listener, no TCP at all.
     #[serde(default)]
     pub proxy_port: Option<u16>,
@@ -58,7 +58,8 @@ pub struct SandboxSpec {
     pub cgroup: Option<PathBuf>,
     /// Which of the server's file accesses the daemon is told about
     /// ([`crate::files`]; the policy's `audit.files`). Needs seccomp user
-    /// notification; without it nothing is observed. Default: off.
+    /// notification ([`Layers::watch_files`] says whether it is applied);
+    /// without it nothing is observed. Default: off.
     #[serde(default, skip_serializing_if = "FileAudit::is_off")]
     pub audit_files: FileAudit,
     /// Warden's own files and directories (the daemon's policy and state
@@ -78,6 +79,78 @@ pub struct SandboxSpec {
     /// The daemon never sets it; no policy key reaches it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dangerously_skip_confinement: bool,
+    /// The optional layers this sandbox applies, decided once by whoever
+    /// builds the spec from what the kernel offers
+    /// ([`crate::kernel::Kernel::layers`]; the daemon records them in
+    /// `session.start`). The sandbox applies exactly these and never decides
+    /// again; one the kernel turns out not to have fails the start.
+    pub layers: Layers,
+}
+
+/// The optional layers of one sandbox: what its Landlock ruleset, its seccomp
+/// filter and the daemon's notifier do, beyond what every sandbox gets (the
+/// namespaces, the root filesystem, a seccomp filter that refuses the
+/// kernel-attack surface).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layers {
+    /// The Landlock ABI whose rights the ruleset handles; `None`: no Landlock
+    /// (the mount namespace is the only filesystem layer).
+    pub landlock_abi: Option<u32>,
+    /// The filter is installed with a user-notification listener
+    /// (`SECCOMP_FILTER_FLAG_NEW_LISTENER`), answered by the daemon: refused
+    /// escape and kernel-attack calls are reported. Without it they are
+    /// refused in the kernel with the same errno, unreported.
+    pub notify: bool,
+    /// The path-taking calls notify too and are reported at the level of
+    /// [`SandboxSpec::audit_files`] (needs `notify`).
+    pub watch_files: bool,
+    /// The creation guard ([`crate::guard`]): Landlock without the rights to
+    /// create, and the daemon performs every creating call (needs `notify`
+    /// and Landlock).
+    pub guard: bool,
+    /// The filter is installed with `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV`
+    /// (needs `notify`; chosen with the guard).
+    pub wait_killable: bool,
+    /// The listener is set to `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (needs
+    /// `notify`; chosen when calls are watched or guarded).
+    pub sync_wake_up: bool,
+}
+
+impl Layers {
+    /// No optional layer: no Landlock, a filter without a listener.
+    pub const NONE: Layers = Layers {
+        landlock_abi: None,
+        notify: false,
+        watch_files: false,
+        guard: false,
+        wait_killable: false,
+        sync_wake_up: false,
+    };
+
+    /// Why these layers cannot go together, if they cannot (each of the
+    /// others needs the listener; the guard needs Landlock).
+    pub fn inconsistency(&self) -> Option<&'static str> {
+        if !self.notify {
+            if self.watch_files {
+                return Some("watching file accesses needs seccomp user notification");
+            }
+            if self.guard {
+                return Some("the creation guard needs seccomp user notification");
+            }
+            if self.wait_killable {
+                return Some(
+                    "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV needs seccomp user notification",
+                );
+            }
+            if self.sync_wake_up {
+                return Some("SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP needs seccomp user notification");
+            }
+        }
+        if self.guard && self.landlock_abi.is_none() {
+            return Some("the creation guard needs Landlock");
+        }
+        None
+    }
 }
 
 /// How much of the server's file access is observed (`audit.files`).

@@ -1,25 +1,27 @@
-//! File-access auditing through the library API (`Sandbox::take_file_accesses`),
+//! File-access auditing through the library API (`Spawned::files`),
 //! with the `warden-sandbox-run` binary as the sandbox init: what the notifier
 //! observes in a real sandbox and how it is judged. The records, policy levels
 //! and rate limits are tested end to end in `e2e/tests/file_audit.rs`.
 //!
 //! Run as root and as an unprivileged user (`scripts/test`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::time::Duration;
 use warden_sandbox::files::{Action, Decision, FileAccess};
+use warden_sandbox::spec::Layers;
 use warden_sandbox::spec::{FileAudit, SandboxSpec};
-use warden_sandbox::{ExitOutcome, Sandbox};
+use warden_sandbox::ExitOutcome;
 
 mod common;
-use common::{runner, userns_available};
+use common::{kernel, runner, spawn, userns_available};
 
 fn ready() -> bool {
     if !userns_available() {
         return false;
     }
-    let ok = warden_sandbox::notify::available();
+    let ok = kernel().user_notif;
     if !ok {
         eprintln!("skipping: this kernel lacks seccomp user notification");
     }
@@ -70,6 +72,8 @@ impl Fixture {
             "user": "tester",
             "tmp_size_mb": 16,
             "audit_files": level,
+            // Decided when spawned.
+            "layers": Layers::NONE,
         }))
         .unwrap()
     }
@@ -99,8 +103,8 @@ fn run(spec: &SandboxSpec) -> (ExitOutcome, String, Option<Vec<FileAccess>>) {
 /// [`run`], also returning how many accesses the full queue dropped.
 fn run_lossy(spec: &SandboxSpec) -> (ExitOutcome, String, Option<Vec<FileAccess>>, u64) {
     let (r, w) = nix::unistd::pipe().unwrap();
-    let sb = Sandbox::spawn(&runner(), spec, [null(), w, null()]).unwrap();
-    let files = sb.take_file_accesses();
+    let s = spawn(&runner(), spec, [null(), w, null()]).unwrap();
+    let (sb, files) = (s.sandbox, s.files);
     let observed = files.is_some();
     let collector = std::thread::spawn(move || {
         let mut out = Vec::new();
@@ -380,8 +384,8 @@ fn accesses_are_judged_against_the_sandbox_even_after_it_is_gone() {
         key = f.p("home/.ssh/id_rsa")
     );
     let spec = f.sh(&script, FileAudit::All);
-    let sb = Sandbox::spawn(&runner(), &spec, [null(), null(), null()]).unwrap();
-    let files = sb.take_file_accesses().unwrap();
+    let s = spawn(&runner(), &spec, [null(), null(), null()]).unwrap();
+    let (sb, files) = (s.sandbox, s.files.unwrap());
     // Linux 6.6+ takes the synchronous wake-up flag.
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     let mut v = release.trim().split(['.', '-']);

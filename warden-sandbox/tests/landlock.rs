@@ -6,14 +6,18 @@
 //! `src/landlock.rs` (`host_tests`). Here: the mounts and Landlock together keep
 //! the grants, and inside the sandbox Landlock refuses things the mount layer
 //! and file permissions would allow.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use warden_sandbox::landlock_abi;
-use warden_sandbox::spec::SandboxSpec;
+use warden_sandbox::spec::{Layers, SandboxSpec};
 
 mod common;
-use common::{runner, userns_available};
+use common::{decided, kernel, runner, userns_available};
+
+fn landlock_abi() -> Option<u32> {
+    kernel().landlock_abi()
+}
 
 fn abi_or_skip() -> Option<u32> {
     let abi = landlock_abi();
@@ -65,6 +69,8 @@ impl Fixture {
             "gid": nix::unistd::getegid().as_raw(),
             "user": "tester",
             "tmp_size_mb": 16,
+            // Decided when run.
+            "layers": Layers::NONE,
         }))
         .unwrap()
     }
@@ -73,8 +79,14 @@ impl Fixture {
         self.spec("/bin/sh", &["sh", "-c", script])
     }
 
-    /// (exit code, stdout, stderr).
+    /// Runs `spec` with the layers this kernel gives it: (exit code,
+    /// stdout, stderr).
     fn run(&self, spec: &SandboxSpec) -> (i32, String, String) {
+        self.run_exactly(&decided(spec))
+    }
+
+    /// Runs `spec` with the layers it has.
+    fn run_exactly(&self, spec: &SandboxSpec) -> (i32, String, String) {
         let file = self.dir.path().join("spec.json");
         std::fs::write(&file, serde_json::to_vec(spec).unwrap()).unwrap();
         let out = Command::new(runner()).arg(&file).output().unwrap();
@@ -308,4 +320,39 @@ fn minimum_abi_is_enforced() {
         "{err}"
     );
     assert!(!out.contains("ran"));
+}
+
+/// The daemon decides the layers from its probe; PID 1 applies them as given,
+/// and refuses (fail closed, saying why) a Landlock ABI the kernel does not
+/// offer instead of applying what the kernel has. The control: the layers as
+/// decided for this kernel run.
+#[test]
+fn a_landlock_abi_the_kernel_lacks_is_refused() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let spec = decided(&f.sh_spec("echo ran"));
+    assert_eq!(f.run_exactly(&spec), (0, "ran\n".into(), String::new()));
+    let mut above = spec.clone();
+    let expect = match kernel().landlock {
+        Ok(k) => {
+            above.layers.landlock_abi = Some(k + 1);
+            format!(
+                "sandbox setup failed at landlock: the sandbox's layers ask for landlock ABI {}, \
+                 the kernel offers ABI {k}",
+                k + 1
+            )
+        }
+        Err(_) => {
+            above.layers.landlock_abi = Some(1);
+            "sandbox setup failed at landlock: the sandbox's layers ask for landlock ABI 1, \
+             the kernel offers no landlock"
+                .into()
+        }
+    };
+    let (code, out, err) = f.run_exactly(&above);
+    assert_eq!(code, 125, "{out}");
+    assert!(!out.contains("ran"), "{out}");
+    assert!(err.contains(&expect), "{err}");
 }

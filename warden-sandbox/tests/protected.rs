@@ -6,14 +6,15 @@
 //! operation on an ordinary file of the same grant succeeds, and the same
 //! operation on the protected file succeeds once the policy grants that exact
 //! path for writing.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use warden_sandbox::spec::SandboxSpec;
+use warden_sandbox::spec::{Layers, SandboxSpec};
 
 mod common;
-use common::{runner, userns_available};
+use common::{decided, runner, userns_available};
 
 /// The files planted in the project before each run, with their contents.
 const PLANTED: &[(&str, &str)] = &[
@@ -111,13 +112,16 @@ impl Fixture {
             warden_paths: vec![],
             allow_git_init: false,
             dangerously_skip_confinement: false,
+            // Decided when run.
+            layers: Layers::NONE,
         }
     }
 
-    /// Runs the spec; requires exit 0; returns stdout.
+    /// Runs the spec with the layers this kernel gives it; requires exit 0;
+    /// returns stdout.
     fn sh(&self, spec: &SandboxSpec) -> String {
         let file = self.dir.path().join("spec.json");
-        std::fs::write(&file, serde_json::to_vec(spec).unwrap()).unwrap();
+        std::fs::write(&file, serde_json::to_vec(&decided(spec)).unwrap()).unwrap();
         let out = Command::new(runner()).arg(&file).output().unwrap();
         let (stdout, stderr) = (
             String::from_utf8_lossy(&out.stdout).into_owned(),

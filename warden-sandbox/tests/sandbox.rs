@@ -5,6 +5,7 @@
 //! `WARDEN_SANDBOX_RUN` (for copies of the binaries run by another user), else from
 //! Cargo. Tests that need user namespaces say so and skip when the kernel refuses
 //! them.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::io::Read;
 use std::os::fd::OwnedFd;
@@ -12,11 +13,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use warden_sandbox::spec::SandboxSpec;
-use warden_sandbox::{ExitOutcome, Sandbox, SandboxError};
+use warden_sandbox::spec::{Layers, SandboxSpec};
+use warden_sandbox::{ExitOutcome, SandboxError};
 
 mod common;
-use common::{runner, userns_available};
+use common::{decided, kernel, runner, spawn, userns_available};
 
 fn uid() -> u32 {
     nix::unistd::geteuid().as_raw()
@@ -72,11 +73,19 @@ impl Fixture {
             warden_paths: vec![],
             allow_git_init: false,
             dangerously_skip_confinement: false,
+            // Decided when run.
+            layers: Layers::NONE,
         }
     }
 
-    /// Runs the spec through the runner binary: (exit code, stdout, stderr).
+    /// Runs the spec through the runner binary with the layers this kernel
+    /// gives it: (exit code, stdout, stderr).
     fn run(&self, spec: &SandboxSpec) -> (i32, String, String) {
+        self.run_exactly(&decided(spec))
+    }
+
+    /// Runs the spec with the layers it has.
+    fn run_exactly(&self, spec: &SandboxSpec) -> (i32, String, String) {
         let file = self.dir.path().join("spec.json");
         std::fs::write(&file, serde_json::to_vec(spec).unwrap()).unwrap();
         let out = Command::new(runner()).arg(&file).output().unwrap();
@@ -414,7 +423,9 @@ fn death_by_signal_is_reported() {
     }
     let f = Fixture::new();
     let (stdio, out) = api_stdio();
-    let sb = Sandbox::spawn(&runner(), &f.spec("kill -USR1 $$"), stdio).unwrap();
+    let sb = spawn(&runner(), &f.spec("kill -USR1 $$"), stdio)
+        .unwrap()
+        .sandbox;
     assert_eq!(sb.wait().unwrap(), ExitOutcome::Signal(libc::SIGUSR1));
     // Waiting again returns the same outcome.
     assert_eq!(sb.wait().unwrap(), ExitOutcome::Signal(libc::SIGUSR1));
@@ -428,7 +439,9 @@ fn stdout_reaches_the_caller_and_eof_works() {
     }
     let f = Fixture::new();
     let (stdio, out) = api_stdio();
-    let sb = Sandbox::spawn(&runner(), &f.spec("echo out; exit 7"), stdio).unwrap();
+    let sb = spawn(&runner(), &f.spec("echo out; exit 7"), stdio)
+        .unwrap()
+        .sandbox;
     // EOF arrives (read_all returns) only if no sandbox process keeps a copy.
     assert_eq!(read_all(out), "out\n");
     assert_eq!(sb.wait().unwrap(), ExitOutcome::Code(7));
@@ -444,7 +457,7 @@ fn missing_program_is_an_error_naming_the_path() {
     let mut spec = f.spec("");
     spec.program = "/usr/bin/warden-definitely-missing".into();
     let (stdio, _out) = api_stdio();
-    let err = Sandbox::spawn(&runner(), &spec, stdio).unwrap_err();
+    let err = spawn(&runner(), &spec, stdio).unwrap_err();
     assert!(matches!(err, SandboxError::Exec { .. }), "{err:?}");
     assert_eq!(
         err.to_string(),
@@ -453,7 +466,7 @@ fn missing_program_is_an_error_naming_the_path() {
     // Outside every bind: opening it for the bind fails.
     spec.program = f.path("nope");
     let (stdio, _out) = api_stdio();
-    let err = Sandbox::spawn(&runner(), &spec, stdio).unwrap_err();
+    let err = spawn(&runner(), &spec, stdio).unwrap_err();
     let msg = err.to_string();
     assert!(
         msg.contains(&f.path("nope").display().to_string()) && msg.contains("No such file"),
@@ -463,7 +476,7 @@ fn missing_program_is_an_error_naming_the_path() {
     std::fs::write(f.path("noexec"), "#!/bin/sh\n").unwrap();
     spec.program = f.path("noexec");
     let (stdio, _out) = api_stdio();
-    let err = Sandbox::spawn(&runner(), &spec, stdio).unwrap_err();
+    let err = spawn(&runner(), &spec, stdio).unwrap_err();
     assert!(err.to_string().contains("Permission denied"), "{err}");
 }
 
@@ -474,7 +487,11 @@ fn signal_is_forwarded_to_the_server() {
     }
     let f = Fixture::new();
     let (stdio, _out) = api_stdio();
-    let sb = Arc::new(Sandbox::spawn(&runner(), &f.spec("sleep 1000"), stdio).unwrap());
+    let sb = Arc::new(
+        spawn(&runner(), &f.spec("sleep 1000"), stdio)
+            .unwrap()
+            .sandbox,
+    );
     let waiter = {
         let sb = sb.clone();
         std::thread::spawn(move || sb.wait())
@@ -537,12 +554,13 @@ fn terminate_then_kill_tree_leaves_nothing() {
     let f = Fixture::new();
     let (stdio, _out) = api_stdio();
     let sb = Arc::new(
-        Sandbox::spawn(
+        spawn(
             &runner(),
             &f.spec("trap '' TERM; sleep 1000 & sleep 1000"),
             stdio,
         )
-        .unwrap(),
+        .unwrap()
+        .sandbox,
     );
     let pid1 = sb.pid();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -583,7 +601,9 @@ fn terminate_tree_ends_a_cooperative_tree() {
     }
     let f = Fixture::new();
     let (stdio, _out) = api_stdio();
-    let sb = Sandbox::spawn(&runner(), &f.spec("sleep 1000 & sleep 1000; exit 0"), stdio).unwrap();
+    let sb = spawn(&runner(), &f.spec("sleep 1000 & sleep 1000; exit 0"), stdio)
+        .unwrap()
+        .sandbox;
     let pid1 = sb.pid();
     let deadline = Instant::now() + Duration::from_secs(10);
     while descendants(pid1)
@@ -610,7 +630,9 @@ fn dropped_daemon_end_kills_the_sandbox() {
     }
     let f = Fixture::new();
     let (stdio, _out) = api_stdio();
-    let sb = Sandbox::spawn(&runner(), &f.spec("sleep 1000"), stdio).unwrap();
+    let sb = spawn(&runner(), &f.spec("sleep 1000"), stdio)
+        .unwrap()
+        .sandbox;
     let pid1 = sb.pid();
     let deadline = Instant::now() + Duration::from_secs(10);
     while descendants(pid1).is_empty() {
@@ -629,7 +651,7 @@ fn dropped_daemon_end_kills_the_sandbox() {
 fn an_exe_without_the_init_role_is_reported() {
     let f = Fixture::new();
     let (stdio, _out) = api_stdio();
-    let err = Sandbox::spawn(Path::new("/bin/true"), &f.spec("true"), stdio).unwrap_err();
+    let err = spawn(Path::new("/bin/true"), &f.spec("true"), stdio).unwrap_err();
     assert!(matches!(err, SandboxError::InitDied { .. }), "{err:?}");
     assert!(
         err.to_string()
@@ -637,7 +659,7 @@ fn an_exe_without_the_init_role_is_reported() {
         "{err}"
     );
     let (stdio, _out) = api_stdio();
-    let err = Sandbox::spawn(Path::new("/nonexistent/exe"), &f.spec("true"), stdio).unwrap_err();
+    let err = spawn(Path::new("/nonexistent/exe"), &f.spec("true"), stdio).unwrap_err();
     assert!(err.to_string().contains("/nonexistent/exe"), "{err}");
 }
 
@@ -730,15 +752,17 @@ fn proxy_listener_is_handed_out_and_is_the_only_tcp_port() {
     }
     let f = Fixture::new();
     let (stdio, out) = api_stdio();
-    let sb = Sandbox::spawn(&runner(), &net_probe_spec(&f, false), stdio).unwrap();
-    let listener = sb.take_proxy_listener().expect("the proxy listener");
-    assert!(sb.take_proxy_listener().is_none(), "handed out once");
-    assert_eq!(accept_one(listener), "hello from inside");
+    let s = spawn(&runner(), &net_probe_spec(&f, false), stdio).unwrap();
+    let (sb, listener) = (s.sandbox, s.proxy_listener);
+    assert_eq!(
+        accept_one(listener.expect("the proxy listener")),
+        "hello from inside"
+    );
     let report = read_all(out);
     assert_eq!(sb.wait().unwrap(), ExitOutcome::Code(0), "{report}");
     // Nothing listens on 3129 or on ::1 inside the namespace; with Landlock ABI 4+
     // the attempt is refused before it gets that far, and bind is refused too.
-    let landlock_net = warden_sandbox::landlock_abi().is_some_and(|abi| abi >= 4);
+    let landlock_net = kernel().landlock_abi().is_some_and(|abi| abi >= 4);
     let expected = if landlock_net {
         // Landlock rules are per port, not per address: ::1 on the proxy port
         // passes the port check and finds nothing listening.
@@ -758,11 +782,9 @@ fn proxy_port_control_without_landlock_reaches_other_ports() {
     }
     let f = Fixture::new();
     let (stdio, out) = api_stdio();
-    let sb = Sandbox::spawn(&runner(), &net_probe_spec(&f, true), stdio).unwrap();
-    assert_eq!(
-        accept_one(sb.take_proxy_listener().unwrap()),
-        "hello from inside"
-    );
+    let s = spawn(&runner(), &net_probe_spec(&f, true), stdio).unwrap();
+    let sb = s.sandbox;
+    assert_eq!(accept_one(s.proxy_listener.unwrap()), "hello from inside");
     let report = read_all(out);
     assert_eq!(sb.wait().unwrap(), ExitOutcome::Code(0), "{report}");
     assert_eq!(
@@ -778,7 +800,61 @@ fn without_proxy_port_there_is_no_listener() {
     }
     let f = Fixture::new();
     let (stdio, _out) = api_stdio();
-    let sb = Sandbox::spawn(&runner(), &f.spec("exit 0"), stdio).unwrap();
-    assert!(sb.take_proxy_listener().is_none());
-    assert_eq!(sb.wait().unwrap(), ExitOutcome::Code(0));
+    let s = spawn(&runner(), &f.spec("exit 0"), stdio).unwrap();
+    assert!(s.proxy_listener.is_none());
+    assert_eq!(s.sandbox.wait().unwrap(), ExitOutcome::Code(0));
+}
+
+/// Layers that cannot go together (the creation guard without the listener
+/// that answers it) are refused by PID 1 before anything runs, saying why;
+/// the control: the same spec with the layers decided for this kernel runs.
+#[test]
+fn inconsistent_layers_are_refused() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let mut spec = f.spec("echo ran");
+    spec.write = vec![f.path("home")];
+    assert_eq!(f.sh(&spec), "ran\n");
+    let mut spec = decided(&spec);
+    spec.layers.notify = false;
+    spec.layers.guard = true;
+    spec.layers.watch_files = false;
+    spec.layers.wait_killable = false;
+    spec.layers.sync_wake_up = false;
+    let (code, out, err) = f.run_exactly(&spec);
+    assert_eq!(code, 125, "{out}");
+    assert!(!out.contains("ran"), "{out}");
+    assert!(
+        err.contains(
+            "sandbox setup failed at check the sandbox's layers: the creation guard needs \
+             seccomp user notification"
+        ),
+        "{err}"
+    );
+}
+
+/// A listener the layers did not ask for is not answered: with `notify`
+/// off, the filter is installed without one and the recorded rules fail in
+/// the kernel with their errno. Without user notification here, the
+/// decided layers are already that.
+#[test]
+fn without_notify_in_the_layers_nothing_is_reported() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let mut spec = decided(&f.spec("exit 0"));
+    spec.layers = Layers {
+        landlock_abi: spec.layers.landlock_abi,
+        ..Layers::NONE
+    };
+    let (stdio, _out) = api_stdio();
+    let s = warden_sandbox::Sandbox::spawn(&runner(), &spec, stdio).unwrap();
+    assert!(s.refused.is_none() && s.files.is_none());
+    assert_eq!(s.sandbox.wait().unwrap(), ExitOutcome::Code(0));
+    let s = spawn(&runner(), &f.spec("exit 0"), api_stdio().0).unwrap();
+    assert_eq!(s.refused.is_some(), kernel().user_notif);
+    assert_eq!(s.sandbox.wait().unwrap(), ExitOutcome::Code(0));
 }

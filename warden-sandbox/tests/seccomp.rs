@@ -9,6 +9,7 @@
 //! or accepts, so an EPERM inside can only come from the filter.
 //!
 //! Run as root and as an unprivileged user (see run-unprivileged.sh).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::process::Command;
 

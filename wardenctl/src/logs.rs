@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
+use warden_audit::filter::Filter;
+use warden_audit::store::{self, Snapshot};
+use warden_audit::verify::{self, Report};
+use warden_audit::Record;
 use warden_client::pb;
-use warden_core::audit::filter::Filter;
-use warden_core::audit::store::{self, Snapshot};
-use warden_core::audit::verify::{self, Report};
-use warden_core::audit::Record;
 
 #[derive(clap::Args, Debug)]
 pub struct LogsArgs {
@@ -342,9 +342,9 @@ fn row(r: &Record, color: bool) -> String {
         let pad = w.saturating_sub(c.chars().count());
         if i == 3 && color {
             let code = match r.decision {
-                warden_core::audit::Decision::Deny => "31",
-                warden_core::audit::Decision::Allow => "32",
-                warden_core::audit::Decision::Info => "2",
+                warden_audit::Decision::Deny => "31",
+                warden_audit::Decision::Allow => "32",
+                warden_audit::Decision::Info => "2",
             };
             s.push_str(&format!("\x1b[{code}m{c}\x1b[0m"));
         } else {
@@ -432,7 +432,7 @@ fn print_verify(r: &Report, dir: &Path, json: bool) -> anyhow::Result<ExitCode> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use warden_core::audit::{Decision, RecordType};
+    use warden_audit::{Decision, RecordType};
 
     #[test]
     fn durations_and_times() {
@@ -447,11 +447,11 @@ mod tests {
         assert_eq!(time_arg("1h", now).unwrap(), now - 3_600_000);
         assert_eq!(
             time_arg("2026-11-29T14:47:32.123Z", now).unwrap(),
-            warden_core::audit::parse_timestamp_ms("2026-11-29T14:47:32.123Z").unwrap()
+            warden_audit::parse_timestamp_ms("2026-11-29T14:47:32.123Z").unwrap()
         );
         assert_eq!(
             time_arg("2026-11-29T16:47:32.123+02:00", now).unwrap(),
-            warden_core::audit::parse_timestamp_ms("2026-11-29T14:47:32.123Z").unwrap()
+            warden_audit::parse_timestamp_ms("2026-11-29T14:47:32.123Z").unwrap()
         );
         assert!(time_arg("yesterday", now).is_err());
     }

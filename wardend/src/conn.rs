@@ -24,7 +24,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
-use warden_sandbox::fdpass::{peek, recv_with_fds, STDIO_PREAMBLE};
+use warden_proto::STDIO_PREAMBLE;
+use warden_sandbox::fdpass::{peek, recv_with_fds};
 
 /// How long a new connection may take to show its first bytes.
 const SNIFF_TIMEOUT: Duration = Duration::from_secs(10);

@@ -8,8 +8,8 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use serde_json::json;
-use warden_core::audit::{Decision, Record, RecordType};
+use warden_audit::event;
+use warden_audit::{Decision, Record};
 use warden_core::policy::net::NetworkPolicy;
 
 use crate::Daemon;
@@ -95,22 +95,18 @@ fn decision_code(d: Decision) -> u8 {
 
 /// The summary of records left out by the rate limit.
 pub fn summary_record(session: &str, s: &Suppressed) -> Record {
-    Record::new(
-        RecordType::Network,
-        s.action,
-        Some(session),
-        s.resource.clone().unwrap_or_else(|| "*".into()),
-        s.decision,
-        s.reason.clone(),
-    )
-    .with_details(json!({
-        "suppressed": s.count,
-        "bytes_up": s.bytes_up,
-        "bytes_down": s.bytes_down,
-        "rate_limit": format!(
-            "{PER_TARGET} records per second per target, {PER_SECOND} per session"
-        ),
-    }))
+    event::NetworkSummary {
+        session: session.to_owned(),
+        action: s.action.to_owned(),
+        decision: s.decision,
+        target: s.resource.clone(),
+        reason: s.reason.clone(),
+        suppressed: s.count,
+        bytes_up: s.bytes_up,
+        bytes_down: s.bytes_down,
+        rate_limit: format!("{PER_TARGET} records per second per target, {PER_SECOND} per session"),
+    }
+    .into()
 }
 
 /// Turns the proxy's events into audit records and counts.
@@ -194,73 +190,47 @@ impl warden_proxy::EventSink for Sink {
                 Some(format!("{resource}: {}", reason_text(d)));
         }
         self.admit_and_record(
-            Record::new(
-                RecordType::Network,
-                "connect",
-                Some(&self.session),
-                resource,
-                if d.allowed {
-                    Decision::Allow
-                } else {
-                    Decision::Deny
-                },
-                reason_text(d),
-            )
-            .with_details(json!({
-                "protocol": d.protocol.as_str(),
-                "host": d.host,
-                "port": d.port,
-                "address": d.address.map(|a| a.to_string()),
-                "rule": d.rule,
-                "code": d.code(),
-            })),
+            event::NetworkConnect {
+                session: self.session.clone(),
+                allowed: d.allowed,
+                reason: reason_text(d),
+                protocol: d.protocol.as_str().to_owned(),
+                host: d.host.clone(),
+                port: d.port,
+                address: d.address.map(|a| a.to_string()),
+                rule: d.rule.clone(),
+                code: d.code().to_owned(),
+            }
+            .into(),
             (0, 0),
         );
     }
 
     fn accept_failed(&self, f: &warden_proxy::AcceptFailure) {
         self.counters.denied.fetch_add(f.shed, Ordering::Relaxed);
-        self.daemon.audit.record(
-            Record::new(
-                RecordType::Network,
-                "accept",
-                Some(&self.session),
-                format!("127.0.0.1:{PROXY_PORT}"),
-                Decision::Deny,
-                format!(
-                    "the egress proxy cannot accept connections: {} ({} failed, {} answered 503 and closed)",
-                    f.error, f.failures, f.shed
-                ),
-            )
-            .with_details(json!({
-                "code": "accept-failed",
-                "error": f.error,
-                "errno": f.errno,
-                "failures": f.failures,
-                "shed": f.shed,
-            })),
-        );
+        self.daemon.audit.record(event::NetworkAccept {
+            session: self.session.clone(),
+            listener: format!("127.0.0.1:{PROXY_PORT}"),
+            error: f.error.clone(),
+            errno: f.errno,
+            failures: f.failures,
+            shed: f.shed,
+        });
     }
 
     fn closed(&self, c: &warden_proxy::Closed) {
         self.admit_and_record(
-            Record::new(
-                RecordType::Network,
-                "close",
-                Some(&self.session),
-                format!("{}:{}", c.host, c.port),
-                Decision::Info,
-                "",
-            )
-            .with_details(json!({
-                "protocol": c.protocol.as_str(),
-                "host": c.host,
-                "port": c.port,
-                "address": c.address.to_string(),
-                "bytes_up": c.bytes_up,
-                "bytes_down": c.bytes_down,
-                "duration_ms": c.duration.as_millis() as u64,
-            })),
+            event::NetworkClose {
+                session: self.session.clone(),
+                protocol: c.protocol.as_str().to_owned(),
+                host: c.host.clone(),
+                port: c.port,
+                address: c.address.to_string(),
+                bytes_up: c.bytes_up,
+                bytes_down: c.bytes_down,
+                duration_ms: c.duration.as_millis() as u64,
+            }
+            .into(),
             (c.bytes_up, c.bytes_down),
         );
     }

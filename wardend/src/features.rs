@@ -1,11 +1,10 @@
-//! What the kernel offers, for `wardenctl status` (DESIGN.md §5 "Fail closed").
+//! What the kernel offers, for `wardenctl status` (DESIGN.md §5 "Fail closed"):
+//! the daemon's one probe ([`Kernel`], taken at start and kept in
+//! [`crate::Daemon::kernel`]) rendered, and what it means for write grants
+//! ([`WriteProtection`]).
 
-use std::fs;
 use warden_proto::v1::KernelFeature;
-
-fn read(path: &str) -> Option<String> {
-    fs::read_to_string(path).ok().map(|s| s.trim().to_string())
-}
+use warden_sandbox::Kernel;
 
 fn feature(name: &str, available: bool, detail: String) -> KernelFeature {
     KernelFeature {
@@ -15,28 +14,30 @@ fn feature(name: &str, available: bool, detail: String) -> KernelFeature {
     }
 }
 
-pub fn probe(
+/// The `features` of `wardenctl status`.
+pub fn report(
+    kernel: &Kernel,
     cgroup_state: &Result<crate::cgroup::Delegation, String>,
     writes: &WriteProtection,
 ) -> Vec<KernelFeature> {
     let mut out = Vec::new();
-    let max_userns = read("/proc/sys/user/max_user_namespaces").and_then(|s| s.parse::<u64>().ok());
-    let clone_knob = read("/proc/sys/kernel/unprivileged_userns_clone");
-    let userns = max_userns.unwrap_or(0) > 0 && clone_knob.as_deref() != Some("0");
     out.push(feature(
         "user_namespaces",
-        userns,
+        kernel.user_namespaces(),
         format!(
             "max_user_namespaces={}{}; required: sessions are refused without them",
-            max_userns
+            kernel
+                .max_user_namespaces
                 .map(|n| n.to_string())
                 .unwrap_or_else(|| "unknown".into()),
-            clone_knob
+            kernel
+                .unprivileged_userns_clone
+                .as_ref()
                 .map(|k| format!(", unprivileged_userns_clone={k}"))
                 .unwrap_or_default()
         ),
     ));
-    let abi = warden_sandbox::landlock_abi();
+    let abi = kernel.landlock_abi();
     out.push(feature(
         "landlock",
         abi.is_some(),
@@ -57,14 +58,12 @@ pub fn probe(
             None => "not available: the mount namespace is the only filesystem layer".into(),
         },
     ));
-    let seccomp = read("/proc/sys/kernel/seccomp/actions_avail");
-    let user_notif = seccomp
-        .as_deref()
-        .is_some_and(|a| a.split_whitespace().any(|x| x == "user_notif"));
+    let seccomp = &kernel.seccomp_actions;
+    let user_notif = kernel.user_notif;
     out.push(feature(
         "seccomp",
         seccomp.is_some(),
-        match &seccomp {
+        match seccomp {
             Some(a) => format!("actions: {a}"),
             None => "not available".into(),
         },
@@ -91,7 +90,7 @@ pub fn probe(
                 .into()
         },
     ));
-    let guard = warden_sandbox::guard::available(user_notif);
+    let guard = kernel.guard_available();
     out.push(feature(
         "create_guard",
         guard,
@@ -100,8 +99,9 @@ pub fn probe(
              cannot be created: the daemon performs every creation after checking the name"
                 .into()
         } else {
-            "not available (needs seccomp user notification, Landlock and Linux 5.14): \
-             protected names missing from a write grant can be created"
+            "not available (needs seccomp user notification, Landlock and \
+             SECCOMP_ADDFD_FLAG_SEND, Linux 5.14): protected names missing from a write \
+             grant can be created"
                 .into()
         },
     ));
@@ -177,27 +177,9 @@ pub struct WriteProtection {
 }
 
 impl WriteProtection {
-    /// Probes the kernel, then applies `pretend` (the value of
-    /// [`PRETEND_MISSING_VAR`], if set).
-    pub fn probe(pretend: Option<&str>) -> WriteProtection {
-        let release = nix::sys::utsname::uname()
-            .map(|u| u.release().to_string_lossy().into_owned())
-            .unwrap_or_default();
-        Self::judge(
-            warden_sandbox::landlock_abi(),
-            warden_sandbox::notify::available(),
-            &release,
-            pretend,
-        )
-    }
-
-    /// The decision, from what the kernel offers.
-    pub fn judge(
-        landlock_abi: Option<u32>,
-        user_notif: bool,
-        release: &str,
-        pretend: Option<&str>,
-    ) -> WriteProtection {
+    /// The decision, from the daemon's probe of the kernel and `pretend` (the
+    /// value of [`PRETEND_MISSING_VAR`], if set).
+    pub fn judge(kernel: &Kernel, pretend: Option<&str>) -> WriteProtection {
         let pretend: Vec<&str> = pretend
             .unwrap_or_default()
             .split(',')
@@ -206,7 +188,7 @@ impl WriteProtection {
             .collect();
         let pretended_landlock = pretend.contains(&"landlock");
         let pretended_guard = pretend.contains(&"create_guard");
-        let landlock = match landlock_abi {
+        let landlock = match kernel.landlock_abi() {
             _ if pretended_landlock => Err(format!(
                 "Landlock is treated as unavailable ({PRETEND_MISSING_VAR})"
             )),
@@ -217,11 +199,13 @@ impl WriteProtection {
                     .into(),
             ),
         };
+        // What the guard needs, as `Kernel::guard_available` says, each
+        // missing piece named.
         let mut why = Vec::new();
         if pretended_guard {
             why.push(format!("treated as unavailable ({PRETEND_MISSING_VAR})"));
         }
-        if !user_notif {
+        if !kernel.user_notif {
             why.push(
                 "seccomp user notification is not available (/proc/sys/kernel/seccomp/\
                  actions_avail has no user_notif; Linux 5.0+)"
@@ -231,9 +215,10 @@ impl WriteProtection {
         if landlock.is_err() {
             why.push("it needs Landlock".into());
         }
-        if !release_at_least(release, 5, 14) {
+        if kernel.user_notif && !kernel.addfd_send {
             why.push(format!(
-                "Linux {release} is older than 5.14 (SECCOMP_ADDFD_FLAG_SEND)"
+                "Linux {} does not take SECCOMP_ADDFD_FLAG_SEND (5.14+)",
+                kernel.release
             ));
         }
         WriteProtection {
@@ -291,18 +276,18 @@ impl WriteProtection {
     }
 
     /// `details.sandbox.write_protection` of `session.start`.
-    pub fn record(&self, has_writes: bool) -> serde_json::Value {
+    pub fn record(&self, has_writes: bool) -> warden_audit::event::WriteProtection {
         let missing = self.missing();
         let mode = match (has_writes, missing.is_empty()) {
             (false, _) => "no write grants",
             (true, true) => "full",
             (true, false) => "best effort",
         };
-        serde_json::json!({
-            "mode": mode,
-            "active": self.active(),
-            "missing": missing,
-        })
+        warden_audit::event::WriteProtection {
+            mode: mode.to_owned(),
+            active: self.active(),
+            missing,
+        }
     }
 
     /// The `write_protection` line of `wardenctl status`.
@@ -321,21 +306,47 @@ impl WriteProtection {
     }
 }
 
-/// `release` (`6.1.0-18-amd64`) is at least `major.minor`.
-fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
-    let mut it = release.split(|c: char| !c.is_ascii_digit());
-    let a: u32 = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
-    let b: u32 = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
-    (a, b) >= (major, minor)
+/// A kernel with everything Warden uses (for tests), as the test machines
+/// have it.
+#[cfg(test)]
+pub(crate) fn full_kernel() -> Kernel {
+    Kernel {
+        release: "6.1.0-18-amd64".into(),
+        max_user_namespaces: Some(63000),
+        unprivileged_userns_clone: Some("1".into()),
+        landlock: Ok(7),
+        seccomp_actions: Some(
+            "kill_process kill_thread trap errno user_notif trace log allow".into(),
+        ),
+        user_notif: true,
+        wait_killable_recv: true,
+        addfd_send: true,
+        sync_wake_up: true,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::errno::Errno;
+
+    /// A kernel with `landlock` (its ABI), user notification with or
+    /// without `SECCOMP_ADDFD_FLAG_SEND`, and this release.
+    fn kernel(landlock: Option<u32>, user_notif: bool, addfd_send: bool, release: &str) -> Kernel {
+        Kernel {
+            release: release.into(),
+            landlock: landlock.ok_or(Errno::ENOSYS),
+            user_notif,
+            addfd_send: user_notif && addfd_send,
+            wait_killable_recv: user_notif,
+            sync_wake_up: user_notif,
+            ..full_kernel()
+        }
+    }
 
     #[test]
     fn everything_present() {
-        let w = WriteProtection::judge(Some(7), true, "6.1.0-18-amd64", None);
+        let w = WriteProtection::judge(&full_kernel(), None);
         assert_eq!(
             w,
             WriteProtection {
@@ -346,22 +357,21 @@ mod tests {
         );
         assert_eq!(w.refusal(true, false), None);
         assert_eq!(
-            w.record(true),
+            serde_json::to_value(w.record(true)).unwrap(),
             serde_json::json!({"mode": "full", "active": ["protected names bound read-only", "creation guard", "Landlock ABI 7"], "missing": []})
         );
     }
 
     #[test]
     fn each_missing_piece_is_named() {
-        let w = WriteProtection::judge(None, false, "5.10.0", None);
+        let w = WriteProtection::judge(&kernel(None, false, false, "4.19.0"), None);
         assert_eq!(
             w.missing(),
             vec![
                 "the creation guard (which keeps protected names such as .git, .bashrc and \
                  .mcp.json from being created in a write grant): seccomp user notification is \
                  not available (/proc/sys/kernel/seccomp/actions_avail has no user_notif; \
-                 Linux 5.0+); it needs Landlock; Linux 5.10.0 is older than 5.14 \
-                 (SECCOMP_ADDFD_FLAG_SEND)"
+                 Linux 5.0+); it needs Landlock"
                     .to_string(),
                 "Landlock (the second filesystem layer): Landlock is not available: the kernel \
                  was built without it, or it is not in the `lsm=` boot list (see \
@@ -370,14 +380,37 @@ mod tests {
             ]
         );
         assert_eq!(
-            w.record(true),
+            serde_json::to_value(w.record(true)).unwrap(),
             serde_json::json!({"mode": "best effort", "active": ["protected names bound read-only"], "missing": w.missing()})
         );
+        // User notification without SEND (Linux 5.9 to 5.13, as the trial
+        // call found it).
+        let w = WriteProtection::judge(&kernel(Some(1), true, false, "5.10.0"), None);
+        assert_eq!(
+            w.create_guard,
+            Err("Linux 5.10.0 does not take SECCOMP_ADDFD_FLAG_SEND (5.14+)".into())
+        );
+    }
+
+    /// Without the test setting, the guard is missing exactly when the
+    /// kernel cannot run it (what the sandboxes' layers are decided by).
+    #[test]
+    fn the_guard_is_judged_as_the_layers_are_decided() {
+        for landlock in [None, Some(1), Some(7)] {
+            for user_notif in [false, true] {
+                for send in [false, true] {
+                    let k = kernel(landlock, user_notif, send, "6.1");
+                    let w = WriteProtection::judge(&k, None);
+                    assert_eq!(w.create_guard.is_ok(), k.guard_available(), "{k:?}");
+                    assert_eq!(w.landlock.clone().ok(), k.landlock_abi(), "{k:?}");
+                }
+            }
+        }
     }
 
     #[test]
     fn refused_only_with_write_grants_and_without_the_opt_in() {
-        let w = WriteProtection::judge(Some(7), true, "6.1", Some("create_guard"));
+        let w = WriteProtection::judge(&full_kernel(), Some("create_guard"));
         assert!(w.pretended);
         let why = w.refusal(true, false).expect("refused");
         assert_eq!(
@@ -392,12 +425,12 @@ mod tests {
         );
         assert_eq!(w.refusal(false, false), None, "no write grant");
         assert_eq!(w.refusal(true, true), None, "opted in");
-        assert_eq!(w.record(false)["mode"], "no write grants");
+        assert_eq!(w.record(false).mode, "no write grants");
     }
 
     #[test]
     fn pretending_landlock_missing_takes_the_guard_too() {
-        let w = WriteProtection::judge(Some(7), true, "6.1", Some(" landlock ,"));
+        let w = WriteProtection::judge(&full_kernel(), Some(" landlock ,"));
         assert_eq!(
             w.landlock,
             Err("Landlock is treated as unavailable (WARDEN_TEST_PRETEND_MISSING)".into())
@@ -405,11 +438,48 @@ mod tests {
         assert_eq!(w.create_guard, Err("it needs Landlock".into()));
     }
 
+    /// `wardenctl status` renders the probe it was given.
     #[test]
-    fn releases() {
-        assert!(release_at_least("5.14.0", 5, 14));
-        assert!(release_at_least("6.18.44-fc", 5, 14));
-        assert!(!release_at_least("5.4.0-150-generic", 5, 14));
-        assert!(!release_at_least("", 5, 14));
+    fn the_report_renders_the_probe() {
+        let find = |f: &[KernelFeature], n: &str| {
+            let f = f.iter().find(|f| f.name == n).unwrap();
+            (f.available, f.detail.clone())
+        };
+        let cg = Err("not delegated".to_string());
+        let k = full_kernel();
+        let f = report(&k, &cg, &WriteProtection::judge(&k, None));
+        assert_eq!(
+            find(&f, "user_namespaces"),
+            (
+                true,
+                "max_user_namespaces=63000, unprivileged_userns_clone=1; required: sessions \
+                 are refused without them"
+                    .into()
+            )
+        );
+        assert!(find(&f, "landlock").1.starts_with("ABI 7: "));
+        assert_eq!(
+            find(&f, "seccomp").1,
+            "actions: kill_process kill_thread trap errno user_notif trace log allow"
+        );
+        for n in [
+            "seccomp_user_notif",
+            "file_audit",
+            "create_guard",
+            "write_protection",
+        ] {
+            assert!(find(&f, n).0, "{n}");
+        }
+        let k = kernel(None, false, false, "4.19.0");
+        let f = report(&k, &cg, &WriteProtection::judge(&k, None));
+        for n in [
+            "landlock",
+            "seccomp_user_notif",
+            "file_audit",
+            "create_guard",
+            "write_protection",
+        ] {
+            assert!(!find(&f, n).0, "{n}");
+        }
     }
 }

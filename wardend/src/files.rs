@@ -16,10 +16,10 @@
 
 use std::time::Instant;
 
-use serde_json::{json, Value};
-use warden_core::audit::{Decision, Record, RecordType};
+use warden_audit::event::{self, path_text};
+use warden_audit::{Decision, Record};
 use warden_sandbox::files::{Action, Decision as Verdict, FileAccess};
-use warden_sandbox::spec::FileAudit;
+use warden_sandbox::spec::{FileAudit, SandboxSpec};
 
 /// Records per second for one (action, decision, path) per session.
 pub const PER_PATH: u32 = 10;
@@ -101,105 +101,72 @@ fn decision(d: Verdict) -> Decision {
     }
 }
 
-fn errno_name(errno: i32) -> String {
-    format!("{:?}", nix::errno::Errno::from_raw(errno))
-}
-
-/// A path for a record: the text when it is UTF-8; otherwise the lossy text,
-/// with the exact bytes in hex under `hex_key` of `details`.
-fn put_path(details: &mut serde_json::Map<String, Value>, key: &str, p: &[u8]) -> String {
-    match std::str::from_utf8(p) {
-        Ok(s) => s.to_owned(),
-        Err(_) => {
-            details.insert(format!("{key}_bytes_hex"), json!(hex::encode(p)));
-            String::from_utf8_lossy(p).into_owned()
-        }
-    }
-}
-
 /// The record of one access.
 pub fn access_record(session: &str, a: &FileAccess) -> Record {
-    let mut d = serde_json::Map::new();
-    let resource = put_path(&mut d, "path", &a.path);
-    d.insert("syscall".into(), json!(a.syscall));
-    let resolved = put_path(&mut d, "resolved", &a.resolved);
-    d.insert("resolved".into(), json!(resolved));
-    if let Some((to, to_resolved)) = &a.to {
-        let to = put_path(&mut d, "to", to);
-        d.insert("to".into(), json!(to));
-        let r = put_path(&mut d, "to_resolved", to_resolved);
-        d.insert("to_resolved".into(), json!(r));
+    let (path, path_bytes_hex) = path_text(&a.path);
+    let (resolved, resolved_bytes_hex) = path_text(&a.resolved);
+    // An optional path: (text, hex) or neither.
+    let split = |p: Option<&[u8]>| match p.map(path_text) {
+        Some((text, hex)) => (Some(text), hex),
+        None => (None, None),
+    };
+    let (to, to_bytes_hex) = split(a.to.as_ref().map(|(to, _)| to.as_slice()));
+    let (to_resolved, to_resolved_bytes_hex) = split(a.to.as_ref().map(|(_, r)| r.as_slice()));
+    let (target, target_bytes_hex) = split(a.target.as_deref());
+    event::FileAccess {
+        session: session.to_owned(),
+        action: a.action.as_str().to_owned(),
+        decision: decision(a.decision),
+        reason: a.reason.clone(),
+        path,
+        path_bytes_hex,
+        syscall: a.syscall.to_owned(),
+        resolved,
+        resolved_bytes_hex,
+        to,
+        to_bytes_hex,
+        to_resolved,
+        to_resolved_bytes_hex,
+        target,
+        target_bytes_hex,
+        errno: a.errno,
+        error: a.errno.map(event::errno_name),
+        flags: a.flags,
+        pid: a.pid,
     }
-    if let Some(t) = &a.target {
-        let t = put_path(&mut d, "target", t);
-        d.insert("target".into(), json!(t));
-    }
-    d.insert("errno".into(), json!(a.errno));
-    d.insert("error".into(), json!(a.errno.map(errno_name)));
-    d.insert("flags".into(), json!(a.flags));
-    d.insert("pid".into(), json!(a.pid));
-    Record::new(
-        RecordType::File,
-        a.action.as_str(),
-        Some(session),
-        resource,
-        decision(a.decision),
-        a.reason.clone(),
-    )
-    .with_details(Value::Object(d))
+    .into()
 }
 
 /// The summary of accesses left out by the rate limit.
 pub fn summary_record(session: &str, s: &Suppressed) -> Record {
-    let mut d = serde_json::Map::new();
-    let resource = match &s.path {
-        Some(p) => put_path(&mut d, "path", p),
-        None => "*".to_owned(),
-    };
-    d.insert("suppressed".into(), json!(s.count));
-    d.insert(
-        "rate_limit".into(),
-        json!(format!(
-            "{PER_PATH} records per second per path, {PER_SECOND} per session"
-        )),
-    );
-    Record::new(
-        RecordType::File,
-        s.action.as_str(),
-        Some(session),
-        resource,
-        s.decision,
-        s.reason.clone(),
-    )
-    .with_details(Value::Object(d))
+    let (path, path_bytes_hex) = s.path.as_deref().map(path_text).unzip();
+    event::FileSummary {
+        session: session.to_owned(),
+        action: s.action.as_str().to_owned(),
+        decision: s.decision,
+        reason: s.reason.clone(),
+        path,
+        path_bytes_hex: path_bytes_hex.flatten(),
+        suppressed: s.count,
+        rate_limit: format!("{PER_PATH} records per second per path, {PER_SECOND} per session"),
+    }
+    .into()
 }
 
 /// The record of accesses the full queue kept from the store.
 pub fn lost_record(session: &str, lost: u64) -> Record {
-    Record::new(
-        RecordType::File,
-        "*",
-        Some(session),
-        "*",
-        Decision::Info,
-        "file accesses not observed: the queue to the audit store was full",
-    )
-    .with_details(json!({ "lost": lost }))
+    event::FilesLost {
+        session: session.to_owned(),
+        lost,
+    }
+    .into()
 }
 
-/// What `session.start` says about file auditing: the level, or
-/// `unavailable` when the policy asks for it but the kernel lacks seccomp user
-/// notification (like `syscall_audit`, an audit that cannot be had is said,
-/// not refused: it protects nothing).
 /// Why a session must not start for its `audit.files`, if it must not: a level
 /// the policy asked for explicitly (other than `off`) needs seccomp user
 /// notification; the default level runs without it and says `unavailable`.
-pub fn refusal(
-    level: warden_core::policy::FileAudit,
-    explicit: bool,
-    notify_available: bool,
-) -> Option<String> {
-    (explicit && level != warden_core::policy::FileAudit::Off && !notify_available).then(|| {
+pub fn refusal(level: FileAudit, explicit: bool, notify_available: bool) -> Option<String> {
+    (explicit && !level.is_off() && !notify_available).then(|| {
         format!(
             "audit.files: {} needs seccomp user notification, which this kernel does not \
              offer; set audit.files: off, or remove the key to run without file records",
@@ -208,11 +175,16 @@ pub fn refusal(
     })
 }
 
-pub fn level_in_use(level: FileAudit) -> &'static str {
-    if !level.is_off() && !warden_sandbox::notify::available() {
+/// What `session.start` says about file auditing: the level, or
+/// `unavailable` when the policy asks for it but the sandbox's layers do not
+/// watch file accesses (the kernel lacks seccomp user notification; like
+/// `syscall_audit`, an audit that cannot be had is said, not refused: it
+/// protects nothing).
+pub fn level_in_use(spec: &SandboxSpec) -> &'static str {
+    if !spec.audit_files.is_off() && !spec.layers.watch_files {
         "unavailable"
     } else {
-        level.as_str()
+        spec.audit_files.as_str()
     }
 }
 
@@ -220,10 +192,11 @@ pub fn level_in_use(level: FileAudit) -> &'static str {
 mod tests {
     use super::*;
     use crate::ratelimit::WINDOW;
+    use serde_json::json;
 
     #[test]
     fn an_explicit_level_without_user_notification_is_refused() {
-        use warden_core::policy::FileAudit as P;
+        use FileAudit as P;
         assert!(refusal(P::All, true, false).is_some_and(|m| m.contains("audit.files: all")));
         assert!(refusal(P::Denied, true, false).is_some());
         // The default level runs (recorded as unavailable); off never needs it;

@@ -18,12 +18,12 @@
 //! - [`syscalls`]: refused system calls → rate-limited `policy.syscall` records;
 //!   [`files`]: observed file accesses → `file` records; [`recorder`]: drains
 //!   both queues of every session on the event loop (no thread per session).
-//! - [`audit`]: the JSONL audit store (chain, rotation, group commit).
+//! - The audit store and the type of every record are in `warden_audit`;
+//!   the modules above decide what to record and build it from those types.
 //! - [`logs`]: the `Logs` stream (stored records, then live ones).
 //! - [`error`]: errors and their one mapping to gRPC statuses.
 #![forbid(unsafe_code)]
 
-pub mod audit;
 pub mod cgroup;
 pub mod conn;
 pub mod egress;
@@ -49,10 +49,10 @@ use std::time::Instant;
 use dashmap::DashMap;
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::ReceiverStream;
-use warden_core::audit::{Decision, Record, RecordType};
+use warden_audit::event::{DaemonPeer, DaemonPeerSummary, DaemonStart, DaemonStop};
+use warden_audit::AuditStore;
 use warden_proto::v1::warden_server::WardenServer;
 
-use crate::audit::AuditStore;
 use crate::session::{EndCause, Session};
 
 /// How long open connections may linger once every session has ended.
@@ -70,7 +70,7 @@ pub struct Config {
     /// system resolver (getaddrinfo).
     pub dns: Option<std::net::SocketAddr>,
     /// `--audit-max-bytes`, `--audit-keep`: rotation and retention.
-    pub audit: audit::Options,
+    pub audit: warden_audit::Options,
     /// `--max-sessions`: most sessions at once (0: as many as the file
     /// descriptors allow, see [`session::capacity`]).
     pub max_sessions: usize,
@@ -95,7 +95,12 @@ pub struct Daemon {
     pub shutting_down: AtomicBool,
     /// The delegated cgroup v2 subtree the daemon manages, or why there is none.
     pub cgroup: Result<cgroup::Delegation, String>,
-    /// What protects write grants on this kernel (probed once at start).
+    /// What the kernel offers, probed once at start: every session's
+    /// sandbox layers are decided from it (`session::plan`), `wardenctl
+    /// status` shows it.
+    pub kernel: warden_sandbox::Kernel,
+    /// What protects write grants on this kernel (judged once at start from
+    /// [`Daemon::kernel`] and the test setting [`features::PRETEND_MISSING_VAR`]).
     pub write_protection: features::WriteProtection,
     /// `daemon.peer` refusals: a refused peer may reconnect in a loop.
     pub peer_records: std::sync::Mutex<PeerLimit>,
@@ -109,7 +114,7 @@ impl Daemon {
     /// Writes a `daemon.peer` record unless refusals of that reason flood in
     /// (then counted, and summarised once their second is over, or at
     /// shutdown with `all`).
-    pub fn record_peer(&self, rec: Option<Record>, all: bool) {
+    pub fn record_peer(&self, rec: Option<DaemonPeer>, all: bool) {
         let now = Instant::now();
         let (admitted, summaries) = {
             let mut l = self.peer_records.lock().unwrap_or_else(|p| p.into_inner());
@@ -121,20 +126,11 @@ impl Daemon {
             (admitted.then_some(rec).flatten(), summaries)
         };
         for (reason, count) in summaries {
-            self.audit.record(
-                Record::new(
-                    RecordType::Daemon,
-                    "peer",
-                    None,
-                    "*",
-                    Decision::Deny,
-                    reason,
-                )
-                .with_details(serde_json::json!({
-                    "suppressed": count,
-                    "rate_limit": "10 records per second per reason",
-                })),
-            );
+            self.audit.record(DaemonPeerSummary {
+                reason,
+                suppressed: count,
+                rate_limit: "10 records per second per reason".into(),
+            });
         }
         if let Some(r) = admitted {
             self.audit.record(r);
@@ -162,8 +158,18 @@ pub async fn run(
         ),
         Err(why) => tracing::info!(%why, "no delegated cgroup: limits use the fallbacks"),
     }
+    let kernel = warden_sandbox::Kernel::probe();
+    tracing::info!(
+        release = %kernel.release,
+        landlock_abi = ?kernel.landlock_abi(),
+        user_notif = kernel.user_notif,
+        addfd_send = kernel.addfd_send,
+        wait_killable_recv = kernel.wait_killable_recv,
+        sync_wake_up = kernel.sync_wake_up,
+        "probed the kernel"
+    );
     let pretend = std::env::var(features::PRETEND_MISSING_VAR).ok();
-    let write_protection = features::WriteProtection::probe(pretend.as_deref());
+    let write_protection = features::WriteProtection::judge(&kernel, pretend.as_deref());
     if write_protection.pretended {
         tracing::warn!(
             var = features::PRETEND_MISSING_VAR,
@@ -184,21 +190,16 @@ pub async fn run(
         started: Instant::now(),
         shutting_down: AtomicBool::new(false),
         cgroup,
+        kernel,
         write_protection,
         peer_records: std::sync::Mutex::new(PeerLimit::new(10, u32::MAX, Instant::now())),
     });
     daemon.audit.append(
-        Record::new(
-            RecordType::Daemon,
-            "start",
-            None,
-            daemon.config.socket.display().to_string(),
-            Decision::Info,
-            "",
-        )
-        .with_details(
-            serde_json::json!({ "pid": std::process::id(), "version": env!("CARGO_PKG_VERSION") }),
-        ),
+        DaemonStart {
+            socket: daemon.config.socket.display().to_string(),
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
         true,
     )?;
     let svc = service::Service {
@@ -239,14 +240,9 @@ pub async fn run(
         } => tracing::warn!("clients still connected after shutdown; closing anyway"),
     }
     daemon.record_peer(None, true);
-    daemon.audit.record(Record::new(
-        RecordType::Daemon,
-        "stop",
-        None,
-        daemon.config.socket.display().to_string(),
-        Decision::Info,
-        "",
-    ));
+    daemon.audit.record(DaemonStop {
+        socket: daemon.config.socket.display().to_string(),
+    });
     daemon.audit.sync()?;
     Ok(())
 }

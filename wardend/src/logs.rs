@@ -15,9 +15,9 @@ use std::time::Duration;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::mpsc;
 use tonic::Status;
-use warden_core::audit::filter::Filter;
-use warden_core::audit::store;
-use warden_core::audit::Record;
+use warden_audit::filter::Filter;
+use warden_audit::store;
+use warden_audit::Record;
 use warden_proto::v1 as pb;
 
 use crate::error::DaemonError;
@@ -27,7 +27,7 @@ type Tx = mpsc::Sender<Result<pb::LogRecord, Status>>;
 
 /// The request's filters.
 pub fn filter(req: &pb::LogsRequest) -> Result<Filter, DaemonError> {
-    let bad = |e: warden_core::audit::filter::FilterError| DaemonError::BadRequest(e.to_string());
+    let bad = |e: warden_audit::filter::FilterError| DaemonError::BadRequest(e.to_string());
     let mut f = Filter::default();
     if !req.session.is_empty() {
         f.session = Some(req.session.clone());
@@ -130,7 +130,7 @@ pub fn stream(
 
 async fn send_live(
     filter: &Filter,
-    l: &crate::audit::Live,
+    l: &warden_audit::writer::Live,
     tx: &Tx,
 ) -> Result<(), mpsc::error::SendError<Result<pb::LogRecord, Status>>> {
     if !filter.matches(&l.record) {

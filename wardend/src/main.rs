@@ -33,11 +33,11 @@ struct Args {
     #[arg(long, value_name = "IP:PORT")]
     dns: Option<std::net::SocketAddr>,
     /// Rotate the live audit file before it would exceed N bytes.
-    #[arg(long, value_name = "N", default_value_t = wardend::audit::DEFAULT_MAX_BYTES,
+    #[arg(long, value_name = "N", default_value_t = warden_audit::writer::DEFAULT_MAX_BYTES,
           value_parser = clap::value_parser!(u64).range(4096..))]
     audit_max_bytes: u64,
     /// Keep N rotated audit files; older ones are deleted (0: only the live file).
-    #[arg(long, value_name = "N", default_value_t = wardend::audit::DEFAULT_KEEP)]
+    #[arg(long, value_name = "N", default_value_t = warden_audit::writer::DEFAULT_KEEP)]
     audit_keep: usize,
     /// Refuse new sessions beyond N at once (default: as many as the file
     /// descriptor limit allows, keeping a reserve for the audit store).
@@ -231,10 +231,10 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         state_dir,
         sandbox_exe: PathBuf::from("/proc/self/exe"),
         dns: args.dns,
-        audit: wardend::audit::Options {
+        audit: warden_audit::Options {
             max_bytes: args.audit_max_bytes,
             keep: args.audit_keep,
-            ..wardend::audit::Options::default()
+            ..warden_audit::Options::default()
         },
         max_sessions: args.max_sessions,
         servers_as_root: args.dangerously_run_servers_as_root

@@ -24,6 +24,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 
 use nix::sys::socket::{getsockopt, sockopt};
+use warden_audit::event::PeerNamespaces;
 
 /// A namespace, as the kernel names it: the nsfs inode (device and inode
 /// number) `/proc/<pid>/ns/<kind>` points to.
@@ -95,12 +96,15 @@ pub struct PeerNs {
     pub ns: Result<Namespaces, String>,
 }
 
-/// Why a peer is refused, for the error and the audit record.
+/// Why a peer is refused, for the error and the audit record
+/// (`daemon.peer`, with the peer's and the daemon's uid added).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     /// One line: "peer is inside a sandbox: ..." or "cannot tell whether ...".
     pub reason: String,
-    pub details: serde_json::Value,
+    /// The peer's pid, if known.
+    pub peer_pid: Option<i32>,
+    pub namespaces: PeerNamespaces,
 }
 
 /// The pid a pidfd refers to, from `/proc/self/fdinfo`: `None` if the
@@ -171,26 +175,29 @@ pub fn inspect(sock: &impl AsFd, cred_pid: Option<i32>) -> PeerNs {
 /// The decision: `None` lets the peer through (same user and pid namespace
 /// as the daemon), `Some` refuses it.
 pub fn judge(own: &Namespaces, peer: &PeerNs) -> Option<Refusal> {
-    let mut details = serde_json::json!({
-        "peer_pid": peer.pid,
-        "via": peer.via.as_str(),
-        "daemon_userns": own.user.to_string(),
-        "daemon_pidns": own.pid.to_string(),
-    });
+    let mut namespaces = PeerNamespaces {
+        via: peer.via.as_str().to_owned(),
+        daemon_userns: own.user.to_string(),
+        daemon_pidns: own.pid.to_string(),
+        peer_userns: None,
+        peer_pidns: None,
+        error: None,
+    };
     let ns = match &peer.ns {
         Ok(ns) => ns,
         Err(why) => {
-            details["error"] = why.clone().into();
+            namespaces.error = Some(why.clone());
             return Some(Refusal {
                 reason: format!(
                     "cannot tell whether the peer is inside a sandbox ({why}); refused"
                 ),
-                details,
+                peer_pid: peer.pid,
+                namespaces,
             });
         }
     };
-    details["peer_userns"] = ns.user.to_string().into();
-    details["peer_pidns"] = ns.pid.to_string().into();
+    namespaces.peer_userns = Some(ns.user.to_string());
+    namespaces.peer_pidns = Some(ns.pid.to_string());
     let what = match (ns.user != own.user, ns.pid != own.pid) {
         (false, false) => return None,
         (true, true) => "user and pid namespaces are",
@@ -199,13 +206,23 @@ pub fn judge(own: &Namespaces, peer: &PeerNs) -> Option<Refusal> {
     };
     Some(Refusal {
         reason: format!("peer is inside a sandbox: its {what} not the daemon's"),
-        details,
+        peer_pid: peer.pid,
+        namespaces,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The reason and what the refusal adds to `details` (all but the uids).
+    fn shown(r: Option<Refusal>) -> Option<(String, serde_json::Value)> {
+        r.map(|r| {
+            let mut details = serde_json::to_value(&r.namespaces).unwrap();
+            details["peer_pid"] = r.peer_pid.into();
+            (r.reason, details)
+        })
+    }
 
     fn ns(user: u64, pid: u64) -> Namespaces {
         Namespaces {
@@ -232,15 +249,15 @@ mod tests {
             ns: Ok(ns(7, 2)),
         };
         assert_eq!(
-            judge(&ns(1, 2), &peer),
-            Some(Refusal {
-                reason: "peer is inside a sandbox: its user namespace is not the daemon's".into(),
-                details: serde_json::json!({
+            shown(judge(&ns(1, 2), &peer)),
+            Some((
+                "peer is inside a sandbox: its user namespace is not the daemon's".into(),
+                serde_json::json!({
                     "peer_pid": 42, "via": "SO_PEERPIDFD",
                     "daemon_userns": "[1]", "daemon_pidns": "[2]",
                     "peer_userns": "[7]", "peer_pidns": "[2]",
                 }),
-            })
+            ))
         );
     }
 
@@ -286,17 +303,17 @@ mod tests {
             ns: Err("the peer process has exited".into()),
         };
         assert_eq!(
-            judge(&ns(1, 2), &peer),
-            Some(Refusal {
-                reason: "cannot tell whether the peer is inside a sandbox (the peer process \
-                         has exited); refused"
+            shown(judge(&ns(1, 2), &peer)),
+            Some((
+                "cannot tell whether the peer is inside a sandbox (the peer process \
+                 has exited); refused"
                     .into(),
-                details: serde_json::json!({
+                serde_json::json!({
                     "peer_pid": null, "via": "SO_PEERPIDFD",
                     "daemon_userns": "[1]", "daemon_pidns": "[2]",
                     "error": "the peer process has exited",
                 }),
-            })
+            ))
         );
     }
 

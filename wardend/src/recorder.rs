@@ -152,15 +152,16 @@ impl Queues {
 }
 
 /// Starts recording a new sandbox's refused calls and observed file
-/// accesses until the sandbox is gone; the handle ends when every record is
-/// written. `None` when the sandbox reports neither (no user notification).
+/// accesses (the channels [`Sandbox::spawn`] returned with it) until the
+/// sandbox is gone; the handle ends when every record is written. `None`
+/// when the sandbox reports neither (no user notification).
 pub fn start(
     daemon: &Arc<Daemon>,
     session: &str,
     sandbox: &Sandbox,
+    calls: Option<RefusedCalls>,
+    files: Option<FileAccesses>,
 ) -> Option<tokio::task::JoinHandle<()>> {
-    let calls = sandbox.take_refused_calls();
-    let files = sandbox.take_file_accesses();
     if calls.is_none() && files.is_none() {
         return None;
     }

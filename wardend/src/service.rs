@@ -4,11 +4,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
-use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
-use warden_core::audit::{Decision, Record, RecordType};
+use warden_audit::event::{DaemonPeer, SessionKill};
 use warden_proto::v1 as pb;
 use warden_proto::v1::warden_server::Warden;
 
@@ -46,11 +45,16 @@ pub fn check_peer(daemon: &Daemon, req: &Request<()>) -> Result<(), Status> {
         }
         return Ok(());
     }
-    peer_record(
-        daemon,
-        format!("uid {}", info.uid),
-        "peer uid is not the daemon's uid".into(),
-        json!({ "peer_uid": info.uid, "peer_pid": info.pid, "daemon_uid": daemon.uid }),
+    daemon.record_peer(
+        Some(DaemonPeer {
+            resource: format!("uid {}", info.uid),
+            reason: "peer uid is not the daemon's uid".into(),
+            peer_uid: info.uid,
+            peer_pid: info.pid,
+            daemon_uid: daemon.uid,
+            namespaces: None,
+        }),
+        false,
     );
     Err(DaemonError::PeerUid {
         peer: info.uid,
@@ -61,30 +65,19 @@ pub fn check_peer(daemon: &Daemon, req: &Request<()>) -> Result<(), Status> {
 
 /// The `daemon.peer` deny record of a connection refused at accept time.
 pub fn audit_refused_peer(daemon: &Daemon, info: &ConnInfo, r: &crate::peer::Refusal) {
-    let mut details = r.details.clone();
-    details["peer_uid"] = info.uid.into();
-    details["daemon_uid"] = daemon.uid.into();
     let resource = match info.pid {
         Some(pid) => format!("pid {pid}"),
         None => format!("uid {}", info.uid),
     };
-    peer_record(daemon, resource, r.reason.clone(), details);
-}
-
-/// One `daemon.peer` deny record, through the daemon's peer rate limit.
-fn peer_record(daemon: &Daemon, resource: String, reason: String, details: serde_json::Value) {
     daemon.record_peer(
-        Some(
-            Record::new(
-                RecordType::Daemon,
-                "peer",
-                None,
-                resource,
-                Decision::Deny,
-                reason,
-            )
-            .with_details(details),
-        ),
+        Some(DaemonPeer {
+            resource,
+            reason: r.reason.clone(),
+            peer_uid: info.uid,
+            peer_pid: r.peer_pid,
+            daemon_uid: daemon.uid,
+            namespaces: Some(r.namespaces.clone()),
+        }),
         false,
     );
 }
@@ -160,14 +153,10 @@ impl Warden for Service {
         let req = req.into_inner();
         let session = self.daemon.find(&req.session_id)?;
         session.request_end(EndCause::Killed);
-        self.daemon.audit.record(Record::new(
-            RecordType::Session,
-            "kill",
-            Some(&session.id),
-            session.argv.join(" "),
-            Decision::Info,
-            "requested by wardenctl kill",
-        ));
+        self.daemon.audit.record(SessionKill {
+            session: session.id.clone(),
+            command: session.argv.join(" "),
+        });
         Ok(Response::new(pb::KillResponse {
             session_id: session.id.clone(),
         }))
@@ -187,7 +176,7 @@ impl Warden for Service {
             audit_path: d.audit.path().display().to_string(),
             sessions: d.sessions.len() as u32,
             uptime_ms: d.started.elapsed().as_millis() as u64,
-            features: crate::features::probe(&self.daemon.cgroup, &self.daemon.write_protection),
+            features: crate::features::report(&d.kernel, &d.cgroup, &d.write_protection),
         }))
     }
 

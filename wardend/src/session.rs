@@ -1,25 +1,28 @@
-//! Sessions: compile the policy, audit, start the sandbox, splice stdio,
+//! Sessions: compile the policy (what the sandbox gets is planned in
+//! [`plan`]), audit, start the sandbox, splice stdio,
 //! enforce the timeout, and end with exactly one exit record and event.
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use tokio::sync::{mpsc, Notify};
-use warden_core::audit::{Decision, Record, RecordType};
-use warden_core::policy::{self, CompileContext, CompiledPolicy, Overrides, PolicyInput};
+use warden_audit::event;
+use warden_core::policy::{self, CompiledPolicy, PolicyInput};
 use warden_proto::v1 as pb;
-use warden_sandbox::launch::{ExitOutcome, Sandbox};
-use warden_sandbox::spec::{FileAudit, SandboxSpec};
+use warden_sandbox::launch::{ExitOutcome, Sandbox, Spawned};
+use warden_sandbox::spec::SandboxSpec;
 
 use crate::error::DaemonError;
 use crate::stdio::{pipe, Relay};
 use crate::Daemon;
+
+mod plan;
+use plan::{env_get, TMP_SIZE_MB};
 
 /// Grace between SIGTERM to the tree and SIGKILL (DESIGN.md §5 "Limits").
 pub const KILL_GRACE: Duration = Duration::from_millis(750);
@@ -29,9 +32,6 @@ const DRAIN_GRACE: Duration = Duration::from_secs(5);
 /// How long the session's last refused-call records may take to be written
 /// before `session.exit` goes first.
 const RECORDER_GRACE: Duration = Duration::from_secs(2);
-/// Size of the private /tmp.
-const TMP_SIZE_MB: u64 = 256;
-const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// Why Warden (rather than the server) ended a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,52 +127,16 @@ impl Session {
 
 fn new_session_id() -> String {
     let mut b = [0u8; 6];
-    getrandom::fill(&mut b).expect("getrandom");
+    if getrandom::fill(&mut b).is_err() {
+        // Ids need to be unique, not secret: the clock and a counter.
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        b.copy_from_slice(&(nanos ^ n.rotate_left(40)).to_le_bytes()[..6]);
+    }
     hex::encode(b)
-}
-
-fn env_get<'a>(env: &'a [pb::EnvVar], name: &str) -> Option<&'a [u8]> {
-    env.iter()
-        .rev()
-        .find(|v| v.name == name.as_bytes())
-        .map(|v| v.value.as_slice())
-}
-
-/// One environment entry, raw bytes.
-type EnvPair = (Vec<u8>, Vec<u8>);
-
-/// The server's environment: only `env.allow` names from the client's
-/// environment, plus PATH, HOME, LANG and TERM defaults (DESIGN.md §5), and the
-/// egress proxy's variables (DESIGN.md §6).
-/// Returns the environment and the names passed through (for the audit).
-fn build_env(client: &[pb::EnvVar], allow: &[String], home: &Path) -> (Vec<EnvPair>, Vec<String>) {
-    let mut out: Vec<EnvPair> = Vec::new();
-    let mut passed = Vec::new();
-    for name in allow {
-        if let Some(v) = env_get(client, name) {
-            out.push((name.as_bytes().to_vec(), v.to_vec()));
-            passed.push(name.clone());
-        }
-    }
-    // The egress proxy's variables win over the client's.
-    let proxy = crate::egress::proxy_env();
-    out.retain(|(n, _)| !proxy.iter().any(|(k, _)| k.as_bytes() == n.as_slice()));
-    passed.retain(|n| !proxy.iter().any(|(k, _)| k == n));
-    for (k, v) in proxy {
-        out.push((k.as_bytes().to_vec(), v.into_bytes()));
-    }
-    let defaults: [(&str, Vec<u8>); 4] = [
-        ("PATH", DEFAULT_PATH.as_bytes().to_vec()),
-        ("HOME", home.as_os_str().as_bytes().to_vec()),
-        ("LANG", b"C.UTF-8".to_vec()),
-        ("TERM", b"dumb".to_vec()),
-    ];
-    for (k, v) in defaults {
-        if !out.iter().any(|(n, _)| n == k.as_bytes()) {
-            out.push((k.as_bytes().to_vec(), v));
-        }
-    }
-    (out, passed)
 }
 
 /// What a spawn needs after validation.
@@ -183,11 +147,6 @@ pub struct Prepared {
     env_names: Vec<String>,
     client: pb::ClientInfo,
 }
-
-/// `limits.pids` of a policy that sets none: tasks (processes and threads)
-/// of one sandbox, far above what an MCP server runs (a Node server: about
-/// a dozen).
-pub const DEFAULT_PIDS: u64 = 4096;
 
 /// File descriptors an idle session holds in the daemon (stdio, sandbox
 /// control, pidfd, seccomp listener, proxy listener, cgroup...), rounded up.
@@ -233,18 +192,13 @@ fn nofile_limit() -> u64 {
 impl Daemon {
     /// Audits a spawn that was refused before anything started.
     pub fn refuse(&self, id: Option<&str>, req: &pb::SpawnRequest, reason: &str) {
-        let rec = Record::new(
-            RecordType::Session,
-            "refused",
-            id,
-            req.command.join(" "),
-            Decision::Deny,
-            reason,
-        )
-        .with_details(json!({
-            "policy_path": req.policy_path,
-            "client_pid": req.client.as_ref().map(|c| c.pid),
-        }));
+        let rec = event::SessionRefused {
+            session: id.map(str::to_owned),
+            command: req.command.join(" "),
+            reason: reason.to_owned(),
+            policy_path: req.policy_path.clone(),
+            client_pid: req.client.as_ref().map(|c| c.pid),
+        };
         if let Err(e) = self.audit.append(rec, true) {
             tracing::error!(error = %e, "cannot write audit record for a refused spawn");
         }
@@ -328,134 +282,31 @@ impl Daemon {
             nofile_limit(),
         )
         .map_err(DaemonError::TooManySessions)?;
-        let home = env_get(&req.env, "HOME")
-            .filter(|h| !h.is_empty())
-            .map(|h| PathBuf::from(OsString::from_vec(h.to_vec())))
-            .or_else(|| warden_core::paths::home_dir().ok())
-            .ok_or_else(|| DaemonError::BadRequest("HOME is not set".into()))?;
-        if !home.is_absolute() {
-            return Err(DaemonError::BadRequest(format!(
-                "HOME must be absolute, got {}",
-                home.display()
-            )));
-        }
-        let cwd = PathBuf::from(&req.cwd);
-        if !cwd.is_absolute() {
-            return Err(DaemonError::BadRequest(format!(
-                "cwd must be absolute, got `{}`",
-                req.cwd
-            )));
-        }
-        let policy_path = (!req.policy_path.is_empty()).then(|| PathBuf::from(&req.policy_path));
-        if let Some(p) = &policy_path {
-            if !p.is_absolute() {
-                return Err(DaemonError::BadRequest(format!(
-                    "policy_path must be absolute, got `{}`",
-                    p.display()
-                )));
-            }
-        }
-        let extra = req.extra.clone().unwrap_or_default();
-        let overrides = Overrides {
-            read: extra.read,
-            write: extra.write,
-            allow_env: extra.allow_env,
-            name: (!req.name.is_empty()).then(|| req.name.clone()),
-            command: req.command.clone(),
-        };
-        let ctx = CompileContext {
-            home: home.clone(),
-            cwd,
-            path_env: env_get(&req.env, "PATH").map(|p| OsString::from_vec(p.to_vec())),
-            reserved: self.reserved(&req.env),
-        };
+        let plan::Compile {
+            policy_path,
+            overrides,
+            ctx,
+        } = plan::request(
+            req,
+            || warden_core::paths::home_dir().ok(),
+            self.reserved(&req.env),
+        )?;
         let input = PolicyInput {
             path: policy_path.as_deref(),
             text: &req.policy_text,
         };
         let mut policy = policy::compile(&input, &overrides, &ctx)
             .map_err(|e| DaemonError::Policy(e.to_string()))?;
-        let cg_has = |c: &str| self.cgroup.as_ref().is_ok_and(|d| d.has(c));
-        // Review F17: a fork bomb must not take the host's process table. A
-        // policy without `limits.pids` gets a generous default where it can
-        // be enforced (a cgroup, or RLIMIT_NPROC for a normal user; the
-        // kernel exempts uid 0 from the latter).
-        if policy.limits.pids.is_none() && (self.uid != 0 || cg_has("pids")) {
-            policy.limits.pids = Some(DEFAULT_PIDS);
-        }
-        if policy.limits.pids.is_some()
-            && self.uid == 0
-            && !cg_has("pids")
-            && !policy.limits.best_effort
-        {
-            return Err(DaemonError::Policy(
-                "limits.pids cannot be enforced when wardend runs as root: the kernel does not \
-                 apply RLIMIT_NPROC to uid 0; run wardend as a normal user, or set \
-                 limits.best_effort: true to run without a process limit"
-                    .into(),
-            ));
-        }
-        if let Some(cpu) = policy.limits.cpu {
-            if !cg_has("cpu") && !policy.limits.best_effort {
-                return Err(DaemonError::Policy(format!(
-                    "limits.cpu ({cpu} cores) cannot be enforced here: Warden enforces CPU limits only \
-                     through a delegated cgroup v2 cpu controller, and this daemon has none ({}); \
-                     remove limits.cpu or set limits.best_effort: true to run without a CPU limit",
-                    self.cgroup.as_ref().err().map(String::as_str).unwrap_or("the cpu controller is not delegated")
-                )));
-            }
-        }
-        if let Some(why) = self.write_protection.refusal(
-            !policy.write.is_empty(),
-            policy.sandbox.best_effort_write_protection,
-        ) {
-            return Err(DaemonError::Policy(why));
-        }
-        if let Some(why) = crate::files::refusal(
-            policy.audit.files,
-            policy.audit.files_explicit,
-            warden_sandbox::notify::available(),
-        ) {
-            return Err(DaemonError::Policy(why));
-        }
-        let (env, env_names) = build_env(&req.env, &policy.env_allow, &home);
-        let user = env_get(&req.env, "USER")
-            .or_else(|| env_get(&req.env, "LOGNAME"))
-            .and_then(|u| std::str::from_utf8(u).ok())
-            .filter(|u| {
-                !u.is_empty()
-                    && u.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-            })
-            .unwrap_or("user")
-            .to_string();
-        let spec = SandboxSpec {
-            session_id: id.to_string(),
-            program: policy.program.clone(),
-            argv: policy.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
-            env,
-            cwd: policy.cwd.clone(),
-            read: policy.read.clone(),
-            write: policy.write.clone(),
-            home,
-            uid: warden_core::paths::current_uid(),
+        let host = plan::Host {
+            uid: self.uid,
             gid: warden_core::paths::current_gid(),
-            user,
-            tmp_size_mb: policy.limits.tmp_mb.unwrap_or(TMP_SIZE_MB),
-            pids_max: policy.limits.pids,
-            landlock_min_abi: policy.sandbox.landlock_min_abi,
-            proxy_port: Some(crate::egress::PROXY_PORT),
-            cgroup: None,
-            audit_files: match policy.audit.files {
-                policy::FileAudit::Denied => FileAudit::Denied,
-                policy::FileAudit::All => FileAudit::All,
-                policy::FileAudit::Off => FileAudit::Off,
-            },
-            warden_paths: self.warden_paths(policy.source.as_deref()),
-            allow_git_init: policy.allow_git_init,
-            // Never skipped by the daemon: the field exists for benchmarks only.
-            dangerously_skip_confinement: false,
+            cgroup: &self.cgroup,
+            write_protection: &self.write_protection,
+            kernel: &self.kernel,
         };
+        plan::fit(&mut policy, &host)?;
+        let warden_paths = self.warden_paths(policy.source.as_deref());
+        let (spec, env_names) = plan::spec(id, &policy, &req.env, ctx.home, &host, warden_paths);
         Ok(Prepared {
             id: id.to_string(),
             policy,
@@ -493,47 +344,35 @@ impl Daemon {
             })
             .cloned()
             .collect();
-        let start = Record::new(
-            RecordType::Session,
-            "start",
-            Some(&id),
-            policy.program.display().to_string(),
-            Decision::Allow,
-            "",
-        )
-        .with_details(json!({
-            "name": policy.name,
-            "argv": policy.argv,
-            "program": policy.program,
-            "cwd": policy.cwd,
-            "policy_path": policy.source,
-            "policy_digest": policy.digest,
-            "read": policy.read,
-            "write": policy.write,
-            "protected": protected,
-            "exposed": policy.exposed,
-            "warnings": policy.warnings,
-            "network_allow": policy.network.allow.iter().map(|r| r.source.as_str()).collect::<Vec<_>>(),
-            "env_names": env_names,
-            "limits": limits,
-            "client": { "pid": client.pid, "program": client.program, "version": client.version },
-            "sandbox": {
-                "backend": "linux",
-                "namespaces": ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"],
-                "landlock_abi": warden_sandbox::landlock_abi(),
-                "landlock_min_abi": policy.sandbox.landlock_min_abi,
-                "syscall_audit": if warden_sandbox::notify::available() {
-                    "seccomp user notification"
-                } else {
-                    "unavailable"
-                },
-                "file_audit": crate::files::level_in_use(spec.audit_files),
-                "create_guard": warden_sandbox::guard::active(&spec, warden_sandbox::notify::available()),
-                "host_root": spec.uid == 0,
-                "write_protection": self.write_protection.record(!policy.write.is_empty()),
-                "best_effort_write_protection": policy.sandbox.best_effort_write_protection,
+        let start = event::SessionStart {
+            session: id.clone(),
+            name: policy.name.clone(),
+            argv: policy.argv.clone(),
+            program: policy.program.clone(),
+            cwd: policy.cwd.clone(),
+            policy_path: policy.source.clone(),
+            policy_digest: policy.digest.clone(),
+            read: policy.read.clone(),
+            write: policy.write.clone(),
+            protected,
+            exposed: policy.exposed.clone(),
+            warnings: policy.warnings.clone(),
+            network_allow: policy
+                .network
+                .allow
+                .iter()
+                .map(|r| r.source.clone())
+                .collect(),
+            env_names,
+            limits: limits.clone(),
+            client: event::Client {
+                pid: client.pid,
+                program: client.program.clone(),
+                version: client.version.clone(),
             },
-        }));
+            // What the spec's layers apply, as the sandbox is given them.
+            sandbox: plan::sandbox_facts(&spec, &policy, &self.write_protection),
+        };
         // Audit-before-execute: the start record is on disk before the server runs.
         self.audit.append(start, true).map_err(DaemonError::Audit)?;
 
@@ -557,7 +396,7 @@ impl Daemon {
             }
         }
         let result = self.launch(&spec, stdio).await;
-        let (sandbox, relay) = match result {
+        let (spawned, relay) = match result {
             Ok(v) => v,
             Err(e) => {
                 if let Some(dir) = spec.cgroup.clone() {
@@ -567,12 +406,18 @@ impl Daemon {
                 return Err(e);
             }
         };
+        let Spawned {
+            sandbox,
+            refused,
+            files,
+            proxy_listener,
+        } = spawned;
         let sandbox = Arc::new(sandbox);
         let net = Arc::new(crate::egress::NetCounters::default());
         // The egress proxy, on the listener PID 1 made inside the sandbox. Without
         // it the server would run with no way out but also no record of its
         // attempts: refuse instead.
-        let proxy = match sandbox.take_proxy_listener().map(|fd| {
+        let proxy = match proxy_listener.map(|fd| {
             crate::egress::Proxy::start(fd, policy.network.clone(), self.clone(), &id, net.clone())
         }) {
             Some(Ok(p)) => p,
@@ -591,7 +436,7 @@ impl Daemon {
         };
         // Refused escape and kernel-attack calls and observed file accesses,
         // recorded until the sandbox is gone (a task, no thread of its own).
-        let recorder = crate::recorder::start(self, &id, &sandbox);
+        let recorder = crate::recorder::start(self, &id, &sandbox, refused, files);
         let session = Arc::new(Session {
             id: id.clone(),
             name: policy.name.clone().unwrap_or_default(),
@@ -642,14 +487,14 @@ impl Daemon {
         &self,
         spec: &SandboxSpec,
         stdio: [OwnedFd; 3],
-    ) -> Result<(Sandbox, Relay), DaemonError> {
+    ) -> Result<(Spawned, Relay), DaemonError> {
         let io = |e: std::io::Error| DaemonError::Internal(format!("stdio pipes: {e}"));
         let (in_r, in_w) = pipe().map_err(io)?;
         let (out_r, out_w) = pipe().map_err(io)?;
         let (err_r, err_w) = pipe().map_err(io)?;
         let exe = self.config.sandbox_exe.clone();
         let spec2 = spec.clone();
-        let sandbox =
+        let spawned =
             tokio::task::spawn_blocking(move || Sandbox::spawn(&exe, &spec2, [in_r, out_w, err_w]))
                 .await
                 .map_err(|e| DaemonError::Internal(e.to_string()))?
@@ -658,10 +503,10 @@ impl Daemon {
         // EOF travels both ways.
         let relay = Relay::start(stdio, [in_w, out_r, err_r]);
         match relay {
-            Ok(r) => Ok((sandbox, r)),
+            Ok(r) => Ok((spawned, r)),
             Err(e) => {
-                let _ = sandbox.kill_tree();
-                let _ = sandbox.wait();
+                let _ = spawned.sandbox.kill_tree();
+                let _ = spawned.sandbox.wait();
                 Err(io(e))
             }
         }
@@ -681,28 +526,17 @@ impl Daemon {
                 .unwrap_or_default();
             let total = mem.total();
             if total > limit && session.request_end(EndCause::Memory) {
-                self.audit.record(
-                    Record::new(
-                        RecordType::Limit,
-                        "breach",
-                        Some(&session.id),
-                        "memory_mb",
-                        Decision::Deny,
-                        format!(
-                            "memory {} MiB (resident, tmpfs and memfd) exceeds memory_mb={limit_mb}",
-                            total >> 20
-                        ),
-                    )
-                    .with_details(json!({
-                        "rss_bytes": total,
-                        "resident_bytes": mem.resident,
-                        "shmem_mapped_bytes": mem.shmem_mapped,
-                        "tmpfs_bytes": mem.tmpfs,
-                        "memfd_bytes": mem.memfd,
-                        "limit_bytes": limit,
-                        "mechanism": "rss-sampling",
-                    })),
-                );
+                self.audit.record(event::LimitBreach {
+                    session: session.id.clone(),
+                    mechanism: event::Breach::RssSampling {
+                        limit_bytes: limit,
+                        rss_bytes: total,
+                        resident_bytes: mem.resident,
+                        shmem_mapped_bytes: mem.shmem_mapped,
+                        tmpfs_bytes: mem.tmpfs,
+                        memfd_bytes: mem.memfd,
+                    },
+                });
                 return;
             }
         }
@@ -769,17 +603,10 @@ impl Daemon {
         if let Some(dir) = &session.cgroup {
             let kills = crate::cgroup::oom_kills(dir);
             if kills > 0 && session.request_end(EndCause::Memory) {
-                self.audit.record(
-                    Record::new(
-                        RecordType::Limit,
-                        "breach",
-                        Some(&session.id),
-                        "memory_mb",
-                        Decision::Deny,
-                        "the session's cgroup reached memory.max; the kernel killed it",
-                    )
-                    .with_details(json!({ "oom_kills": kills, "mechanism": "cgroup" })),
-                );
+                self.audit.record(event::LimitBreach {
+                    session: session.id.clone(),
+                    mechanism: event::Breach::Cgroup { oom_kills: kills },
+                });
             }
             tokio::spawn(crate::cgroup::remove_session(dir.clone()));
         }
@@ -809,19 +636,13 @@ impl Daemon {
         signal: Option<i32>,
         reason: &str,
     ) {
-        let rec = Record::new(
-            RecordType::Session,
-            "exit",
-            Some(id),
-            "",
-            Decision::Info,
-            reason,
-        )
-        .with_details(json!({
-            "code": code,
-            "signal": signal,
-            "duration_ms": started.elapsed().as_millis() as u64,
-        }));
+        let rec = event::SessionExit {
+            session: id.to_owned(),
+            reason: reason.to_owned(),
+            code,
+            signal,
+            duration_ms: started.elapsed().as_millis() as u64,
+        };
         if let Err(e) = self.audit.append(rec, true) {
             tracing::error!(error = %e, session = id, "cannot write session.exit");
         }
@@ -854,7 +675,10 @@ impl Daemon {
             .collect();
         match matches.len() {
             0 => Err(DaemonError::NoSuchSession(id.to_string())),
-            1 => Ok(matches.into_iter().next().unwrap()),
+            1 => matches
+                .into_iter()
+                .next()
+                .ok_or_else(|| DaemonError::NoSuchSession(id.to_string())),
             _ => Err(DaemonError::AmbiguousSession(id.to_string())),
         }
     }
@@ -951,55 +775,6 @@ fn exit_event(
         },
         reason,
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::BTreeSet;
-
-    fn var(n: &str, v: &str) -> pb::EnvVar {
-        pb::EnvVar {
-            name: n.as_bytes().to_vec(),
-            value: v.as_bytes().to_vec(),
-        }
-    }
-
-    #[test]
-    fn env_is_filtered_to_allow_list_plus_defaults() {
-        let client = vec![
-            var("SECRET", "x"),
-            var("GITHUB_TOKEN", "t"),
-            var("PATH", "/evil"),
-            var("TERM", "xterm"),
-        ];
-        let (env, names) = build_env(
-            &client,
-            &["GITHUB_TOKEN".into(), "MISSING".into()],
-            Path::new("/home/u"),
-        );
-        let got: BTreeSet<(String, String)> = env
-            .into_iter()
-            .map(|(k, v)| (String::from_utf8(k).unwrap(), String::from_utf8(v).unwrap()))
-            .collect();
-        let want: BTreeSet<(String, String)> = [
-            ("GITHUB_TOKEN", "t"),
-            ("PATH", DEFAULT_PATH),
-            ("HOME", "/home/u"),
-            ("LANG", "C.UTF-8"),
-            ("TERM", "dumb"),
-        ]
-        .into_iter()
-        .chain(
-            crate::egress::proxy_env()
-                .into_iter()
-                .map(|(k, v)| (k, Box::leak(v.into_boxed_str()) as &str)),
-        )
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect();
-        assert_eq!(got, want);
-        assert_eq!(names, vec!["GITHUB_TOKEN".to_string()]);
-    }
 }
 
 #[cfg(test)]

@@ -13,8 +13,8 @@
 
 use std::time::Instant;
 
-use serde_json::json;
-use warden_core::audit::{Decision, Record, RecordType};
+use warden_audit::event::{self, errno_name};
+use warden_audit::Record;
 use warden_sandbox::RefusedCall;
 
 /// Records per second per rule (syscall and reason) per session.
@@ -80,69 +80,53 @@ impl RateLimit {
     }
 }
 
-fn errno_name(errno: i32) -> String {
-    format!("{:?}", nix::errno::Errno::from_raw(errno))
-}
-
 /// The record of one refused call.
 pub fn call_record(session: &str, c: &RefusedCall) -> Record {
-    let checked = c
-        .checked_arg
-        .map(|(index, value)| json!({ "index": index, "value": value }));
-    Record::new(
-        RecordType::Policy,
-        "syscall",
-        Some(session),
-        c.syscall,
-        Decision::Deny,
-        c.reason,
-    )
-    .with_details(json!({
-        "pid": c.pid,
-        "nr": c.nr,
-        "args": c.args,
-        "checked_arg": checked,
-        "errno": c.errno,
-        "error": errno_name(c.errno),
-    }))
+    event::SyscallRefused {
+        session: session.to_owned(),
+        syscall: c.syscall.to_owned(),
+        reason: c.reason.to_owned(),
+        pid: c.pid,
+        nr: c.nr,
+        args: c.args,
+        checked_arg: c
+            .checked_arg
+            .map(|(index, value)| event::CheckedArg { index, value }),
+        errno: c.errno,
+        error: errno_name(c.errno),
+    }
+    .into()
 }
 
 /// The summary of calls left out by the rate limit.
 pub fn summary_record(session: &str, s: &Suppressed) -> Record {
-    Record::new(
-        RecordType::Policy,
-        "syscall",
-        Some(session),
-        s.syscall,
-        Decision::Deny,
-        s.reason,
-    )
-    .with_details(json!({
-        "suppressed": s.count,
-        "nr": s.nr,
-        "errno": s.errno,
-        "error": errno_name(s.errno),
-        "rate_limit": format!("{PER_SECOND} records per second per rule"),
-    }))
+    event::SyscallSummary {
+        session: session.to_owned(),
+        syscall: s.syscall.to_owned(),
+        reason: s.reason.to_owned(),
+        suppressed: s.count,
+        nr: s.nr,
+        errno: s.errno,
+        error: errno_name(s.errno),
+        rate_limit: format!("{PER_SECOND} records per second per rule"),
+    }
+    .into()
 }
 
 /// The record of refused calls the full queue kept from the store.
 pub fn lost_record(session: &str, lost: u64) -> Record {
-    Record::new(
-        RecordType::Policy,
-        "syscall",
-        Some(session),
-        "*",
-        Decision::Deny,
-        "refused calls not recorded: the queue to the audit store was full",
-    )
-    .with_details(json!({ "lost": lost }))
+    event::SyscallsLost {
+        session: session.to_owned(),
+        lost,
+    }
+    .into()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ratelimit::WINDOW;
+    use serde_json::json;
 
     fn call(syscall: &'static str, reason: &'static str) -> RefusedCall {
         RefusedCall {

@@ -1,23 +1,28 @@
 //! The policy: the YAML schema (v1, see `docs/policy.md`), its strict parser, and
 //! the compiled, always-valid [`CompiledPolicy`] that the daemon enforces.
 //!
-//! [`compile`] runs in three passes:
+//! The text is parsed once ([`parse`]), into a tree with a position on every node
+//! ([`yaml`]). That tree is checked against the schema, which is written once as
+//! the `Raw*` structs of [`schema`]: every unknown key (with a suggestion), duplicate
+//! key, YAML tag and wrong type is reported, with file, line, column and key path.
+//! The typed [`schema::RawPolicy`] is deserialised from the same tree ([`de`]), and
+//! [`ParsedPolicy::positions`] says where each key and value is, for tools that
+//! edit the file in place.
 //!
-//! 1. [`yaml`]: a structural pass with a YAML parser that keeps positions. It reports
-//!    every unknown key (with a suggestion), duplicate key and wrong type, with file,
-//!    line, column and key path, and maps each key path to its position.
-//! 2. serde_yaml deserialises the text into [`RawPolicy`] (`deny_unknown_fields`):
-//!    the authority on values. After pass 1 it only fails on what pass 1 cannot see.
-//! 3. [`rules`]: one small function per rule (paths exist and hold no symlink,
-//!    command resolves, cwd is granted, limits in range, ...), merging the shim's
-//!    flags ([`Overrides`]). All problems are collected into one [`PolicyError`].
+//! [`compile`] then applies [`rules`]: one small function per rule (paths exist and
+//! hold no symlink, command resolves, cwd is granted, limits in range, ...), merging
+//! the shim's flags ([`Overrides`]). All problems are collected into one
+//! [`PolicyError`].
 
+mod de;
 mod diagnostic;
 pub mod net;
 pub mod reserved;
 mod rules;
+mod schema;
 mod yaml;
 
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::fs;
 use std::io::{self, Read};
@@ -29,7 +34,9 @@ use sha2::{Digest, Sha256};
 pub use diagnostic::{Diagnostic, PolicyError};
 pub use reserved::Reserved;
 use rules::Invalid;
-use yaml::Locations;
+pub use schema::Located;
+use schema::RawPolicy;
+pub use yaml::{Position, Span};
 
 /// The policy version this build reads and writes.
 pub const VERSION: u32 = 1;
@@ -146,69 +153,6 @@ pub struct CompiledPolicy {
     pub warnings: Vec<String>,
 }
 
-/// The v1 schema as serde sees it; every field optional.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPolicy {
-    version: Option<i64>,
-    name: Option<String>,
-    command: Option<Vec<String>>,
-    cwd: Option<String>,
-    filesystem: Option<RawFilesystem>,
-    network: Option<RawNetwork>,
-    env: Option<RawAllow>,
-    limits: Option<RawLimits>,
-    sandbox: Option<RawSandbox>,
-    audit: Option<RawAudit>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawAudit {
-    files: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSandbox {
-    landlock_min_abi: Option<i64>,
-    best_effort_write_protection: Option<bool>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawFilesystem {
-    read: Option<Vec<String>>,
-    write: Option<Vec<String>>,
-    allow_git_init: Option<bool>,
-    dangerously_expose: Option<Vec<String>>,
-    allow_home_write: Option<bool>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawAllow {
-    allow: Option<Vec<String>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawNetwork {
-    allow: Option<Vec<String>>,
-    allow_private: Option<bool>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawLimits {
-    memory_mb: Option<i64>,
-    timeout_s: Option<i64>,
-    pids: Option<i64>,
-    tmp_mb: Option<i64>,
-    cpu: Option<f64>,
-    best_effort: Option<bool>,
-}
-
 /// `sandbox:` — what the policy requires of the sandbox layers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxReq {
@@ -300,10 +244,68 @@ pub fn digest(text: &str) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
 }
 
+/// A policy text that parsed and matches the schema: its values, not yet checked
+/// by the rules of [`compile`], and where each of them is written.
+#[derive(Debug)]
+pub struct ParsedPolicy {
+    raw: RawPolicy,
+    /// Where diagnostics about each key path point.
+    marks: HashMap<String, Position>,
+    positions: BTreeMap<String, Located>,
+}
+
+impl ParsedPolicy {
+    /// Where each key path (`network.allow`, `network.allow[1]`, `limits`; `""` for
+    /// the whole document) is written: the span of its key (for a value in a
+    /// mapping) and of its value. Keys left out are absent; a key written with no
+    /// value (`read:`) has an empty value span after its colon. A value that is an
+    /// alias (`*r`) is spanned at the alias, what lies inside it where it was
+    /// anchored. An empty policy has no positions.
+    pub fn positions(&self) -> &BTreeMap<String, Located> {
+        &self.positions
+    }
+
+    /// Where one key path is written (see [`ParsedPolicy::positions`]).
+    pub fn position(&self, key: &str) -> Option<&Located> {
+        self.positions.get(key)
+    }
+}
+
+/// Parses a policy text and checks it against the schema, reporting every
+/// unknown key, duplicate key, YAML tag and wrong type (a YAML syntax error alone).
+/// `file` names the policy file in the diagnostics.
+pub fn parse(text: &str, file: Option<&Path>) -> Result<ParsedPolicy, PolicyError> {
+    let diagnostic = |p: yaml::Problem| Diagnostic {
+        file: file.map(Path::to_path_buf),
+        line: p.mark.map(|m| m.line),
+        column: p.mark.map(|m| m.column),
+        key: p.key,
+        message: p.message,
+    };
+    let Some(root) = yaml::parse(text).map_err(|p| PolicyError::from(diagnostic(p)))? else {
+        return Ok(ParsedPolicy {
+            raw: RawPolicy::default(),
+            marks: HashMap::new(),
+            positions: BTreeMap::new(),
+        });
+    };
+    let checked = schema::check(&root);
+    if !checked.problems.is_empty() {
+        let diagnostics = checked.problems.into_iter().map(diagnostic).collect();
+        return Err(PolicyError { diagnostics });
+    }
+    let raw = de::from_node(&root).map_err(|e| PolicyError::from(diagnostic(e.into())))?;
+    Ok(ParsedPolicy {
+        raw,
+        marks: checked.marks,
+        positions: checked.spans,
+    })
+}
+
 /// Collects diagnostics, placing each by key path (file) or flag.
 struct Sink<'a> {
     file: Option<PathBuf>,
-    locations: &'a Locations,
+    marks: &'a HashMap<String, Position>,
     diagnostics: Vec<Diagnostic>,
     warnings: Vec<Diagnostic>,
 }
@@ -331,7 +333,7 @@ impl Sink<'_> {
     fn diagnostic(&self, origin: &Origin, message: String) -> Diagnostic {
         match origin {
             Origin::Key(key) => {
-                let mark = self.locations.get(key);
+                let mark = self.marks.get(key);
                 Diagnostic {
                     file: self.file.clone(),
                     line: mark.map(|m| m.line),
@@ -384,56 +386,12 @@ pub fn compile(
         message,
     };
 
-    // Pass 1: structure, with positions.
-    let checked = yaml::check(input.text).map_err(|p| {
-        PolicyError::from(file_diag(
-            p.mark.map(|m| m.line),
-            p.mark.map(|m| m.column),
-            p.key,
-            p.message,
-        ))
-    })?;
-    if !checked.problems.is_empty() {
-        return Err(PolicyError {
-            diagnostics: checked
-                .problems
-                .into_iter()
-                .map(|p| {
-                    file_diag(
-                        p.mark.map(|m| m.line),
-                        p.mark.map(|m| m.column),
-                        p.key,
-                        p.message,
-                    )
-                })
-                .collect(),
-        });
-    }
+    let parsed = parse(input.text, source.as_deref())?;
+    let raw = &parsed.raw;
 
-    // Pass 2: values, by serde_yaml.
-    let raw: RawPolicy = if checked.has_content {
-        serde_yaml::from_str(input.text).map_err(|e| {
-            let loc = e.location();
-            let msg = e.to_string();
-            let msg = match msg.rfind(" at line ") {
-                Some(i) if loc.is_some() => msg[..i].to_owned(),
-                _ => msg,
-            };
-            PolicyError::from(file_diag(
-                loc.as_ref().map(|l| l.line()),
-                loc.as_ref().map(|l| l.column()),
-                None,
-                msg,
-            ))
-        })?
-    } else {
-        RawPolicy::default()
-    };
-
-    // Pass 3: rules.
     let mut sink = Sink {
         file: source.clone(),
-        locations: &checked.locations,
+        marks: &parsed.marks,
         diagnostics: Vec::new(),
         warnings: Vec::new(),
     };

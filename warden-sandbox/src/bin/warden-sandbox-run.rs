@@ -1,11 +1,15 @@
 //! Debug driver: runs one sandbox from a `SandboxSpec` JSON file with this process's
 //! own stdin/stdout/stderr, and exits with the server's code (128+N on signal N).
 //! Setup errors go to stderr prefixed `warden-sandbox-run:` with exit code 125.
+//!
+//! A spec without `layers` gets what the daemon would give it on this kernel
+//! (`Kernel::probe().layers(..)`); a spec with `layers` is run with exactly
+//! those, so tests can ask for a layer the kernel lacks.
 
 use std::os::fd::AsFd;
 use std::path::PathBuf;
-use warden_sandbox::spec::SandboxSpec;
-use warden_sandbox::{init_entry_if_requested, ExitOutcome, Sandbox};
+use warden_sandbox::spec::{Layers, SandboxSpec};
+use warden_sandbox::{init_entry_if_requested, ExitOutcome, Kernel, Sandbox};
 
 fn main() {
     // Before anything else: this binary is also the sandbox init.
@@ -25,7 +29,21 @@ fn run() -> Result<i32, String> {
         .ok_or("usage: warden-sandbox-run SPEC.json")?;
     let text =
         std::fs::read(&path).map_err(|e| format!("{}: {e}", PathBuf::from(&path).display()))?;
-    let spec: SandboxSpec = serde_json::from_slice(&text).map_err(|e| format!("bad spec: {e}"))?;
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&text).map_err(|e| format!("bad spec: {e}"))?;
+    let decide = match json.as_object_mut() {
+        Some(o) if !o.contains_key("layers") => {
+            let none = serde_json::to_value(Layers::NONE).map_err(|e| format!("layers: {e}"))?;
+            o.insert("layers".into(), none);
+            true
+        }
+        _ => false,
+    };
+    let mut spec: SandboxSpec =
+        serde_json::from_value(json).map_err(|e| format!("bad spec: {e}"))?;
+    if decide {
+        spec.layers = Kernel::probe().layers(&spec);
+    }
     let dup = |fd: std::os::fd::BorrowedFd<'_>| {
         fd.try_clone_to_owned()
             .map_err(|e| format!("dup stdio: {e}"))
@@ -36,7 +54,11 @@ fn run() -> Result<i32, String> {
         dup(std::io::stderr().as_fd())?,
     ];
     let exe = std::env::current_exe().map_err(|e| format!("current exe: {e}"))?;
-    let sandbox = Sandbox::spawn(&exe, &spec, stdio).map_err(|e| e.to_string())?;
+    // Nobody reads the refused calls or file accesses here; they are
+    // answered all the same.
+    let sandbox = Sandbox::spawn(&exe, &spec, stdio)
+        .map_err(|e| e.to_string())?
+        .sandbox;
     if let Ok(p) = std::env::var("WARDEN_SANDBOX_RUN_PIDFILE") {
         std::fs::write(p, sandbox.pid().to_string()).map_err(|e| format!("pidfile: {e}"))?;
     }

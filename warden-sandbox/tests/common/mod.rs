@@ -25,3 +25,29 @@ pub fn userns_available() -> bool {
     }
     ok
 }
+
+/// This kernel, probed once per test executable (as the daemon does once).
+#[allow(dead_code)] // not every test file builds specs itself
+pub fn kernel() -> &'static warden_sandbox::Kernel {
+    static KERNEL: std::sync::OnceLock<warden_sandbox::Kernel> = std::sync::OnceLock::new();
+    KERNEL.get_or_init(warden_sandbox::Kernel::probe)
+}
+
+/// `spec` with the layers this kernel gives it, as the daemon decides them
+/// (`Kernel::layers`); whatever layers it had are replaced.
+#[allow(dead_code)]
+pub fn decided(spec: &warden_sandbox::spec::SandboxSpec) -> warden_sandbox::spec::SandboxSpec {
+    let mut spec = spec.clone();
+    spec.layers = kernel().layers(&spec);
+    spec
+}
+
+/// [`warden_sandbox::Sandbox::spawn`] with the layers decided for `spec`.
+#[allow(dead_code)]
+pub fn spawn(
+    exe: &std::path::Path,
+    spec: &warden_sandbox::spec::SandboxSpec,
+    stdio: [std::os::fd::OwnedFd; 3],
+) -> Result<warden_sandbox::Spawned, warden_sandbox::SandboxError> {
+    warden_sandbox::Sandbox::spawn(exe, &decided(spec), stdio)
+}

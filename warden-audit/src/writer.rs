@@ -1,13 +1,13 @@
 //! The audit store: JSON Lines under `<state-dir>/audit/`, owned by the
 //! daemon, append-only, hash-chained, rotated by size (DESIGN.md §7,
-//! `docs/audit-format.md`; the file layout is `warden_core::audit::store`).
+//! `docs/audit-format.md`; the file layout is [`crate::store`]).
 //!
 //! - **One write per record.** Every record is one `write(2)` of a whole
 //!   line on an `O_APPEND` fd, under one lock, so lines never interleave. A
 //!   short or failed write is cut off again (`ftruncate` to the old size); if
 //!   even that fails the store refuses further records (fail closed).
 //! - **Chain.** Each record's `prev` is the hash of the line before it
-//!   (`warden_core::audit::line_hash`), across rotation and restarts.
+//!   ([`crate::line_hash`]), across rotation and restarts.
 //! - **Durability.** `durable` appends (`session.start`, `session.exit`...)
 //!   are fsynced before `append` returns: a server never runs before its
 //!   start record is on disk. Other records are group-committed: a background
@@ -36,12 +36,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use tokio::sync::broadcast;
-use warden_core::audit::store::{self, Head, HEAD, LIVE};
-use warden_core::audit::{
-    line_hash, timestamp, to_line, Decision, Record, RecordType, GENESIS, SCHEMA_VERSION,
-};
+
+use crate::event::{DaemonDamaged, DaemonRetention, DaemonRotate, DaemonTorn, Damage, Event};
+use crate::store::{self, Head, HEAD, LIVE};
+use crate::{line_hash, timestamp, to_line, Record, RecordType, GENESIS, SCHEMA_VERSION};
 
 /// Default size at which the live file is rotated.
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
@@ -141,19 +140,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// What [`AuditStore::open`] found wrong with respect to the head.
-struct Damage {
-    reason: String,
-    details: serde_json::Value,
-}
-
-/// What [`AuditStore::open`] found at the end of the live file.
-struct Torn {
-    moved_to: String,
-    bytes: u64,
-    after_seq: u64,
-}
-
 impl AuditStore {
     /// Opens (creating 0700/0600) `<state_dir>/audit/` with default options.
     pub fn open(state_dir: &Path) -> io::Result<AuditStore> {
@@ -215,30 +201,21 @@ impl AuditStore {
         // failing there) rather than reuse them.
         let head = store::read_head(&dir);
         let mut seq = seq;
+        let damaged = |what, h: &Head| DaemonDamaged {
+            dir: dir.display().to_string(),
+            what,
+            head_seq: h.seq,
+            head_hash: h.hash.clone(),
+            found_seq: seq,
+            found_hash: last_hash.clone(),
+        };
         let damage = match &head {
             Some(h) if h.seq > seq => {
-                let d = Damage {
-                    reason: format!(
-                        "{HEAD} named seq {} but the store ends at seq {seq}: records {}..{} are missing \
-                         (cut short while wardend was not running); seq continues after them",
-                        h.seq,
-                        seq + 1,
-                        h.seq
-                    ),
-                    details: json!({"what": "truncated", "head_seq": h.seq, "head_hash": h.hash,
-                                    "found_seq": seq, "found_hash": last_hash}),
-                };
+                let d = damaged(Damage::Truncated, h);
                 seq = h.seq;
                 Some(d)
             }
-            Some(h) if h.seq == seq && h.hash != last_hash => Some(Damage {
-                reason: format!(
-                    "the last record (seq {seq}) does not hash to what {HEAD} recorded: \
-                     it was changed while wardend was not running"
-                ),
-                details: json!({"what": "edited", "head_seq": h.seq, "head_hash": h.hash,
-                                "found_seq": seq, "found_hash": last_hash}),
-            }),
+            Some(h) if h.seq == seq && h.hash != last_hash => Some(damaged(Damage::Edited, h)),
             _ => None,
         };
         let (last_hash_for_head, head_seq) =
@@ -281,39 +258,12 @@ impl AuditStore {
         };
         if let Some(t) = torn {
             tracing::warn!(moved_to = %t.moved_to, bytes = t.bytes, "audit store: torn last line moved aside");
-            store.append(
-                Record::new(
-                    RecordType::Daemon,
-                    "torn",
-                    None,
-                    t.moved_to.clone(),
-                    Decision::Info,
-                    "the live audit file ended in an incomplete line (a write cut short by a crash); \
-                     it was moved aside and the chain continues from the last complete record",
-                )
-                .with_details(json!({
-                    "file": LIVE,
-                    "moved_to": t.moved_to,
-                    "bytes": t.bytes,
-                    "after_seq": t.after_seq,
-                })),
-                true,
-            )?;
+            store.append(t, true)?;
         }
         if let Some(d) = damage {
-            tracing::error!(reason = %d.reason, "audit store damaged");
-            store.append(
-                Record::new(
-                    RecordType::Daemon,
-                    "damaged",
-                    None,
-                    store.shared.dir.display().to_string(),
-                    Decision::Info,
-                    d.reason,
-                )
-                .with_details(d.details),
-                true,
-            )?;
+            let rec = d.into_record();
+            tracing::error!(reason = %rec.reason, "audit store damaged");
+            store.append(rec, true)?;
         }
         store.shared.retention_at_open()?;
         Ok(store)
@@ -333,11 +283,11 @@ impl AuditStore {
         &self.shared.opts
     }
 
-    /// Stamps `ts`, `seq` and `prev`, appends the record as one line, and
-    /// with `durable` returns only once it is fsynced. Returns the stamped
-    /// record.
-    pub fn append(&self, rec: Record, durable: bool) -> io::Result<Record> {
-        let rec = self.shared.write(rec)?;
+    /// Stamps `ts`, `seq` and `prev`, appends the record (an
+    /// [`crate::event`], or a [`Record`]) as one line, and with `durable`
+    /// returns only once it is fsynced. Returns the stamped record.
+    pub fn append(&self, rec: impl Into<Record>, durable: bool) -> io::Result<Record> {
+        let rec = self.shared.write(rec.into())?;
         if durable {
             self.shared.sync_through(rec.seq)?;
         }
@@ -346,7 +296,7 @@ impl AuditStore {
 
     /// Appends and logs (rather than returns) a failure: for records whose
     /// loss must not stop the daemon.
-    pub fn record(&self, rec: Record) {
+    pub fn record(&self, rec: impl Into<Record>) {
         if let Err(e) = self.append(rec, false) {
             tracing::error!(error = %e, path = %self.shared.live_path.display(), "cannot write audit record");
         }
@@ -462,7 +412,8 @@ impl Shared {
             }
         }
         if self.live_tx.receiver_count() > 0 {
-            let line = String::from_utf8(line).expect("stored lines are ASCII");
+            // Stored lines are ASCII (`to_line`): nothing to replace.
+            let line = String::from_utf8_lossy(&line).into_owned();
             let _ = self.live_tx.send(Arc::new(Live {
                 seq: rec.seq,
                 line,
@@ -523,24 +474,17 @@ impl Shared {
         }
         let pinned = inner.live_starts.values().min().copied();
         let (doomed, oldest_seq, held) = self.plan_retention(inner.seq + 1, pinned)?;
-        let mut rec = Record::new(
-            RecordType::Daemon,
-            "rotate",
-            None,
-            name.clone(),
-            Decision::Info,
-            format!("the live file reached {} bytes", self.opts.max_bytes),
-        )
-        .with_details(json!({
-            "file": name,
-            "first_seq": first,
-            "last_seq": last,
-            "max_bytes": self.opts.max_bytes,
-            "keep": self.opts.keep,
-            "deleted": names(&doomed),
-            "oldest_seq": oldest_seq,
-            "kept_for_live_sessions": held,
-        }));
+        let mut rec = DaemonRotate {
+            file: name,
+            first_seq: first,
+            last_seq: last,
+            max_bytes: self.opts.max_bytes,
+            keep: self.opts.keep,
+            deleted: names(&doomed),
+            oldest_seq,
+            kept_for_live_sessions: held,
+        }
+        .into_record();
         let line = Self::stamp(inner, &mut rec);
         self.write_line(inner, rec, line)?;
         inner.file.sync_data()?;
@@ -597,20 +541,13 @@ impl Shared {
         if doomed.is_empty() {
             return Ok(());
         }
-        let rec = Record::new(
-            RecordType::Daemon,
-            "retention",
-            None,
-            self.dir.display().to_string(),
-            Decision::Info,
-            format!("more than {} rotated audit files", self.opts.keep),
-        )
-        .with_details(json!({
-            "keep": self.opts.keep,
-            "deleted": names(&doomed),
-            "oldest_seq": oldest_seq,
-        }));
-        let mut rec = rec;
+        let mut rec = DaemonRetention {
+            dir: self.dir.display().to_string(),
+            keep: self.opts.keep,
+            deleted: names(&doomed),
+            oldest_seq,
+        }
+        .into_record();
         let line = Self::stamp(&inner, &mut rec);
         let rec = self.write_line(&mut inner, rec, line)?;
         drop(inner);
@@ -840,7 +777,7 @@ fn move_torn_aside(
     from: u64,
     len: u64,
     after_seq: u64,
-) -> io::Result<Torn> {
+) -> io::Result<DaemonTorn> {
     let mut tail = vec![0u8; (len - from) as usize];
     file.read_exact_at(&mut tail, from)?;
     let ms = (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64;
@@ -866,7 +803,7 @@ fn move_torn_aside(
     file.set_len(from)?;
     file.sync_all()?;
     dirfd.sync_all()?;
-    Ok(Torn {
+    Ok(DaemonTorn {
         moved_to: name,
         bytes: tail.len() as u64,
         after_seq,
@@ -885,7 +822,9 @@ pub fn read_all(path: &Path) -> io::Result<Vec<Record>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use warden_core::audit::verify::{verify, ProblemKind};
+    use crate::verify::{verify, ProblemKind};
+    use crate::Decision;
+    use serde_json::json;
 
     fn rec(n: u64) -> Record {
         Record::new(
@@ -899,7 +838,7 @@ mod tests {
         .with_details(json!({ "n": n, "pad": "x".repeat(100) }))
     }
 
-    fn verify_dir(state: &Path) -> warden_core::audit::verify::Report {
+    fn verify_dir(state: &Path) -> crate::verify::Report {
         verify(&store::snapshot(&state.join("audit")).unwrap())
     }
 

@@ -16,8 +16,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::store::{Head, Snapshot};
-use super::{line_hash, GENESIS};
+use crate::store::{Head, Snapshot};
+use crate::{line_hash, GENESIS};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -212,7 +212,7 @@ fn walk(snap: &Snapshot, report: &mut Report) -> Option<Problem> {
                         format!(
                             "the file ends in the middle of a line ({} bytes, no newline), but {} says seq {} was on disk: cut short",
                             line.bytes.len(),
-                            super::store::HEAD,
+                            crate::store::HEAD,
                             h.seq
                         ),
                     );
@@ -373,7 +373,7 @@ fn walk(snap: &Snapshot, report: &mut Report) -> Option<Problem> {
                         Some(fields.seq),
                         format!(
                             "the record does not hash to what {} recorded for seq {}: edited",
-                            super::store::HEAD,
+                            crate::store::HEAD,
                             h.seq
                         ),
                     );
@@ -470,7 +470,7 @@ fn walk(snap: &Snapshot, report: &mut Report) -> Option<Problem> {
                     seq: last + 1,
                 },
                 None => Loc {
-                    file: super::store::LIVE.into(),
+                    file: crate::store::LIVE.into(),
                     line: 1,
                     seq: 1,
                 },
@@ -481,7 +481,7 @@ fn walk(snap: &Snapshot, report: &mut Report) -> Option<Problem> {
                 Some(last + 1),
                 format!(
                     "{} says seq {} was on disk, but the store ends at seq {last}: {} missing (cut short)",
-                    super::store::HEAD,
+                    crate::store::HEAD,
                     h.seq,
                     span(last + 1, h.seq)
                 ),
@@ -538,9 +538,9 @@ fn resolve(b: Break, next: Option<(&Fields, &String)>, head: Option<&Head>) -> O
 
 #[cfg(test)]
 mod tests {
-    use super::super::store::{rotated_name, snapshot, Head, HEAD, LIVE};
-    use super::super::{to_line, Decision, Record, RecordType};
     use super::*;
+    use crate::store::{rotated_name, snapshot, Head, HEAD, LIVE};
+    use crate::{to_line, Decision, Record, RecordType};
     use std::fs;
     use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! Which records `wardenctl logs` shows: `--session`, `--type`, `--decision`,
 //! `--since`, `--until`. The daemon's `Logs` stream applies the same filter.
 
-use super::{parse_timestamp_ms, Decision, Record, RecordType};
+use crate::{parse_timestamp_ms, Decision, Record, RecordType};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {

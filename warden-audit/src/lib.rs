@@ -1,10 +1,20 @@
-//! The audit record schema (DESIGN.md §7, `docs/audit-format.md`) and the
-//! on-disk store format shared by the daemon (which writes it) and `wardenctl
-//! logs` (which reads and verifies it).
+//! Warden's audit trail in one place (DESIGN.md §7, `docs/audit-format.md`):
+//! the record schema, one typed event per record the daemon writes, the
+//! store's writer, and its reader, verifier and filter. `wardend` writes the
+//! store; `wardenctl logs` reads and verifies it without the daemon;
+//! `warden-bench audit` times the writer without linking the daemon.
 //!
 //! One JSON object per line, pure ASCII (see [`to_line`]). Values of
 //! environment variables never appear in a record, only their names.
 //!
+//! - [`Record`] and its [`RecordType`] and [`Decision`]: the schema every
+//!   record shares, and the stored form of a line ([`to_line`]).
+//! - [`event`]: one type per documented record (`session.start`,
+//!   `file.*`, `daemon.rotate`...), each building its [`Record`] (type,
+//!   action, decision, resource, reason and the exact `details`) and reading
+//!   it back: the daemon builds records only through them.
+//! - [`writer`]: the daemon's [`AuditStore`]: one `write(2)` per line, the
+//!   hash chain, group commit, rotation, retention, crash recovery.
 //! - [`store`]: file names, rotation layout, the head file, and a consistent
 //!   snapshot of the store files for readers.
 //! - [`verify`]: the hash chain and `seq` check across every file.
@@ -15,10 +25,15 @@
 //! SHA-256 of the previous record's line exactly as stored, without its
 //! terminating `\n` ([`line_hash`]). The first record of a fresh store has
 //! `prev` = [`GENESIS`] (64 zeros). The chain runs across rotated files.
+#![forbid(unsafe_code)]
 
+pub mod event;
 pub mod filter;
 pub mod store;
 pub mod verify;
+pub mod writer;
+
+pub use writer::{AuditStore, Options};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -166,8 +181,9 @@ impl Record {
 pub fn to_line(rec: &Record) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     let mut ser = serde_json::Serializer::with_formatter(&mut out, AsciiFormatter);
-    rec.serialize(&mut ser)
-        .expect("serialising a record to memory cannot fail");
+    // Into memory, of a `Record` whose details are a JSON value already:
+    // nothing can fail (no I/O, no non-string keys).
+    let _ = rec.serialize(&mut ser);
     out
 }
 
