@@ -6,6 +6,7 @@
 //! - [`exit`]: the shim's exit codes.
 #![forbid(unsafe_code)]
 
+pub mod duration;
 pub mod exit;
 pub mod paths;
 pub mod policy;

@@ -56,8 +56,11 @@ pub struct Decision {
     /// `host-mismatch`, `sni-mismatch`, `dns-failed`, `connect-failed`,
     /// `socks-ip-not-listed`, `socks-command-refused`, `socks-auth-refused`.
     pub reason: String,
-    /// The `network.allow` entry that matched, as written in the policy.
+    /// The `network.allow` entry that matched, as written in the policy (for
+    /// an approved host, the entry the approval stands for).
     pub rule: Option<String>,
+    /// The approval that allowed a host `network.allow` does not list.
+    pub approval: Option<crate::approve::Approval>,
 }
 
 impl Decision {

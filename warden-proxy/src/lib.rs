@@ -88,6 +88,7 @@
 //! deterministic inputs per target.
 #![forbid(unsafe_code)]
 
+pub mod approve;
 pub mod dns;
 mod engine;
 pub mod events;
@@ -105,6 +106,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use warden_core::policy::net::NetworkPolicy;
 
+pub use approve::{Answer, Approval, Approver, Ask};
 pub use dns::DnsResolver;
 pub use events::{AcceptFailure, Closed, Decision, EventSink, NullSink, Protocol};
 pub use resolve::{BoxFuture, Connector, Resolver, SystemResolver, TcpConnector};
@@ -168,6 +170,9 @@ pub struct ProxyConfig {
     pub connector: Arc<dyn Connector>,
     pub events: Arc<dyn EventSink>,
     pub limits: Limits,
+    /// Approvals (`approve`): asked about every connection `network.allow`
+    /// does not list, which is held until it answers. None: refused at once.
+    pub approver: Option<Arc<dyn Approver>>,
 }
 
 impl ProxyConfig {
@@ -185,6 +190,7 @@ impl ProxyConfig {
             connector: Arc::new(TcpConnector),
             events,
             limits: Limits::default(),
+            approver: None,
         }
     }
 }
@@ -195,6 +201,7 @@ impl std::fmt::Debug for ProxyConfig {
             .field("session", &self.session)
             .field("policy", &self.policy)
             .field("limits", &self.limits)
+            .field("approver", &self.approver.is_some())
             .finish_non_exhaustive()
     }
 }

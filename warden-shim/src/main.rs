@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod prompt;
+
 use clap::Parser;
 use tokio::signal::unix::{signal, SignalKind};
 use warden_client::pb;
@@ -55,6 +57,14 @@ struct Args {
     /// Do not start wardend when none answers.
     #[arg(long)]
     no_autostart: bool,
+    /// Hold what the policy denies and ask a person (`wardenctl approve`, this
+    /// terminal, a desktop notification); see docs/approvals.md.
+    #[arg(long)]
+    approve: bool,
+    /// How long a held access waits for an answer before it is denied
+    /// (1s to 1h; default 60s).
+    #[arg(long, value_name = "DUR", requires = "approve", value_parser = approve_timeout)]
+    approve_timeout: Option<Duration>,
     /// The server command (overrides the policy's `command`).
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -67,6 +77,16 @@ impl<E: std::fmt::Display> From<E> for Fail {
     fn from(e: E) -> Fail {
         Fail(e.to_string())
     }
+}
+
+/// `--approve-timeout`: a duration from 1 s to 1 h.
+fn approve_timeout(s: &str) -> Result<Duration, String> {
+    let d = warden_core::duration::parse(s)
+        .ok_or_else(|| format!("`{s}` is not a duration (30s, 2m, 1h)"))?;
+    if d < Duration::from_secs(1) || d > Duration::from_secs(3600) {
+        return Err(format!("{s} is out of range: give 1s to 1h"));
+    }
+    Ok(d)
 }
 
 fn main() -> ExitCode {
@@ -210,6 +230,8 @@ async fn run(args: Args) -> Result<ShimExit, Fail> {
         });
     }
 
+    // The terminal prompt: only with approvals, only a terminal in line mode.
+    let tty = args.approve.then(prompt::Tty::open).flatten();
     let env = std::env::vars_os()
         .map(|(k, v)| pb::EnvVar {
             name: k.as_bytes().to_vec(),
@@ -236,7 +258,11 @@ async fn run(args: Args) -> Result<ShimExit, Fail> {
             program: "warden-shim".into(),
             version: env!("CARGO_PKG_VERSION").into(),
         }),
+        approve: args.approve,
+        approve_timeout_ms: args.approve_timeout.map_or(0, |d| d.as_millis() as u64),
+        approve_terminal: tty.is_some(),
     };
+    let mut tty = tty;
     let mut events = client
         .spawn(req)
         .await
@@ -257,6 +283,9 @@ async fn run(args: Args) -> Result<ShimExit, Fail> {
                         let id = s.session_id;
                         for sig in pending.drain(..) {
                             forward(&mut client, &id, sig).await;
+                        }
+                        if let Some(t) = tty.take() {
+                            tokio::spawn(prompt::run(client.clone(), id.clone(), t));
                         }
                         session = Some(id);
                     }

@@ -109,28 +109,7 @@ fn time_arg(s: &str, now: i64) -> anyhow::Result<i64> {
 }
 
 fn duration_ms(s: &str) -> Option<i64> {
-    let mut total: i64 = 0;
-    let mut num = String::new();
-    let mut any = false;
-    for c in s.chars() {
-        if c.is_ascii_digit() {
-            num.push(c);
-            continue;
-        }
-        let unit: i64 = match c {
-            's' => 1_000,
-            'm' => 60_000,
-            'h' => 3_600_000,
-            'd' => 86_400_000,
-            'w' => 7 * 86_400_000,
-            _ => return None,
-        };
-        let n: i64 = num.parse().ok()?;
-        total = total.checked_add(n.checked_mul(unit)?)?;
-        num.clear();
-        any = true;
-    }
-    (any && num.is_empty()).then_some(total)
+    warden_core::duration::parse(s).and_then(|d| i64::try_from(d.as_millis()).ok())
 }
 
 /// `--state-dir`'s store; else the running daemon's; else the default.

@@ -1,11 +1,12 @@
 //! `wardenctl`: watch and steer `wardend`.
 //!
-//! `ps`, `kill ID`, `status` talk to the daemon; `policy check FILE` works
+//! `ps`, `kill ID`, `status`, `approve` (approve.rs) talk to the daemon; `policy check FILE` works
 //! offline; `logs` reads the audit store (`logs -f` follows it through the
 //! daemon, see `logs.rs`). Every command takes `--socket PATH` and `--json`;
 //! JSON output is typed structs serialised, human output is aligned columns.
 #![forbid(unsafe_code)]
 
+mod approve;
 mod logs;
 
 use std::path::{Path, PathBuf};
@@ -40,6 +41,8 @@ enum Cmd {
     Status,
     /// Show, follow (-f) or verify (--verify) the audit log.
     Logs(logs::LogsArgs),
+    /// List, answer (ID --once|--session|--always|--deny) or watch approvals.
+    Approve(approve::ApproveArgs),
     /// Policy tools.
     Policy {
         #[command(subcommand)]
@@ -219,6 +222,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     print_status(&out);
                 }
             }
+            Cmd::Approve(a) => return approve::run(&mut c, &a, cli.json).await,
             Cmd::Policy { .. } | Cmd::Logs(_) => unreachable!("handled above"),
         }
         Ok(ExitCode::SUCCESS)

@@ -200,6 +200,10 @@ impl warden_proxy::EventSink for Sink {
                 address: d.address.map(|a| a.to_string()),
                 rule: d.rule.clone(),
                 code: d.code().to_owned(),
+                approval: d.approval.as_ref().map(|a| event::Approved {
+                    id: a.id.clone(),
+                    scope: a.scope.clone(),
+                }),
             }
             .into(),
             (0, 0),
@@ -275,6 +279,39 @@ fn reason_text(d: &warden_proxy::Decision) -> String {
     }
 }
 
+/// Asks the session's approvals about hosts `network.allow` does not list.
+pub struct NetApprover {
+    pub broker: Arc<crate::approvals::Broker>,
+    pub session: String,
+}
+
+impl warden_proxy::Approver for NetApprover {
+    fn ask(
+        &self,
+        ask: warden_proxy::Ask,
+    ) -> warden_proxy::BoxFuture<'static, warden_proxy::Answer> {
+        use crate::approvals::{Kind, Outcome, Request};
+        let broker = self.broker.clone();
+        let session = self.session.clone();
+        Box::pin(async move {
+            let req = Request {
+                kind: Kind::Network,
+                resource: format!("{}:{}", ask.host, ask.port),
+                operation: "connect".into(),
+            };
+            match broker.ask(&session, req, Some(ask.protocol.as_str())).await {
+                Outcome::Allowed { id, scope } => {
+                    warden_proxy::Answer::Allow(warden_proxy::Approval {
+                        id,
+                        scope: scope.as_str().to_owned(),
+                    })
+                }
+                Outcome::Denied => warden_proxy::Answer::Deny,
+            }
+        })
+    }
+}
+
 /// A running proxy; dropping it (or [`Proxy::stop`]) ends it and its tunnels.
 pub struct Proxy {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -289,6 +326,7 @@ impl Proxy {
         daemon: Arc<Daemon>,
         session: &str,
         counters: Arc<NetCounters>,
+        approver: Option<Arc<dyn warden_proxy::Approver>>,
     ) -> std::io::Result<Proxy> {
         let std_listener = std::net::TcpListener::from(listener);
         std_listener.set_nonblocking(true)?;
@@ -309,6 +347,7 @@ impl Proxy {
         });
         let mut cfg = warden_proxy::ProxyConfig::new(session, Arc::new(policy), sink);
         cfg.resolver = resolver;
+        cfg.approver = approver;
         let cfg = Arc::new(cfg);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(warden_proxy::serve(listener, cfg, async move {

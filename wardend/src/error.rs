@@ -30,6 +30,8 @@ pub enum DaemonError {
     RootDaemon,
     #[error("internal error: {0}")]
     Internal(String),
+    #[error(transparent)]
+    Approval(#[from] crate::approvals::AnswerError),
 }
 
 impl From<DaemonError> for Status {
@@ -46,6 +48,15 @@ impl From<DaemonError> for Status {
             DaemonError::TooManySessions(_) => Code::ResourceExhausted,
             DaemonError::RootDaemon => Code::FailedPrecondition,
             DaemonError::Audit(_) | DaemonError::Internal(_) => Code::Internal,
+            DaemonError::Approval(a) => {
+                use crate::approvals::AnswerError as A;
+                match a {
+                    A::Unknown(_) => Code::NotFound,
+                    A::Expired { .. } | A::Answered { .. } | A::Busy(_) => Code::FailedPrecondition,
+                    A::NoPolicyFile(_) => Code::FailedPrecondition,
+                    A::PolicyEdit { .. } => Code::Aborted,
+                }
+            }
         };
         Status::new(code, e.to_string())
     }

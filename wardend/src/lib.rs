@@ -20,10 +20,13 @@
 //!   both queues of every session on the event loop (no thread per session).
 //! - The audit store and the type of every record are in `warden_audit`;
 //!   the modules above decide what to record and build it from those types.
+//! - [`approvals`]: held accesses, the people asked about them, their
+//!   answers and what they grant.
 //! - [`logs`]: the `Logs` stream (stored records, then live ones).
 //! - [`error`]: errors and their one mapping to gRPC statuses.
 #![forbid(unsafe_code)]
 
+pub mod approvals;
 pub mod cgroup;
 pub mod conn;
 pub mod egress;
@@ -88,7 +91,9 @@ pub const ROOT_SERVERS_ENV: &str = "WARDEN_DANGEROUSLY_RUN_SERVERS_AS_ROOT";
 /// Shared state of one daemon.
 pub struct Daemon {
     pub config: Config,
-    pub audit: AuditStore,
+    pub audit: Arc<AuditStore>,
+    /// Pending approvals and what sessions were granted by them.
+    pub approvals: Arc<approvals::Broker>,
     pub sessions: DashMap<String, Arc<Session>>,
     pub uid: u32,
     pub started: Instant,
@@ -181,10 +186,18 @@ pub async fn run(
     let own_ns = peer::own().map_err(|e| {
         anyhow::anyhow!("cannot read the daemon's own namespaces in /proc/self/ns: {e}")
     })?;
-    let audit = AuditStore::open_with(&config.state_dir, config.audit.clone())?;
+    let audit = Arc::new(AuditStore::open_with(
+        &config.state_dir,
+        config.audit.clone(),
+    )?);
+    let approvals = Arc::new(approvals::Broker::new(
+        audit.clone(),
+        approvals::policy_editor(),
+    ));
     let daemon = Arc::new(Daemon {
         config,
         audit,
+        approvals,
         sessions: DashMap::new(),
         uid: warden_core::paths::current_uid(),
         started: Instant::now(),

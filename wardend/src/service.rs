@@ -84,11 +84,179 @@ pub fn audit_refused_peer(daemon: &Daemon, info: &ConnInfo, r: &crate::peer::Ref
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<pb::SpawnEvent, Status>> + Send>>;
 type LogStream = Pin<Box<dyn Stream<Item = Result<pb::LogRecord, Status>> + Send>>;
+type ApprovalStream = Pin<Box<dyn Stream<Item = Result<pb::ApprovalEvent, Status>> + Send>>;
+
+/// Who is calling, for approval records: `uid 1000 pid 4242 (wardenctl)`.
+fn caller(info: Option<&ConnInfo>) -> String {
+    let Some(info) = info else {
+        return "unknown peer".into();
+    };
+    match info.pid {
+        Some(pid) => {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let comm: String = comm.trim().chars().filter(|c| !c.is_control()).collect();
+            if comm.is_empty() {
+                format!("uid {} pid {pid}", info.uid)
+            } else {
+                format!("uid {} pid {pid} ({comm})", info.uid)
+            }
+        }
+        None => format!("uid {}", info.uid),
+    }
+}
+
+fn pending_pb(v: crate::approvals::View) -> pb::PendingApproval {
+    pb::PendingApproval {
+        id: v.id,
+        session: v.session,
+        server: v.server.unwrap_or_default(),
+        kind: v.request.kind.as_str().to_owned(),
+        resource: v.request.resource,
+        operation: v.request.operation,
+        age_ms: v.age.as_millis() as u64,
+        remaining_ms: v.remaining.as_millis() as u64,
+        policy_path: v
+            .policy_path
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        protocol: v.protocol.unwrap_or_default(),
+    }
+}
 
 #[tonic::async_trait]
 impl Warden for Service {
     type SpawnStream = EventStream;
     type LogsStream = LogStream;
+    type WatchApprovalsStream = ApprovalStream;
+
+    async fn list_approvals(
+        &self,
+        req: Request<pb::ListApprovalsRequest>,
+    ) -> Result<Response<pb::ListApprovalsResponse>, Status> {
+        let req = req.into_inner();
+        let session = (!req.session.is_empty()).then_some(req.session.as_str());
+        let approvals = self
+            .daemon
+            .approvals
+            .list(session)
+            .into_iter()
+            .map(pending_pb)
+            .collect();
+        Ok(Response::new(pb::ListApprovalsResponse { approvals }))
+    }
+
+    async fn answer_approval(
+        &self,
+        req: Request<pb::AnswerApprovalRequest>,
+    ) -> Result<Response<pb::AnswerApprovalResponse>, Status> {
+        use crate::approvals::{Channel, Scope};
+        let by = caller(req.extensions().get::<ConnInfo>());
+        let req = req.into_inner();
+        let scope = Scope::parse(&req.scope).ok_or_else(|| {
+            DaemonError::BadRequest(format!(
+                "scope must be once, session, always or deny, got `{}`",
+                req.scope.escape_debug()
+            ))
+        })?;
+        // `desktop` answers come from the daemon's own notifications only.
+        let channel = match Channel::parse(&req.channel) {
+            Some(c @ (Channel::Cli | Channel::Terminal)) => c,
+            _ => {
+                return Err(DaemonError::BadRequest(format!(
+                    "channel must be cli or terminal, got `{}`",
+                    req.channel.escape_debug()
+                ))
+                .into())
+            }
+        };
+        if req.id.is_empty() {
+            return Err(DaemonError::BadRequest("empty approval id".into()).into());
+        }
+        let done = self
+            .daemon
+            .approvals
+            .answer(&req.id, scope, channel, &by)
+            .await
+            .map_err(DaemonError::from)?;
+        Ok(Response::new(pb::AnswerApprovalResponse {
+            id: done.id,
+            scope: done.scope.as_str().to_owned(),
+            message: done.message,
+        }))
+    }
+
+    async fn watch_approvals(
+        &self,
+        req: Request<pb::WatchApprovalsRequest>,
+    ) -> Result<Response<Self::WatchApprovalsStream>, Status> {
+        use crate::approvals::Event;
+        let req = req.into_inner();
+        let only = (!req.session.is_empty()).then_some(req.session);
+        let broker = self.daemon.approvals.clone();
+        // Subscribed before listing: nothing raised in between is missed (a
+        // pending one may come twice; watchers key by id).
+        let mut events = broker.subscribe();
+        let existing = broker.list(only.as_deref());
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            for v in existing {
+                let ev = pb::ApprovalEvent {
+                    event: Some(pb::approval_event::Event::Raised(pending_pb(v))),
+                };
+                if tx.send(Ok(ev)).await.is_err() {
+                    return;
+                }
+            }
+            loop {
+                let ev = tokio::select! {
+                    _ = tx.closed() => return,
+                    ev = events.recv() => ev,
+                };
+                let ev = match ev {
+                    Ok(ev) => ev,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        let _ = tx
+                            .send(Err(Status::data_loss(format!(
+                                "{n} approval events were missed; watch again"
+                            ))))
+                            .await;
+                        return;
+                    }
+                    Err(_) => return,
+                };
+                let (session, out) = match ev {
+                    Event::Raised(v) => (
+                        v.session.clone(),
+                        pb::approval_event::Event::Raised(pending_pb(v)),
+                    ),
+                    Event::Resolved {
+                        id,
+                        session,
+                        outcome,
+                        channel,
+                    } => (
+                        session,
+                        pb::approval_event::Event::Resolved(pb::ApprovalResolved {
+                            id,
+                            outcome,
+                            channel,
+                        }),
+                    ),
+                };
+                if only.as_ref().is_some_and(|s| *s != session) {
+                    continue;
+                }
+                if tx
+                    .send(Ok(pb::ApprovalEvent { event: Some(out) }))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
 
     async fn spawn(
         &self,

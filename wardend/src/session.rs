@@ -146,6 +146,8 @@ pub struct Prepared {
     spec: SandboxSpec,
     env_names: Vec<String>,
     client: pb::ClientInfo,
+    /// Approvals, when the session has them on.
+    approve: Option<crate::approvals::SessionConfig>,
 }
 
 /// File descriptors an idle session holds in the daemon (stdio, sandbox
@@ -306,6 +308,7 @@ impl Daemon {
         };
         plan::fit(&mut policy, &host)?;
         let warden_paths = self.warden_paths(policy.source.as_deref());
+        let approve = plan::approvals(id, req, &policy)?;
         let (spec, env_names) = plan::spec(id, &policy, &req.env, ctx.home, &host, warden_paths);
         Ok(Prepared {
             id: id.to_string(),
@@ -313,6 +316,7 @@ impl Daemon {
             spec,
             env_names,
             client: req.client.clone().unwrap_or_default(),
+            approve,
         })
     }
 
@@ -330,6 +334,7 @@ impl Daemon {
             mut spec,
             env_names,
             client,
+            approve,
         } = p;
         let limits = describe_limits(&policy, self.cgroup.as_ref().ok());
         // Paths inside write grants that the sandbox binds read-only because
@@ -414,11 +419,25 @@ impl Daemon {
         } = spawned;
         let sandbox = Arc::new(sandbox);
         let net = Arc::new(crate::egress::NetCounters::default());
+        let approver: Option<Arc<dyn warden_proxy::Approver>> = approve.map(|cfg| {
+            self.approvals.open_session(cfg);
+            Arc::new(crate::egress::NetApprover {
+                broker: self.approvals.clone(),
+                session: id.clone(),
+            }) as Arc<dyn warden_proxy::Approver>
+        });
         // The egress proxy, on the listener PID 1 made inside the sandbox. Without
         // it the server would run with no way out but also no record of its
         // attempts: refuse instead.
         let proxy = match proxy_listener.map(|fd| {
-            crate::egress::Proxy::start(fd, policy.network.clone(), self.clone(), &id, net.clone())
+            crate::egress::Proxy::start(
+                fd,
+                policy.network.clone(),
+                self.clone(),
+                &id,
+                net.clone(),
+                approver.clone(),
+            )
         }) {
             Some(Ok(p)) => p,
             failed => {
@@ -430,6 +449,7 @@ impl Daemon {
                 let sb = sandbox.clone();
                 let _ = tokio::task::spawn_blocking(move || sb.wait()).await;
                 let _ = tokio::task::spawn_blocking(move || relay.finish(DRAIN_GRACE)).await;
+                self.approvals.close_session(&id, "session-ended");
                 self.audit_exit(&id, started, None, None, &why);
                 return Err(DaemonError::Sandbox(why));
             }
@@ -579,6 +599,13 @@ impl Daemon {
                 }
             }
         };
+        // What is still held is denied now, before the last records.
+        let ending = if self.shutting_down.load(Ordering::SeqCst) {
+            "daemon-stopped"
+        } else {
+            "session-ended"
+        };
+        self.approvals.close_session(&session.id, ending);
         let outcome = match outcome {
             Ok(Ok(o)) => Ok(o),
             Ok(Err(e)) => Err(e.to_string()),
@@ -650,6 +677,7 @@ impl Daemon {
 
     /// Ends every live session (daemon shutdown) and waits for them.
     pub async fn end_all(&self, cause: EndCause) {
+        self.approvals.close_all();
         for s in self.sessions.iter() {
             s.request_end(cause);
         }

@@ -18,6 +18,7 @@
 //! versioning rule asks of readers). [`AnyEvent::parse`] finds the type of
 //! any record.
 
+mod approval;
 mod daemon;
 mod file;
 mod limit;
@@ -27,13 +28,16 @@ mod syscall;
 #[cfg(test)]
 mod tests;
 
+pub use approval::{
+    ApprovalAnswer, ApprovalExpire, ApprovalPolicyEdit, ApprovalRefuse, ApprovalRequest,
+};
 pub use daemon::{
     DaemonDamaged, DaemonPeer, DaemonPeerSummary, DaemonRetention, DaemonRotate, DaemonStart,
     DaemonStop, DaemonTorn, Damage, PeerNamespaces,
 };
 pub use file::{path_text, FileAccess, FileSummary, FilesLost};
 pub use limit::{Breach, LimitBreach};
-pub use network::{NetworkAccept, NetworkClose, NetworkConnect, NetworkSummary};
+pub use network::{Approved, NetworkAccept, NetworkClose, NetworkConnect, NetworkSummary};
 pub use session::{
     Client, SandboxFacts, SessionExit, SessionKill, SessionRefused, SessionStart, WriteProtection,
 };
@@ -238,6 +242,11 @@ into_record!(
     DaemonRetention,
     DaemonDamaged,
     DaemonTorn,
+    ApprovalRequest,
+    ApprovalAnswer,
+    ApprovalExpire,
+    ApprovalRefuse,
+    ApprovalPolicyEdit,
 );
 
 impl AnyEvent {
@@ -277,6 +286,11 @@ impl AnyEvent {
             (T::Daemon, "retention") => AnyEvent::DaemonRetention(Event::from_record(r)?),
             (T::Daemon, "damaged") => AnyEvent::DaemonDamaged(Event::from_record(r)?),
             (T::Daemon, "torn") => AnyEvent::DaemonTorn(Event::from_record(r)?),
+            (T::Approval, "request") => AnyEvent::ApprovalRequest(Event::from_record(r)?),
+            (T::Approval, "answer") => AnyEvent::ApprovalAnswer(Event::from_record(r)?),
+            (T::Approval, "expire") => AnyEvent::ApprovalExpire(Event::from_record(r)?),
+            (T::Approval, "refuse") => AnyEvent::ApprovalRefuse(Event::from_record(r)?),
+            (T::Approval, "policy-edit") => AnyEvent::ApprovalPolicyEdit(Event::from_record(r)?),
             _ => return Err(EventError::Unknown(name(r))),
         })
     }

@@ -29,6 +29,18 @@ pub struct NetworkConnect {
     pub rule: Option<String>,
     /// `allowed`, `not-allowed`, `private-address`...
     pub code: String,
+    /// The approval that allowed a host `network.allow` does not list
+    /// (`approve`), and its scope: `ap-…` and `once` or `session`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approved>,
+}
+
+/// An approval that let one connection through.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approved {
+    pub id: String,
+    /// `once`, `session` or `always`.
+    pub scope: String,
 }
 
 impl Event for NetworkConnect {

@@ -435,6 +435,7 @@ fn network_connect() {
             address: Some(s("104.16.3.35:443")),
             rule: Some(s("registry.npmjs.org:443")),
             code: s("allowed"),
+            approval: None,
         },
     );
     pin(
@@ -450,8 +451,113 @@ fn network_connect() {
             address: None,
             rule: None,
             code: s("not-allowed"),
+            approval: None,
         },
     );
+    pin(
+        "NetworkConnect",
+        2,
+        NetworkConnect {
+            session: s("e7a94eb68290"),
+            allowed: true,
+            reason: s("allowed by approval ap-5f0c2e9a7b3d4c1e8f6a2b9d0c7e3f1a (session)"),
+            protocol: s("connect"),
+            host: s("api.example.com"),
+            port: 443,
+            address: Some(s("93.184.215.14:443")),
+            rule: Some(s("api.example.com:443")),
+            code: s("allowed"),
+            approval: Some(Approved {
+                id: s("ap-5f0c2e9a7b3d4c1e8f6a2b9d0c7e3f1a"),
+                scope: s("session"),
+            }),
+        },
+    );
+}
+
+const AP: &str = "ap-5f0c2e9a7b3d4c1e8f6a2b9d0c7e3f1a";
+
+fn approval_request() -> ApprovalRequest {
+    ApprovalRequest {
+        session: s("e7a94eb68290"),
+        resource: s("api.example.com:443"),
+        id: s(AP),
+        kind: s("network"),
+        operation: s("connect"),
+        server: Some(s("fetch")),
+        timeout_ms: 60000,
+        channels: strings(&["terminal", "watchers"]),
+    }
+}
+
+#[test]
+fn approval_records() {
+    pin("ApprovalRequest", 0, approval_request());
+    pin(
+        "ApprovalAnswer",
+        0,
+        ApprovalAnswer {
+            session: s("e7a94eb68290"),
+            resource: s("api.example.com:443"),
+            id: s(AP),
+            kind: s("network"),
+            operation: s("connect"),
+            scope: s("session"),
+            channel: s("cli"),
+            by: s("uid 1000 pid 4242 (wardenctl)"),
+            waited_ms: 5210,
+        },
+    );
+    pin(
+        "ApprovalExpire",
+        0,
+        ApprovalExpire {
+            session: s("e7a94eb68290"),
+            resource: s("/home/u/notes/todo.txt"),
+            id: s("ap-0b7d1e4f9a2c6e8b3d5f7a9c1e2b4d6f"),
+            kind: s("file"),
+            operation: s("read"),
+            cause: s("timeout"),
+            waited_ms: 60001,
+        },
+    );
+    pin(
+        "ApprovalRefuse",
+        0,
+        ApprovalRefuse {
+            session: s("e7a94eb68290"),
+            resource: s("evil.example:443"),
+            kind: s("network"),
+            operation: s("connect"),
+            cause: s("denied-for-session"),
+        },
+    );
+    pin(
+        "ApprovalPolicyEdit",
+        0,
+        ApprovalPolicyEdit {
+            session: s("e7a94eb68290"),
+            path: s("/home/u/.config/warden/policies/fetch.yaml"),
+            error: None,
+            id: s(AP),
+            key: s("network.allow"),
+            entry: s("api.example.com:443"),
+            merged: false,
+            already_present: false,
+        },
+    );
+}
+
+#[test]
+fn an_answer_is_allow_unless_it_denies() {
+    let mut a = ApprovalAnswer::from_record(&examples("ApprovalAnswer")[0].1).unwrap();
+    a.scope = s("deny");
+    let r: Record = a.clone().into();
+    assert_eq!(r.decision, Decision::Deny);
+    assert_eq!(ApprovalAnswer::from_record(&r).unwrap(), a);
+    let mut forged = r.clone();
+    forged.decision = Decision::Allow;
+    assert!(ApprovalAnswer::from_record(&forged).is_err());
 }
 
 #[test]

@@ -667,6 +667,24 @@ impl NetworkPolicy {
         }
     }
 
+    /// The entry an approval of `host` on `port` adds: exactly that host
+    /// (normal form) and that port, no options (`api.example.com:443`,
+    /// `[2001:db8::1]:8443`).
+    pub fn approved_entry(host: &Host, port: u16) -> Result<String, Denial> {
+        Ok(format!("{}:{port}", Self::normal(host)?))
+    }
+
+    /// This policy with [`approved_entry`](Self::approved_entry) of `host`
+    /// and `port` added: an approved host is then decided exactly as a listed
+    /// one (address classes and `allow_private` included).
+    pub fn with_approved(&self, host: &Host, port: u16) -> Result<NetworkPolicy, Denial> {
+        let entry = Self::approved_entry(host, port)?;
+        let rule = compile_entry(&entry).map_err(Denial::BadHost)?;
+        let mut p = self.clone();
+        p.allow.push(rule);
+        Ok(p)
+    }
+
     /// `host` in the normal form [`parse_host`] gives, or [`Denial::BadHost`].
     fn normal(host: &Host) -> Result<Host, Denial> {
         match host {
@@ -1863,6 +1881,42 @@ mod tests {
                 .to_string(),
             "0.0.0.0 is an unspecified address; Warden never connects to one"
         );
+    }
+
+    #[test]
+    fn an_approved_host_is_decided_as_a_listed_one() {
+        let p = NetworkPolicy::compile(&["api.example.com".to_string()], false).unwrap();
+        let name = parse_host("Other.Example.").unwrap();
+        assert!(p.check(&name, 443).is_err());
+        assert_eq!(
+            NetworkPolicy::approved_entry(&name, 443).unwrap(),
+            "other.example:443"
+        );
+        let q = p.with_approved(&name, 443).unwrap();
+        assert_eq!(q.check(&name, 443).unwrap().source, "other.example:443");
+        // Only that port, and not the subdomains.
+        assert!(q.check(&name, 80).is_err());
+        assert!(q
+            .check(&parse_host("a.other.example").unwrap(), 443)
+            .is_err());
+        // Address classes apply as to a listed name: no private addresses
+        // without `allow_private`, never metadata.
+        let private: IpAddr = "10.1.2.3".parse().unwrap();
+        assert!(q.check_address(&name, 443, private).is_err());
+        let open = NetworkPolicy::compile(&[], true)
+            .unwrap()
+            .with_approved(&name, 443)
+            .unwrap();
+        assert!(open.check_address(&name, 443, private).is_ok());
+        let metadata: IpAddr = "169.254.169.254".parse().unwrap();
+        assert!(open.check_address(&name, 443, metadata).is_err());
+        // An IPv6 literal keeps its brackets.
+        let v6 = parse_host("[2001:DB8::1]").unwrap();
+        let r = NetworkPolicy::compile(&[], false)
+            .unwrap()
+            .with_approved(&v6, 8443)
+            .unwrap();
+        assert_eq!(r.check(&v6, 8443).unwrap().source, "[2001:db8::1]:8443");
     }
 
     #[test]

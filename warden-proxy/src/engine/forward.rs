@@ -11,7 +11,7 @@ use warden_core::policy::net::{parse_host, Host};
 
 use super::decide::{self, Refusal};
 use super::splice;
-use super::{allowed_reason, decide_event, read_idle, read_more, reply_and_close, tunnel, Link};
+use super::{allowed_event, decide_event, read_idle, read_more, reply_and_close, tunnel, Link};
 use crate::events::{printable, Protocol};
 use crate::http::{self, BodyLength, ChunkedDecoder, HttpError, MethodUse, RequestHead};
 use crate::ProxyConfig;
@@ -25,7 +25,10 @@ struct Upstream {
     host: Host,
     port: u16,
     addr: SocketAddr,
-    rule: String,
+    /// What allowed it; a reused connection is decided again against its
+    /// policy (an approval for this host and port covers the whole client
+    /// connection).
+    grant: decide::Grant,
     /// Bytes read from the upstream and not yet relayed.
     buf: Vec<u8>,
     link: Link,
@@ -280,12 +283,11 @@ async fn exchange(
     }
     let up = match slot {
         Some(up) => {
-            let checked = decide::check(cfg, &host, port).and_then(|rule| {
-                cfg.policy
-                    .check_address(&host, port, up.addr.ip())
-                    .map(|()| rule)
-                    .map_err(|d| Refusal::denial(&d, None))
-            });
+            let policy = &up.grant.policy;
+            let checked = policy
+                .check(&host, port)
+                .and_then(|_| policy.check_address(&host, port, up.addr.ip()))
+                .map_err(|d| Refusal::denial(&d, None));
             if let Err(r) = checked {
                 *slot = None;
                 refuse(client, cfg, Deny::refusal(Protocol::Http, shown, port, r)).await;
@@ -293,7 +295,7 @@ async fn exchange(
             }
             up
         }
-        None => match decide::open(cfg, &host, port).await {
+        None => match decide::open(cfg, &host, port, Protocol::Http).await {
             Ok(o) => {
                 let link = Link::new(cfg, Protocol::Http, &shown, port, o.addr);
                 slot.insert(Upstream {
@@ -301,7 +303,7 @@ async fn exchange(
                     host: host.clone(),
                     port,
                     addr: o.addr,
-                    rule: o.rule,
+                    grant: o.grant,
                     buf: Vec::new(),
                     link,
                 })
@@ -312,16 +314,7 @@ async fn exchange(
             }
         },
     };
-    decide_event(
-        cfg,
-        Protocol::Http,
-        &shown,
-        port,
-        Some(up.addr),
-        true,
-        &allowed_reason(&up.rule),
-        Some(&up.rule),
-    );
+    allowed_event(cfg, Protocol::Http, &shown, port, up.addr, &up.grant);
 
     let upgrade = http::is_upgrade(&head.headers);
     let close = head.minor == 0
@@ -705,7 +698,7 @@ async fn connect(mut client: TcpStream, buf: Vec<u8>, head: RequestHead, cfg: &P
             return refuse(&mut client, cfg, d).await;
         }
     }
-    let opened = match decide::open(cfg, &host, port).await {
+    let opened = match decide::open(cfg, &host, port, p).await {
         Ok(o) => o,
         Err(r) => return refuse(&mut client, cfg, Deny::refusal(p, shown, port, r)).await,
     };

@@ -279,6 +279,33 @@ pub(crate) fn decide_event(
         allowed,
         reason: reason.to_string(),
         rule: rule.map(str::to_string),
+        approval: None,
+    });
+}
+
+/// Reports an allowed decision.
+pub(crate) fn allowed_event(
+    cfg: &ProxyConfig,
+    protocol: Protocol,
+    host: &str,
+    port: u16,
+    address: SocketAddr,
+    grant: &decide::Grant,
+) {
+    let reason = grant.reason();
+    tracing::debug!(
+        session = %cfg.session, %protocol, host, port, %address, reason,
+        "proxy: decision"
+    );
+    cfg.events.decision(&Decision {
+        protocol,
+        host: host.to_string(),
+        port,
+        address: Some(address),
+        allowed: true,
+        reason,
+        rule: Some(grant.rule.clone()),
+        approval: grant.approval.clone(),
     });
 }
 

@@ -123,7 +123,7 @@ pub(crate) async fn serve(mut client: TcpStream, mut buf: Vec<u8>, cfg: &ProxyCo
             return reply_and_close(&mut client, &reply).await;
         }
     };
-    let opened = match decide::open(cfg, &host, port).await {
+    let opened = match decide::open(cfg, &host, port, P).await {
         Ok(o) => o,
         Err(Refusal {
             code,

@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 use warden_core::policy::net::{parse_host, Host, TunnelUse};
 
 use super::decide::Opened;
-use super::{allowed_reason, decide_event, read_more, splice, Link};
+use super::{allowed_event, decide_event, read_more, splice, Link};
 use crate::events::printable;
 use crate::events::Protocol;
 use crate::tls::{self, Sniff, MAX_CLIENT_HELLO};
@@ -101,26 +101,14 @@ pub(crate) async fn serve_allowed(
     client_prefix: Vec<u8>,
     reply: &[u8],
 ) {
-    let allowed = |ok: bool, reason: &str| {
-        decide_event(
-            cfg,
-            protocol,
-            shown,
-            port,
-            Some(opened.addr),
-            ok,
-            reason,
-            Some(&opened.rule),
-        )
-    };
-    allowed(true, &allowed_reason(&opened.rule));
+    allowed_event(cfg, protocol, shown, port, opened.addr, &opened.grant);
     let link = Link::new(cfg, protocol, shown, port, opened.addr);
     if client.write_all(reply).await.is_err() {
         return;
     }
     let expect = Expect {
         host,
-        allowed: cfg.policy.tunnel_use(host, port),
+        allowed: opened.grant.policy.tunnel_use(host, port),
     };
     let end = run(
         client,
@@ -133,7 +121,16 @@ pub(crate) async fn serve_allowed(
     )
     .await;
     if let End::Refused(code, why) = end {
-        allowed(false, code);
+        decide_event(
+            cfg,
+            protocol,
+            shown,
+            port,
+            Some(opened.addr),
+            false,
+            code,
+            Some(&opened.grant.rule),
+        );
         tracing::debug!(session = %cfg.session, host = %shown, port, code, why = %why, "proxy: tunnel refused");
     }
 }

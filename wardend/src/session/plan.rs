@@ -286,6 +286,41 @@ pub fn spec(
     (spec, env_names)
 }
 
+/// The session's approvals (`--approve` or `approve: true`), or None: the
+/// timeout (0: the default), the policy file `--always` edits (the text the
+/// session compiled is what the file held), and whether the shim prompts.
+pub fn approvals(
+    id: &str,
+    req: &pb::SpawnRequest,
+    policy: &CompiledPolicy,
+) -> Result<Option<crate::approvals::SessionConfig>, DaemonError> {
+    use crate::approvals::{PolicyFile, SessionConfig, DEFAULT_TIMEOUT, MAX_TIMEOUT};
+    if !req.approve {
+        return Ok(None);
+    }
+    let timeout = match req.approve_timeout_ms {
+        0 => DEFAULT_TIMEOUT,
+        ms => std::time::Duration::from_millis(ms),
+    };
+    if timeout > MAX_TIMEOUT || timeout < std::time::Duration::from_secs(1) {
+        return Err(DaemonError::BadRequest(format!(
+            "approve_timeout_ms must be 1000 to {} (1 s to 1 h), got {}",
+            MAX_TIMEOUT.as_millis(),
+            req.approve_timeout_ms
+        )));
+    }
+    Ok(Some(SessionConfig {
+        session: id.to_owned(),
+        server: policy.name.clone(),
+        timeout,
+        policy: policy.source.as_ref().map(|path| PolicyFile {
+            path: path.clone(),
+            text_at_start: req.policy_text.as_bytes().to_vec(),
+        }),
+        terminal: req.approve_terminal,
+    }))
+}
+
 /// `details.sandbox` of `session.start`: the layers of `spec` (what the
 /// sandbox is given to apply, not a second guess of it) and what protects
 /// write grants.
