@@ -306,7 +306,7 @@ impl TestEnv {
         ]
     }
 
-    fn apply_env(&self, cmd: &mut Command) {
+    pub fn apply_env(&self, cmd: &mut Command) {
         // A root daemon refuses sessions unless told to run servers as root
         // (review F8): the root phase of the suite runs them so, and
         // `e2e/tests/daemon.rs` tests the refusal.

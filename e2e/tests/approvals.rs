@@ -471,3 +471,126 @@ fn bad_answers_and_bad_timeouts() {
     let (_, stdout, _) = finish(child);
     assert_eq!(stdout, "403\n");
 }
+
+/// Runs the shim with a pseudo-terminal as its controlling terminal (stdin
+/// and stdout stay the test's pipes: the MCP channel). The Python parent
+/// records everything written to the terminal in `transcript` and, when the
+/// prompt asks, types `answer`. With `raw`, the terminal is put in raw mode
+/// first (as a full-screen client would), and nothing is typed.
+const PTY_DRIVER: &str = r#"
+import os, pty, sys, termios, fcntl, tty, time, select
+transcript, answer, raw = sys.argv[1], sys.argv[2], sys.argv[3] == "raw"
+argv = sys.argv[4:]
+master, slave = pty.openpty()
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+    if raw:
+        tty.setraw(slave)
+    os.close(master)
+    os.close(slave)
+    os.execv(argv[0], argv)
+os.close(slave)
+seen = b""
+answered = False
+status = None
+# The master reads EIO while no process holds the terminal open (before
+# the shim opens /dev/tty): poll until the shim has exited.
+with open(transcript, "wb") as out:
+    while status is None:
+        r, _, _ = select.select([master], [], [], 0.05)
+        chunk = b""
+        if r:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                time.sleep(0.05)
+        if chunk:
+            out.write(chunk)
+            out.flush()
+            seen += chunk
+            if not answered and not raw and b"(default)? " in seen:
+                os.write(master, answer.encode() + b"\n")
+                answered = True
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = st
+sys.exit(os.waitstatus_to_exitcode(status))
+"#;
+
+impl World {
+    fn under_pty(&self, policy: &Path, script: &str, answer: &str, raw: bool) -> (Child, PathBuf) {
+        let transcript = self.env.root.join(format!("tty-{answer}-{raw}.log"));
+        let mut cmd = std::process::Command::new("/usr/bin/python3");
+        cmd.arg("-c")
+            .arg(PTY_DRIVER)
+            .arg(&transcript)
+            .arg(answer)
+            .arg(if raw { "raw" } else { "cooked" })
+            .arg(warden_e2e::bin("warden-shim"))
+            .arg("--socket")
+            .arg(&self.env.socket)
+            .args(["--approve", "--approve-timeout", "60s", "--policy"])
+            .arg(policy)
+            .args(["--", "/bin/sh", "-c", script]);
+        self.env.apply_env(&mut cmd);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        (cmd.spawn().expect("python3"), transcript)
+    }
+}
+
+#[test]
+fn the_terminal_prompt_answers_and_never_writes_to_stdout() {
+    let Some(w) = World::new() else { return };
+    let policy = w.policy("tty");
+    let target = format!("127.0.0.2:{}", w.http());
+    let curl = w.clients.curl.display().to_string();
+    let script = format!(
+        "{curl} -s -o /dev/null -w '%{{http_code}}\\n' --max-time 100 http://{target}/hello"
+    );
+    let (child, transcript) = w.under_pty(&policy, &script, "o", false);
+    let (code, stdout, stderr) = finish(child);
+    let tty = std::fs::read_to_string(&transcript).unwrap_or_default();
+    assert_eq!(code, 0, "{stderr}\ntty:\n{tty}");
+    // The MCP channel carries the server's bytes only.
+    assert_eq!(stdout, "200\n", "tty:\n{tty}");
+    assert!(
+        tty.contains(&format!("wants to connect to {target}")),
+        "{tty}"
+    );
+    assert!(tty.contains("[a]lways"), "{tty}");
+    assert!(tty.contains("allowed connect"), "{tty}");
+    let requests = w.approval_records("request", 1);
+    assert_eq!(
+        requests[0]["details"]["channels"][0], "terminal",
+        "{requests:?}"
+    );
+    let answers = w.approval_records("answer", 1);
+    assert_eq!(answers[0]["details"]["channel"], "terminal", "{answers:?}");
+    assert_eq!(answers[0]["details"]["scope"], "once");
+}
+
+#[test]
+fn a_raw_mode_terminal_is_not_prompted() {
+    let Some(w) = World::new() else { return };
+    let policy = w.policy("raw");
+    let target = format!("127.0.0.2:{}", w.http());
+    let curl = w.clients.curl.display().to_string();
+    let script = format!(
+        "{curl} -s -o /dev/null -w '%{{http_code}}\\n' --max-time 100 http://{target}/hello"
+    );
+    let (child, transcript) = w.under_pty(&policy, &script, "o", true);
+    let p = w.wait_pending(&target, &[]);
+    let requests = w.approval_records("request", 1);
+    let channels = requests[0]["details"]["channels"].as_array().unwrap();
+    assert!(!channels.iter().any(|c| c == "terminal"), "{channels:?}");
+    w.answer_ok(p["id"].as_str().unwrap(), "once");
+    let (code, stdout, stderr) = finish(child);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "200\n");
+    let tty = std::fs::read_to_string(&transcript).unwrap_or_default();
+    assert!(!tty.contains("warden:"), "{tty}");
+}
