@@ -439,6 +439,7 @@ mod tests {
             audit: AuditPolicy::default(),
             exposed: vec![],
             warnings: vec![],
+            approve: false,
         }
     }
 
