@@ -146,6 +146,7 @@ impl Fixture {
             audit: Default::default(),
             exposed: vec![],
             warnings: vec![],
+            approve: false,
         }
     }
 }
@@ -1346,4 +1347,36 @@ fn allow_git_init_is_a_filesystem_boolean() {
         errs.iter().any(|e| e.contains("filesystem.allow_git_init")),
         "{errs:?}"
     );
+}
+
+#[test]
+fn approve_is_a_top_level_boolean_off_by_default() {
+    let f = Fixture::new();
+    let text = "command: [server]\napprove: true\n";
+    assert_eq!(
+        f.ok(text),
+        CompiledPolicy {
+            approve: true,
+            ..f.base(text)
+        }
+    );
+    assert!(!f.ok("command: [server]\n").approve);
+    assert!(!f.ok("command: [server]\napprove:\n").approve);
+    assert_eq!(
+        f.err("command: [server]\napprove: yes\n"),
+        lines(&[&format!(
+            "{P}:2:10: approve: expected `true` or `false`, found a string `yes`"
+        )])
+    );
+    // Only a flag of the shim, not a key.
+    let errs = f.err("command: [server]\napprove_timeout: 30s\n");
+    assert!(
+        errs[0].contains("unknown key `approve_timeout`"),
+        "{errs:?}"
+    );
+    // The compiled policy shows it only when on.
+    let json = serde_json::to_value(f.ok("command: [server]\n")).unwrap();
+    assert!(json.get("approve").is_none(), "{json}");
+    let json = serde_json::to_value(f.ok(text)).unwrap();
+    assert_eq!(json["approve"], true);
 }

@@ -13,9 +13,13 @@
 //! hold no symlink, command resolves, cwd is granted, limits in range, ...), merging
 //! the shim's flags ([`Overrides`]). All problems are collected into one
 //! [`PolicyError`].
+//!
+//! [`edit`] adds an approved grant to a policy text in place, keeping the
+//! user's bytes, and [`edit::file`] to the policy file on disk.
 
 mod de;
 mod diagnostic;
+pub mod edit;
 pub mod net;
 pub mod reserved;
 mod rules;
@@ -151,6 +155,11 @@ pub struct CompiledPolicy {
     /// the shim and `session.start`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// `approve`: hold the denied network connections and file accesses of
+    /// the session and ask a person (see `docs/approvals.md`). Default false:
+    /// nothing is ever held.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub approve: bool,
 }
 
 /// `sandbox:` — what the policy requires of the sandbox layers.
@@ -275,6 +284,15 @@ impl ParsedPolicy {
 /// unknown key, duplicate key, YAML tag and wrong type (a YAML syntax error alone).
 /// `file` names the policy file in the diagnostics.
 pub fn parse(text: &str, file: Option<&Path>) -> Result<ParsedPolicy, PolicyError> {
+    parse_tree(text, file).map(|(parsed, _)| parsed)
+}
+
+/// [`parse`], also handing back the document's tree (`None` for an empty
+/// policy), for [`edit`], which places its changes by the tree's spans.
+fn parse_tree(
+    text: &str,
+    file: Option<&Path>,
+) -> Result<(ParsedPolicy, Option<yaml::Node>), PolicyError> {
     let diagnostic = |p: yaml::Problem| Diagnostic {
         file: file.map(Path::to_path_buf),
         line: p.mark.map(|m| m.line),
@@ -283,11 +301,12 @@ pub fn parse(text: &str, file: Option<&Path>) -> Result<ParsedPolicy, PolicyErro
         message: p.message,
     };
     let Some(root) = yaml::parse(text).map_err(|p| PolicyError::from(diagnostic(p)))? else {
-        return Ok(ParsedPolicy {
+        let empty = ParsedPolicy {
             raw: RawPolicy::default(),
             marks: HashMap::new(),
             positions: BTreeMap::new(),
-        });
+        };
+        return Ok((empty, None));
     };
     let checked = schema::check(&root);
     if !checked.problems.is_empty() {
@@ -295,11 +314,12 @@ pub fn parse(text: &str, file: Option<&Path>) -> Result<ParsedPolicy, PolicyErro
         return Err(PolicyError { diagnostics });
     }
     let raw = de::from_node(&root).map_err(|e| PolicyError::from(diagnostic(e.into())))?;
-    Ok(ParsedPolicy {
+    let parsed = ParsedPolicy {
         raw,
         marks: checked.marks,
         positions: checked.spans,
-    })
+    };
+    Ok((parsed, Some(root)))
 }
 
 /// Collects diagnostics, placing each by key path (file) or flag.
@@ -671,6 +691,7 @@ pub fn compile(
             w.sort_by_key(|d| (d.file.is_none(), d.line.is_none(), d.line, d.column));
             w.iter().map(ToString::to_string).collect()
         },
+        approve: raw.approve.unwrap_or(false),
     })
 }
 

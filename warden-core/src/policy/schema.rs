@@ -19,7 +19,7 @@ use serde::Deserialize;
 use super::yaml::{self, Kind, Node, Position, Problem, Resolved, Span};
 
 /// The v1 schema as serde sees it; every field optional.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawPolicy {
     pub version: Option<i64>,
@@ -32,9 +32,10 @@ pub(crate) struct RawPolicy {
     pub limits: Option<RawLimits>,
     pub sandbox: Option<RawSandbox>,
     pub audit: Option<RawAudit>,
+    pub approve: Option<bool>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawFilesystem {
     pub read: Option<Vec<String>>,
@@ -44,20 +45,20 @@ pub(crate) struct RawFilesystem {
     pub allow_home_write: Option<bool>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawNetwork {
     pub allow: Option<Vec<String>>,
     pub allow_private: Option<bool>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawEnv {
     pub allow: Option<Vec<String>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawLimits {
     pub memory_mb: Option<i64>,
@@ -68,14 +69,14 @@ pub(crate) struct RawLimits {
     pub best_effort: Option<bool>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSandbox {
     pub landlock_min_abi: Option<i64>,
     pub best_effort_write_protection: Option<bool>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawAudit {
     pub files: Option<String>,
@@ -575,7 +576,8 @@ mod tests {
                 "env",
                 "limits",
                 "sandbox",
-                "audit"
+                "audit",
+                "approve"
             ]
         );
         let limits = &top.iter().find(|(n, _)| *n == "limits").unwrap().1;
@@ -673,9 +675,9 @@ mod tests {
             vec![
                 "1:1: filesytem: unknown key `filesytem`, did you mean `filesystem`?",
                 "3:1: environment: unknown key `environment`, did you mean `env`?",
-                "4:1: base: unknown key `base`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`",
+                "4:1: base: unknown key `base`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`, `approve`",
                 "6:3: limits.timeout: unknown key `timeout`, did you mean `timeout_s`?",
-                "7:1: foo: unknown key `foo`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`",
+                "7:1: foo: unknown key `foo`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`, `approve`",
             ]
         );
     }

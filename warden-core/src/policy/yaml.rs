@@ -74,6 +74,11 @@ pub(crate) struct Node {
     /// Why this node is refused whatever the schema says: a YAML tag (`!!str`), or
     /// a spelling YAML 1.1 and 1.2 readers read differently.
     pub refused: Option<String>,
+    /// Written with an anchor (`&a`): other places may hold it too, through
+    /// aliases.
+    pub anchored: bool,
+    /// Written as an alias (`*a`): its text is elsewhere, where it was anchored.
+    pub alias: bool,
     pub kind: Kind,
 }
 
@@ -531,6 +536,7 @@ impl Builder<'_> {
 
     fn push(&mut self, mut node: Node, anchor: usize) {
         if anchor != 0 {
+            node.anchored = true;
             self.anchors.insert(anchor, node.clone());
         }
         match self.stack.last_mut() {
@@ -575,6 +581,8 @@ impl Builder<'_> {
                     mark: open.start,
                     span,
                     refused: tag_refusal(open.tag),
+                    anchored: false,
+                    alias: false,
                     kind: Kind::Seq(items),
                 };
                 (node, open.anchor)
@@ -594,6 +602,8 @@ impl Builder<'_> {
                     mark: entries.first().map_or(open.start, |(k, _)| k.mark),
                     span,
                     refused: tag_refusal(open.tag),
+                    anchored: false,
+                    alias: false,
                     kind: Kind::Map(entries),
                 };
                 (node, open.anchor)
@@ -644,6 +654,8 @@ impl MarkedEventReceiver for Builder<'_> {
                     mark: at,
                     span: Span { start: at, end },
                     refused,
+                    anchored: false,
+                    alias: false,
                     kind: Kind::Scalar { value, plain },
                 };
                 self.push(node, anchor);
@@ -657,6 +669,8 @@ impl MarkedEventReceiver for Builder<'_> {
                 };
                 // Report problems where the alias is used, not where it was defined.
                 node.mark = at;
+                node.anchored = false;
+                node.alias = true;
                 node.span = Span {
                     start: at,
                     end: self.text.alias_end(at),

@@ -474,6 +474,7 @@ mod tests {
             audit: AuditPolicy::default(),
             exposed: vec![],
             warnings: vec![],
+            approve: false,
         }
     }
 
