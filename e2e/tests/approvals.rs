@@ -594,3 +594,109 @@ fn a_raw_mode_terminal_is_not_prompted() {
     let tty = std::fs::read_to_string(&transcript).unwrap_or_default();
     assert!(!tty.contains("warden:"), "{tty}");
 }
+
+#[test]
+fn always_writes_the_policy_keeping_every_comment_and_a_new_session_has_the_grant() {
+    let Some(w) = World::new() else { return };
+    let h = w.http();
+    let target = format!("127.0.0.2:{h}");
+    let original = format!(
+        "# My fetch server.\n\
+         version: 1   # schema\n\
+         name: approvals-always\n\
+         \n\
+         network:\n\
+         \x20 # the one host it needs\n\
+         \x20 allow:\n\
+         \x20   - \"allowed.test:{h} private\"   # upstream\n\
+         limits:\n\
+         \x20 timeout_s: 110 # enough\n\
+         # trailing comment\n"
+    );
+    let policy = w.env.policy("always.yaml", &original);
+    let url = format!("http://{target}/hello");
+    let child = w.curls(&policy, std::slice::from_ref(&url), &["--approve"]);
+    let p = w.wait_pending(&target, &[]);
+    assert_eq!(p["policy"], policy.display().to_string());
+    let id = p["id"].as_str().unwrap().to_string();
+    let msg = w.answer_ok(&id, "always");
+    assert!(msg.contains("network.allow"), "{msg}");
+    let (_, stdout, _) = finish(child);
+    assert_eq!(stdout, "200\n");
+
+    // The file: the original bytes, plus exactly the added line(s).
+    let edited = std::fs::read_to_string(&policy).unwrap();
+    let added: Vec<&str> = edited
+        .lines()
+        .filter(|l| !original.lines().any(|o| o == *l))
+        .collect();
+    assert!(!added.is_empty(), "{edited}");
+    assert!(added.iter().any(|l| l.contains(&target)), "{edited}");
+    assert!(added.iter().any(|l| l.contains(&id)), "{edited}");
+    let kept: String = edited
+        .lines()
+        .filter(|l| !added.contains(l))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(kept, original, "outside the added lines the file changed");
+    let edits = w.approval_records("policy-edit", 1);
+    assert_eq!(edits[0]["decision"], "allow", "{edits:?}");
+    assert_eq!(edits[0]["details"]["key"], "network.allow");
+    assert_eq!(edits[0]["details"]["entry"], target.as_str());
+    assert_eq!(edits[0]["resource"], policy.display().to_string());
+
+    // A new session, without --approve, has the grant.
+    let child = w.curls(&policy, std::slice::from_ref(&url), &[]);
+    let (code, stdout, stderr) = finish(child);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "200\n");
+    assert_eq!(w.approval_records("request", 2).len(), 1);
+}
+
+#[test]
+fn always_refuses_a_policy_file_that_became_invalid_and_grants_nothing() {
+    let Some(w) = World::new() else { return };
+    let policy = w.policy("broken");
+    let target = format!("127.0.0.2:{}", w.http());
+    let child = w.curls(&policy, &[format!("http://{target}/hello")], &["--approve"]);
+    let p = w.wait_pending(&target, &[]);
+    let id = p["id"].as_str().unwrap().to_string();
+    // The user breaks the file while the session runs.
+    std::fs::write(&policy, "version: 1\nnetwork: [oops\n").unwrap();
+    let out = w.answer(&id, "always");
+    assert_eq!(exit_code(out.status), 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("nothing was granted"), "{err}");
+    assert!(err.contains(&policy.display().to_string()), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&policy).unwrap(),
+        "version: 1\nnetwork: [oops\n"
+    );
+    let edits = w.approval_records("policy-edit", 1);
+    assert_eq!(edits[0]["decision"], "deny", "{edits:?}");
+    // Still pending: answered otherwise, it is refused.
+    assert_eq!(w.pending().len(), 1);
+    w.answer_ok(&id, "deny");
+    let (_, stdout, _) = finish(child);
+    assert_eq!(stdout, "403\n");
+}
+
+#[test]
+fn the_policy_key_turns_approvals_on() {
+    let Some(w) = World::new() else { return };
+    let h = w.http();
+    let policy = w.env.policy(
+        "key.yaml",
+        &format!(
+            "version: 1\nname: approvals-key\napprove: true\n\
+             network:\n  allow: [\"allowed.test:{h} private\"]\n"
+        ),
+    );
+    let target = format!("127.0.0.2:{h}");
+    let child = w.curls(&policy, &[format!("http://{target}/hello")], &[]);
+    let p = w.wait_pending(&target, &[]);
+    w.answer_ok(p["id"].as_str().unwrap(), "once");
+    let (_, stdout, _) = finish(child);
+    assert_eq!(stdout, "200\n");
+}

@@ -231,7 +231,8 @@ async fn run(args: Args) -> Result<ShimExit, Fail> {
     }
 
     // The terminal prompt: only with approvals, only a terminal in line mode.
-    let tty = args.approve.then(prompt::Tty::open).flatten();
+    let approve = args.approve || compiled.approve;
+    let tty = approve.then(prompt::Tty::open).flatten();
     let env = std::env::vars_os()
         .map(|(k, v)| pb::EnvVar {
             name: k.as_bytes().to_vec(),
@@ -258,7 +259,7 @@ async fn run(args: Args) -> Result<ShimExit, Fail> {
             program: "warden-shim".into(),
             version: env!("CARGO_PKG_VERSION").into(),
         }),
-        approve: args.approve,
+        approve,
         approve_timeout_ms: args.approve_timeout.map_or(0, |d| d.as_millis() as u64),
         approve_terminal: tty.is_some(),
     };

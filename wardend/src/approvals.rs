@@ -764,10 +764,26 @@ pub fn key_of(req: &Request) -> &'static str {
 }
 
 /// The `--always` edit of the daemon: the grant added to the policy file
-/// (format kept, the file's changes since the session started merged or
-/// the edit refused).
+/// (format kept, the file's changes since the session started merged, or
+/// the edit refused; `warden_core::policy::edit`), with a comment naming the
+/// date and the approval.
 pub fn policy_editor() -> PolicyEditor {
-    Arc::new(|_file: &PolicyFile, _req: &Request, _id: &str| {
-        Err("policy file edits are not available in this build".to_string())
+    use warden_core::policy::edit::{file::add_grant_to_file, Grant};
+    Arc::new(|file: &PolicyFile, req: &Request, id: &str| {
+        let grant = match (req.kind, key_of(req)) {
+            (Kind::Network, _) => Grant::Network(req.resource.clone()),
+            (Kind::File, "filesystem.read") => Grant::Read(req.resource.clone()),
+            (Kind::File, _) => Grant::Write(req.resource.clone()),
+        };
+        let today = time::OffsetDateTime::now_utc().date();
+        let note = format!("approved {today} by wardenctl approve ({id})");
+        let done = add_grant_to_file(&file.path, &file.text_at_start, &grant, &note)
+            .map_err(|e| e.to_string())?;
+        Ok(EditDone {
+            key: grant.key().to_owned(),
+            entry: grant.value().to_owned(),
+            merged: done.merged,
+            already_present: done.already_present,
+        })
     })
 }

@@ -295,7 +295,7 @@ pub fn approvals(
     policy: &CompiledPolicy,
 ) -> Result<Option<crate::approvals::SessionConfig>, DaemonError> {
     use crate::approvals::{PolicyFile, SessionConfig, DEFAULT_TIMEOUT, MAX_TIMEOUT};
-    if !req.approve {
+    if !req.approve && !policy.approve {
         return Ok(None);
     }
     let timeout = match req.approve_timeout_ms {
