@@ -700,3 +700,112 @@ fn the_policy_key_turns_approvals_on() {
     let (_, stdout, _) = finish(child);
     assert_eq!(stdout, "200\n");
 }
+
+/// The Python MCP SDK's client: initialize, then `read_text_file` of each
+/// path in turn (each call may be held for an approval), printing one JSON
+/// line: the server's name and each call's error flag and text.
+const PY_FILES_CLIENT: &str = r#"
+import json, sys
+import anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+cfg = json.loads(sys.argv[1])
+
+async def main():
+    out = {"calls": []}
+    params = StdioServerParameters(command=cfg["command"], args=cfg["args"])
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            out["server"] = init.server_info.name
+            for path in cfg["paths"]:
+                r = await session.call_tool("read_text_file", {"path": path})
+                texts = [c.text for c in r.content if c.type == "text"]
+                out["calls"].append({"path": path, "is_error": bool(r.isError), "text": texts})
+    print(json.dumps(out), flush=True)
+
+anyio.run(main)
+"#;
+
+#[test]
+fn python_sdk_read_outside_the_grant_succeeds_once_approved_in_the_same_session() {
+    let Some(w) = World::new() else { return };
+    let deps = w.clients.deps.clone();
+    let node = find_on_path("node").expect("node on PATH");
+    // The server may serve `work`; the policy grants only `work/public`.
+    let work = w.env.mkdir("work");
+    let public = w.env.mkdir("work/public");
+    std::fs::write(public.join("readme.txt"), "public").unwrap();
+    std::fs::write(work.join("secret.txt"), "the secret").unwrap();
+    std::fs::write(work.join("other.txt"), "another").unwrap();
+    let policy = w.env.policy(
+        "fs.yaml",
+        &format!(
+            "version: 1\nname: approvals-fs\nfilesystem:\n  read: [\"{}\", \"{}\"]\n",
+            deps.display(),
+            public.display()
+        ),
+    );
+    let server = deps.join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
+    let args: Vec<String> = vec![
+        "--socket".into(),
+        w.env.socket.display().to_string(),
+        "--approve".into(),
+        "--policy".into(),
+        policy.display().to_string(),
+        "--".into(),
+        node.display().to_string(),
+        server.display().to_string(),
+        work.display().to_string(),
+    ];
+    let secret = work.join("secret.txt").display().to_string();
+    let other = work.join("other.txt").display().to_string();
+    let script = w.env.write("clients/files.py", PY_FILES_CLIENT);
+    let mut cmd = std::process::Command::new(&w.clients.python);
+    cmd.arg(&script)
+        .arg(
+            serde_json::json!({
+                "command": warden_e2e::bin("warden-shim"),
+                "args": args,
+                "paths": [secret, other],
+            })
+            .to_string(),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    w.env.apply_env(&mut cmd);
+    let child = cmd.spawn().expect("python client");
+
+    let p = w.wait_pending(&secret, &[]);
+    assert_eq!(p["kind"], "file", "{p}");
+    assert_eq!(p["operation"], "read", "{p}");
+    let sessions = w.ctl_ps();
+    w.answer_ok(p["id"].as_str().unwrap(), "once");
+    // The file next to it is not granted by that answer: held again, denied.
+    let q = w.wait_pending(&other, &[]);
+    w.answer_ok(q["id"].as_str().unwrap(), "deny");
+    let out = wait_output(child, Duration::from_secs(110));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let v: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap();
+    assert_eq!(v["calls"][0]["is_error"], false, "{v}");
+    assert_eq!(v["calls"][0]["text"][0], "the secret", "{v}");
+    assert_eq!(v["calls"][1]["is_error"], true, "{v}");
+    // One session, one server, all along.
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    let starts: Vec<Value> = audit_records(&w.env)
+        .into_iter()
+        .filter(|r| r["type"] == "session" && r["action"] == "start")
+        .collect();
+    assert_eq!(starts.len(), 1, "{starts:?}");
+}
+
+impl World {
+    fn ctl_ps(&self) -> Vec<Value> {
+        let v = self.env.ctl_json(&["ps"]);
+        v.as_array().cloned().unwrap_or_default()
+    }
+}
