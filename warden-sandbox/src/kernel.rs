@@ -81,7 +81,7 @@ impl Kernel {
             max_user_namespaces: read("/proc/sys/user/max_user_namespaces")
                 .and_then(|s| s.parse().ok()),
             unprivileged_userns_clone: read("/proc/sys/kernel/unprivileged_userns_clone"),
-            landlock: crate::landlock::probe(),
+            landlock: crate::confine::landlock::probe(),
             seccomp_actions,
             user_notif,
             wait_killable_recv: flags.wait_killable_recv,
@@ -102,7 +102,7 @@ impl Kernel {
     pub fn landlock_abi(&self) -> Option<u32> {
         self.landlock
             .ok()
-            .map(|abi| abi.min(crate::landlock::KNOWN_ABI))
+            .map(|abi| abi.min(crate::confine::landlock::KNOWN_ABI))
     }
 
     /// The creation guard can run here: it needs user notification,
@@ -198,7 +198,7 @@ unsafe fn trial_on_this_thread() -> ListenerFlags {
         out.sync_wake_up = libc::ioctl(
             listener,
             libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
-            crate::notify::SYNC_WAKE_UP as libc::c_ulong,
+            crate::supervise::notify::SYNC_WAKE_UP as libc::c_ulong,
         ) == 0;
         // No notification has this id (the filter never notifies), so a
         // kernel that takes SEND looks for it and answers ENOENT; one that
@@ -330,7 +330,7 @@ mod tests {
         }
         let mut k = full();
         k.landlock = Ok(99);
-        assert_eq!(k.landlock_abi(), Some(crate::landlock::KNOWN_ABI));
+        assert_eq!(k.landlock_abi(), Some(crate::confine::landlock::KNOWN_ABI));
         k.addfd_send = false;
         assert!(!k.guard_available());
     }

@@ -10,7 +10,7 @@
 //! PID 1 is signalled only through a pidfd the launcher passes back, so a recycled
 //! pid can never be hit. Server signals and tree-wide SIGTERM go through PID 1 as
 //! control messages. PID 1 also passes the seccomp listener; the sandbox answers
-//! it on the shared notifier pool ([`crate::notify`]) whether or not anyone
+//! it on the shared notifier pool ([`crate::supervise::notify`]) whether or not anyone
 //! reads the refused calls ([`Spawned::refused`]).
 //!
 //! Nothing here needs a thread per sandbox to notice its end: the launcher's
@@ -19,11 +19,11 @@
 //! namespace) is gone, so an event loop can wait on it and then call
 //! [`Sandbox::wait`], which no longer blocks for long.
 
-use crate::files::{FileAccesses, Watch};
+use crate::control::{self, Exit, Failure, FromInit, Recv, ToInit};
 use crate::init;
-use crate::notify::{Notifier, RefusedCalls, Wake};
-use crate::proto::{self, Exit, Failure, FromInit, Recv, ToInit};
 use crate::spec::SandboxSpec;
+use crate::supervise::files::{FileAccesses, Watch};
+use crate::supervise::notify::{Notifier, RefusedCalls, Wake};
 use crate::sys;
 use nix::errno::Errno;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -254,7 +254,7 @@ impl Sandbox {
             reap(launcher);
             err
         };
-        if let Err(e) = proto::send(ours.as_fd(), &ToInit::Spec(Box::new(spec.clone())), None) {
+        if let Err(e) = control::send(ours.as_fd(), &ToInit::Spec(Box::new(spec.clone())), None) {
             // EPIPE: the init died before reading; report how.
             let status = reap(&mut launcher);
             return Err(if matches!(e, Errno::EPIPE | Errno::ECONNRESET) {
@@ -273,13 +273,16 @@ impl Sandbox {
         let mut files = None;
         let mut proxy = None;
         while pidfd.is_none() || !started {
-            match proto::recv::<FromInit>(ours.as_fd()) {
+            match control::recv::<FromInit>(ours.as_fd()) {
                 Ok(Recv::Msg(FromInit::Launched { pid }, Some(fd))) => {
                     pidfd = Some((fd, pid as u32))
                 }
                 Ok(Recv::Msg(FromInit::Listener, Some(fd))) if spec.layers.notify => {
                     // Answered from now on, before the server can make a call.
-                    let g = spec.layers.guard.then(|| crate::guard::Guard::new(spec));
+                    let g = spec
+                        .layers
+                        .guard
+                        .then(|| crate::supervise::guard::Guard::new(spec));
                     match Notifier::start(fd, Watch::from_spec(spec), g, spec.layers.sync_wake_up) {
                         Ok((n, calls, f, w)) => {
                             notifier = Some((n, calls));
@@ -361,7 +364,7 @@ impl Sandbox {
     /// returns at once. `Err`: the fd could not be registered (then
     /// [`Sandbox::wait`] on a blocking thread does the waiting).
     pub async fn exited(self: &Arc<Self>) -> std::io::Result<()> {
-        let fd = crate::readiness::readable(self.clone(), |s: &Sandbox| s.exit_fd())?;
+        let fd = crate::sys::readiness::readable(self.clone(), |s: &Sandbox| s.exit_fd())?;
         // A pidfd stays readable once its process has exited.
         let _ = fd.readable().await?;
         Ok(())
@@ -374,7 +377,7 @@ impl Sandbox {
 
     /// Sends a control message; a sandbox that is already gone is not an error.
     fn send(&self, msg: &ToInit) -> Result<(), SandboxError> {
-        match proto::send(self.sock.as_fd(), msg, None) {
+        match control::send(self.sock.as_fd(), msg, None) {
             Ok(()) | Err(Errno::EPIPE | Errno::ECONNRESET | Errno::ECONNREFUSED) => Ok(()),
             Err(e) => Err(control(e)),
         }
@@ -412,7 +415,7 @@ impl Sandbox {
         }
         let mut outcome = None;
         loop {
-            match proto::recv::<FromInit>(self.sock.as_fd()) {
+            match control::recv::<FromInit>(self.sock.as_fd()) {
                 Ok(Recv::Msg(FromInit::Exited(e), _)) => {
                     outcome = Some(e.into());
                     // PID 1 exits right after; its exit completes only once the

@@ -25,22 +25,19 @@
 //! sandbox's fds on a tokio event loop) and `sys` (raw kernel calls not
 //! wrapped by nix).
 mod confine;
-pub mod fdpass;
-pub mod files;
-pub mod guard;
+mod control;
 pub mod init;
 pub mod kernel;
-mod landlock;
 pub mod launch;
-mod mounts;
-pub mod notify;
-pub mod protect;
-mod proto;
-mod queue;
-mod readiness;
-mod seccomp;
+pub mod protected;
+mod rootfs;
 pub mod spec;
+pub mod supervise;
 mod sys;
+
+pub use supervise::files;
+pub use supervise::notify;
+pub use sys::fdpass;
 
 pub use files::{FileAccess, FileAccesses};
 pub use kernel::Kernel;

@@ -57,14 +57,14 @@ pub struct SandboxSpec {
     #[serde(default)]
     pub cgroup: Option<PathBuf>,
     /// Which of the server's file accesses the daemon is told about
-    /// ([`crate::files`]; the policy's `audit.files`). Needs seccomp user
+    /// ([`crate::supervise::files`]; the policy's `audit.files`). Needs seccomp user
     /// notification ([`Layers::watch_files`] says whether it is applied);
     /// without it nothing is observed. Default: off.
     #[serde(default, skip_serializing_if = "FileAudit::is_off")]
     pub audit_files: FileAudit,
     /// Warden's own files and directories (the daemon's policy and state
     /// directories, the policy file, the installed binaries): protected like
-    /// [`crate::protect::PROTECTED`] names wherever a write grant covers them.
+    /// [`crate::protected::PROTECTED`] names wherever a write grant covers them.
     /// Absolute, normalised.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warden_paths: Vec<PathBuf>,
@@ -104,7 +104,7 @@ pub struct Layers {
     /// The path-taking calls notify too and are reported at the level of
     /// [`SandboxSpec::audit_files`] (needs `notify`).
     pub watch_files: bool,
-    /// The creation guard ([`crate::guard`]): Landlock without the rights to
+    /// The creation guard ([`crate::supervise::guard`]): Landlock without the rights to
     /// create, and the daemon performs every creating call (needs `notify`
     /// and Landlock).
     pub guard: bool,

@@ -1,4 +1,4 @@
-//! Write grants and the files the host trusts (`warden_sandbox::protect`): real
+//! Write grants and the files the host trusts (`warden_sandbox::protected`): real
 //! sandboxes driven through `warden-sandbox-run`, as root and as an unprivileged
 //! user (`tests/run-unprivileged.sh`).
 //!

@@ -8,13 +8,16 @@
 //!
 //! What is applied is what the spec's [`Layers`](crate::spec::Layers) say:
 //! the Landlock ABI, and whether the filter has a user-notification listener
-//! (see [`crate::notify`]), watches file accesses, guards creations. With a
+//! (see [`crate::supervise::notify`]), watches file accesses, guards creations. With a
 //! listener, `apply` returns its fd, which the child passes to PID 1 and
 //! closes before execve.
 
-use crate::proto::Failure;
+pub(crate) mod landlock;
+pub(crate) mod seccomp;
+
+use crate::control::Failure;
 use crate::spec::SandboxSpec;
-use landlock::{RulesetCreated, RulesetStatus};
+use ::landlock::{RulesetCreated, RulesetStatus};
 use std::os::fd::RawFd;
 
 /// What [`apply`](Confinement::apply) installs.
@@ -61,8 +64,8 @@ impl Confinement {
             return Err(Failure::msg("check the sandbox's layers", why));
         }
         Ok(Confinement {
-            landlock: crate::landlock::ruleset(spec)?,
-            seccomp: Some(crate::seccomp::program(
+            landlock: crate::confine::landlock::ruleset(spec)?,
+            seccomp: Some(crate::confine::seccomp::program(
                 layers.notify,
                 layers.watch_files,
                 layers.guard,
@@ -90,7 +93,7 @@ impl Confinement {
                 .try_clone()
                 .map_err(|e| (STAGE_LANDLOCK, e.raw_os_error().unwrap_or(libc::EBADF)))?
                 .restrict_self()
-                .map_err(|e| (STAGE_LANDLOCK, *landlock::Errno::from(e)))?;
+                .map_err(|e| (STAGE_LANDLOCK, *::landlock::Errno::from(e)))?;
             // Every right was asked for as a hard requirement, so anything but
             // full enforcement means the kernel applies less than the table.
             if status.ruleset != RulesetStatus::FullyEnforced {

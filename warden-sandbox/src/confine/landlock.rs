@@ -23,12 +23,12 @@
 //! write grant (or in `/tmp`) inherits the write rights of its parent here. That case
 //! stays read-only thanks to the mount layer (the grant is a read-only bind).
 //! For the same reason the names a write grant keeps read-only because the host
-//! trusts them ([`crate::protect`]: `.git`, `.bashrc`...) have no rule here: a
+//! trusts them ([`crate::protected`]: `.git`, `.bashrc`...) have no rule here: a
 //! read-only rule beneath the grant's read-write one would remove nothing.
 //!
 //! [`Confinement::apply`]: crate::confine::Confinement::apply
 
-use crate::proto::Failure;
+use crate::control::Failure;
 use crate::spec::SandboxSpec;
 use crate::sys;
 use landlock::{
@@ -97,7 +97,7 @@ pub(crate) const READ_WRITE: Fs = READ_EXEC.union_c(make_bitflags!(AccessFs::{
         | Refer
         | Truncate
 }));
-/// What the creation guard ([`crate::guard`]) takes away from every rule: with
+/// What the creation guard ([`crate::supervise::guard`]) takes away from every rule: with
 /// the guard on, the daemon makes new files, directories, symlinks and FIFOs
 /// on the server's behalf after checking their names, so a call that reaches
 /// the kernel itself (one that raced its own path buffer past the check)
@@ -108,7 +108,7 @@ pub(crate) const GUARDED_MAKE: Fs =
 /// What the guard also takes away from the rules of write grants and of
 /// whatever lies above one (the private `/tmp` or `$HOME` a grant is mounted
 /// in): opening an existing file for writing. The daemon performs those opens
-/// on the name it checked ([`crate::guard`]), so a file git runs deep in a
+/// on the name it checked ([`crate::supervise::guard`]), so a file git runs deep in a
 /// granted tree cannot be written, whatever the caller's path says when the
 /// kernel reads it again. Writes through fds already open are not opens.
 pub(crate) const GUARDED_WRITE: Fs = make_bitflags!(AccessFs::{WriteFile});

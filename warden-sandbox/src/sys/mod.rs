@@ -2,6 +2,9 @@
 //! wrap (new mount API, openat2, pidfd, capabilities, close_range). Every wrapper
 //! returns `Errno` so callers can attach the stage they were in.
 
+pub mod fdpass;
+pub(crate) mod readiness;
+
 use nix::errno::Errno;
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};

@@ -9,13 +9,13 @@
 //!
 //! Inside each write grant, the names the host runs or trusts (`.git`, shell
 //! start-up files, `.vscode`, `.mcp.json`...: the table and its reasons are in
-//! [`crate::protect`]) are then bound read-only over themselves, found from the
+//! [`crate::protected`]) are then bound read-only over themselves, found from the
 //! sandbox's own root with `RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS`: the same fd is
 //! the bind's source and its mount point, so what is protected is exactly what
 //! the server will see there.
 
-use crate::protect;
-use crate::proto::Failure;
+use crate::control::Failure;
+use crate::protected;
 use crate::spec::SandboxSpec;
 use crate::sys::{self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
 use nix::errno::Errno;
@@ -73,11 +73,11 @@ enum Late {
     Tmp,
     Home,
     Grant(Grant),
-    /// A protected path of a write grant ([`protect::Plan::protect`]), and
+    /// A protected path of a write grant ([`protected::Plan::protect`]), and
     /// whether it is left alone when it is a directory
-    /// ([`protect::Plan::unless_dir`]).
+    /// ([`protected::Plan::unless_dir`]).
     Protect(PathBuf, bool),
-    /// A directory between a write grant and a protected path ([`protect::Plan::pin`]).
+    /// A directory between a write grant and a protected path ([`protected::Plan::pin`]).
     Pin(PathBuf),
 }
 
@@ -516,7 +516,7 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
             }
         }
     }
-    let plan = protect::plan(spec);
+    let plan = protected::plan(spec);
     late.extend(plan.pin.into_iter().map(Late::Pin));
     late.extend(plan.protect.into_iter().map(|p| {
         let unless_dir = plan.unless_dir.contains(&p);

@@ -6,15 +6,15 @@
 //!   (only the caller's own uid/gid mapped) and a new pid namespace, forks PID 1,
 //!   passes the daemon a pidfd of it, and waits for it.
 //! - **PID 1** (non-dumpable): enters new mount/net/ipc/uts/cgroup namespaces, builds
-//!   the root filesystem ([`crate::mounts`]), forks the server, then forwards signals,
+//!   the root filesystem ([`crate::rootfs`]), forks the server, then forwards signals,
 //!   reaps children and reports the server's exit. When it exits the kernel kills
 //!   everything left in the pid namespace.
 //! - **server**: drops every privilege and execs the program.
 //!
 //! Failures travel to the daemon as [`Failure`] values over the control socket.
 
-use crate::mounts;
-use crate::proto::{self, Exit, Failure, FromInit, Recv, ToInit};
+use crate::control::{self, Exit, Failure, FromInit, Recv, ToInit};
+use crate::rootfs;
 use crate::spec::SandboxSpec;
 use crate::sys;
 use nix::errno::Errno;
@@ -59,7 +59,7 @@ pub(crate) fn run() -> ! {
     let code = match launcher(sock.as_fd()) {
         Ok(code) => code,
         Err(f) => {
-            let _ = proto::send(sock.as_fd(), &FromInit::Failed(f), None);
+            let _ = control::send(sock.as_fd(), &FromInit::Failed(f), None);
             125
         }
     };
@@ -85,7 +85,7 @@ fn write_proc(path: &str, content: &str) -> Result<(), Failure> {
 
 /// The launcher: returns its exit code (PID 1's), or a failure to report.
 fn launcher(sock: BorrowedFd<'_>) -> Result<i32, Failure> {
-    let spec = match proto::recv::<ToInit>(sock) {
+    let spec = match control::recv::<ToInit>(sock) {
         Ok(Recv::Msg(ToInit::Spec(spec), _)) => *spec,
         Ok(Recv::Eof) => return Ok(125),
         Ok(_) => return Err(Failure::msg("read spec", "unexpected first message")),
@@ -146,7 +146,7 @@ fn launcher(sock: BorrowedFd<'_>) -> Result<i32, Failure> {
             let code = match pid1(sock, &spec, parent.as_fd()) {
                 Ok(never) => match never {},
                 Err(f) => {
-                    let _ = proto::send(sock, &FromInit::Failed(f), None);
+                    let _ = control::send(sock, &FromInit::Failed(f), None);
                     125
                 }
             };
@@ -162,7 +162,7 @@ fn launcher(sock: BorrowedFd<'_>) -> Result<i32, Failure> {
             // A pidfd of our own unreaped child can never refer to a recycled pid;
             // the daemon gets it over SCM_RIGHTS and signals PID 1 through it only.
             let sent = sys::pidfd_open(child.as_raw()).and_then(|pidfd| {
-                proto::send(
+                control::send(
                     sock,
                     &FromInit::Launched {
                         pid: child.as_raw(),
@@ -316,7 +316,7 @@ fn pid1(
 
     let short: String = spec.session_id.chars().take(8).collect();
     let hostname = format!("warden-{short}");
-    mounts::build_root(spec, &hostname)?;
+    rootfs::build_root(spec, &hostname)?;
     nix::unistd::sethostname(&hostname).map_err(|e| Failure::os("set hostname", e))?;
     loopback_up().map_err(|e| Failure::os("bring up lo", e))?;
     if let Some(port) = spec.proxy_port {
@@ -331,7 +331,7 @@ fn pid1(
                     Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
                 )
             })?;
-        proto::send(sock, &FromInit::ProxyListener, Some(listener.as_fd()))
+        control::send(sock, &FromInit::ProxyListener, Some(listener.as_fd()))
             .map_err(|e| Failure::os("pass the egress proxy listener", e))?;
         drop(listener);
     }
@@ -427,7 +427,7 @@ fn pid1(
         match recv_status(rd.as_fd()) {
             Ok(None) => break None,
             Ok(Some((MSG_LISTENER, _, Some(fd)))) => {
-                let sent = proto::send(sock, &FromInit::Listener, Some(fd.as_fd()));
+                let sent = control::send(sock, &FromInit::Listener, Some(fd.as_fd()));
                 drop(fd);
                 if let Err(e) = sent {
                     break Some((STAGE_LISTENER, e as i32));
@@ -459,9 +459,9 @@ fn pid1(
             "the server did not send its listener",
         ));
     }
-    proto::send(sock, &FromInit::Started, None).map_err(|e| Failure::os("report start", e))?;
+    control::send(sock, &FromInit::Started, None).map_err(|e| Failure::os("report start", e))?;
     let exit = supervise(sock, &sfd, server);
-    let _ = proto::send(sock, &FromInit::Exited(exit), None);
+    let _ = control::send(sock, &FromInit::Exited(exit), None);
     let code = match exit {
         Exit::Code(c) => c,
         Exit::Signal(s) => 128 + s,
@@ -511,7 +511,7 @@ fn supervise(sock: BorrowedFd<'_>, sfd: &nix::sys::signalfd::SignalFd, server: P
             }
         }
         if sock_ready {
-            match proto::recv::<ToInit>(sock) {
+            match control::recv::<ToInit>(sock) {
                 Ok(Recv::Msg(ToInit::Signal(n), _)) => {
                     // SAFETY: plain kill(2) of our own, not yet reaped, child.
                     unsafe { libc::kill(server.as_raw(), n) };
@@ -629,7 +629,7 @@ unsafe fn child_send_fd(sock: RawFd, fd: RawFd) -> Result<(), i32> {
 /// (stage, errno) and the fd it carried (received close-on-exec).
 fn recv_status(sock: BorrowedFd<'_>) -> Result<Option<(u32, i32, Option<OwnedFd>)>, Errno> {
     let mut buf = [0u8; 8];
-    let (n, fds) = crate::fdpass::recv_with_fds(sock, &mut buf, false)
+    let (n, fds) = crate::sys::fdpass::recv_with_fds(sock, &mut buf, false)
         .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
     // At most one fd is expected; extra ones are closed when dropped here.
     let fd = fds.into_iter().next();

@@ -21,7 +21,7 @@
 //!
 //! Refusals that matter (escape and kernel-attack attempts) are
 //! [`Action::Notify`]: compiled to `SECCOMP_RET_USER_NOTIF`, so the call stops
-//! in the kernel until the sandbox's notifier ([`crate::notify`]) has queued an
+//! in the kernel until the sandbox's notifier ([`crate::supervise::notify`]) has queued an
 //! audit event and answered with the rule's errno. The server sees the same
 //! errno as with `SECCOMP_RET_ERRNO`; only the refused call pays the round
 //! trip, allowed calls never reach the notifier. Without a listener (a kernel
@@ -46,7 +46,7 @@
 //! notifier looks for a refusing rule ([`rule_for`], on the same argument
 //! snapshot the filter saw) before it treats a notification as observed.
 
-use crate::proto::Failure;
+use crate::control::Failure;
 
 /// What a matching rule returns to the caller instead of running the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -323,7 +323,7 @@ pub(crate) static RULES: &[Rule] = &[
 ];
 
 /// What a watched call does to the paths it names: the operation the file
-/// audit records (refined by the call's flags, see [`crate::files`]).
+/// audit records (refined by the call's flags, see [`crate::supervise::files`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FileOp {
     /// open/openat/openat2/creat: read, write, create or `O_PATH`, by its flags.
@@ -474,12 +474,12 @@ pub(crate) static WATCHED: &[Watched] = &[
 
 /// The open flags that make an open the creation guard's: it creates
 /// (`O_CREAT`), or opens for writing (`O_WRONLY`, `O_RDWR`, `O_TRUNC`), which
-/// the guard performs itself in write grants ([`crate::guard`]).
+/// the guard performs itself in write grants ([`crate::supervise::guard`]).
 pub(crate) const GUARDED_OPEN_FLAGS: u32 =
     (libc::O_CREAT | libc::O_WRONLY | libc::O_RDWR | libc::O_TRUNC) as u32;
 
 /// Whether `w` can make a new name (the calls the creation guard,
-/// [`crate::guard`], performs itself): the opens (with `O_CREAT`, checked by
+/// [`crate::supervise::guard`], performs itself): the opens (with `O_CREAT`, checked by
 /// the filter where the flags are an argument), `mkdir`, `mknod`, `symlink`,
 /// `link` and `rename`.
 pub(crate) fn creates(w: &Watched) -> bool {
@@ -1420,7 +1420,7 @@ mod tests {
     /// the family) has a rule.
     #[test]
     fn the_table_covers_what_the_security_model_claims() {
-        let doc = include_str!("../../docs/security-model.md");
+        let doc = include_str!("../../../../docs/security-model.md");
         let row = doc
             .lines()
             .find(|l| l.starts_with("| The kernel attack and escape surface"))

@@ -99,7 +99,7 @@ pub const WARDEN_WHY: &str =
 /// config, hooks and `gitdir`/`commondir` files). Names that turn any
 /// directory into a git dir (`.git`, `HEAD`, `commondir`, `gitdir`) cannot be
 /// created anywhere in a write grant outside an existing git dir: see
-/// [`crate::guard`].
+/// [`crate::supervise::guard`].
 pub const PROTECTED: &[Protected] = &[
     Protected {
         unless_dir: true,

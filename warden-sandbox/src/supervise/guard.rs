@@ -1,6 +1,6 @@
 //! The creation guard: names a write grant must not gain during a session.
 //!
-//! [`crate::protect`] binds the host's trusted names (`.git`, `.bashrc`,
+//! [`crate::protected`] binds the host's trusted names (`.git`, `.bashrc`,
 //! `.vscode`, `.mcp.json`...) read-only inside every write grant, but only
 //! those that exist: a mount needs something to mount on. A name that does not
 //! exist yet could be created by the server (a new `.git` with
@@ -14,9 +14,9 @@
 //!
 //! 1. Landlock takes the rights to create regular files, directories,
 //!    symlinks and FIFOs away from every rule
-//!    ([`crate::landlock::GUARDED_MAKE`]): nothing the server runs can create
+//!    ([`crate::confine::landlock::GUARDED_MAKE`]): nothing the server runs can create
 //!    one of those by itself, anywhere.
-//! 2. The calls that create ([`crate::seccomp::creates`]: the opens with
+//! 2. The calls that create ([`crate::confine::seccomp::creates`]: the opens with
 //!    `O_CREAT`, `mkdir`, `mknod`, `symlink`, `link`, `rename`) notify the
 //!    sandbox's listener, and a daemon notifier thread performs them on
 //!    the server's behalf ([`Guard::handle`]): it reads the path once,
@@ -53,9 +53,9 @@
 //! replaced may link the replacement; `renameat2(RENAME_WHITEOUT)` and device
 //! nodes are continued (and refused, as before).
 
-use crate::files::{self, Area, Captured, Layout, Named, SandboxRoot};
-use crate::seccomp::{self, FileOp};
+use crate::confine::seccomp::{self, FileOp};
 use crate::spec::SandboxSpec;
+use crate::supervise::files::{self, Area, Captured, Layout, Named, SandboxRoot};
 use nix::errno::Errno;
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
@@ -500,7 +500,7 @@ impl Guard {
 
     /// An open for writing of something that exists. With the guard on,
     /// Landlock lets nothing in a write grant (nor in a private tmpfs above
-    /// one) be opened for writing ([`crate::landlock::GUARDED_WRITE`]), so
+    /// one) be opened for writing ([`crate::confine::landlock::GUARDED_WRITE`]), so
     /// what the guard continues cannot write there; what it performs, it
     /// performs on the name it checked. A final symlink is followed here,
     /// one link at a time, as the kernel would. Refused: the files git runs
@@ -1212,7 +1212,7 @@ fn git_protected(
     }
     let (git, via) = git_ancestor(cache, dir, within)?;
     let why = |row: &str| {
-        crate::protect::PROTECTED
+        crate::protected::PROTECTED
             .iter()
             .find(|r| r.name == row)
             .map_or(GIT_NAME_WHY, |r| r.why)
@@ -1255,7 +1255,7 @@ fn git_protected(
 /// at a grant's top, every row (but those of the home directory only) through
 /// that name.
 fn fresh_entries(name: &[u8], allow_git_init: bool) -> Vec<Entry> {
-    crate::protect::PROTECTED
+    crate::protected::PROTECTED
         .iter()
         .filter(|row| !row.home_only)
         .filter_map(|row| {

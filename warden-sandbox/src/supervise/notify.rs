@@ -1,7 +1,7 @@
 //! Recorded refusals: the seccomp user-notification listener of a sandbox.
 //!
-//! The filter ([`crate::seccomp`]) sends the refusals that matter (escape and
-//! kernel-attack attempts, [`crate::seccomp::Action::Notify`]) to a listener
+//! The filter ([`crate::confine::seccomp`]) sends the refusals that matter (escape and
+//! kernel-attack attempts, [`crate::confine::seccomp::Action::Notify`]) to a listener
 //! instead of failing them in the kernel. The server child installs the filter
 //! with `SECCOMP_FILTER_FLAG_NEW_LISTENER`, passes the listener fd to PID 1
 //! over its status socket and closes its own copy before `execve`; PID 1
@@ -19,13 +19,13 @@
 //! server sees the errno the event is already in the queue.
 //!
 //! With `audit.files` on, the same listener also receives the path-taking
-//! calls the file audit observes ([`crate::seccomp::WATCHED`]): for those the
-//! thread reads what the call names ([`crate::files::Capturer`]), checks the
+//! calls the file audit observes ([`crate::confine::seccomp::WATCHED`]): for those the
+//! thread reads what the call names ([`crate::supervise::files::Capturer`]), checks the
 //! call is still pending, answers `SECCOMP_USER_NOTIF_FLAG_CONTINUE` (the
 //! kernel then runs it with all its own checks) and only then queues the
 //! capture, which the consumer classifies on its own thread
 //! ([`FileAccesses`]). The one exception is the creation guard
-//! ([`crate::guard`], with a write grant): the calls that create are
+//! ([`crate::supervise::guard`], with a write grant): the calls that create are
 //! performed by [`Guard::handle`] on its own copy of the path and answered
 //! with their result (or refused, for a protected name); the rest continue. The server's own
 //! `execve` is such a call, so the listener reaches this thread before the
@@ -37,10 +37,10 @@
 //! If the listener were ever closed with calls pending, the kernel fails them
 //! with `ENOSYS` rather than leaving them blocked.
 
-use crate::files::{Capturer, FileAccesses, Watch};
-use crate::guard::{Answer, Guard};
-use crate::queue::{QueueRx, QueueTx};
-use crate::seccomp;
+use crate::confine::seccomp;
+use crate::supervise::files::{Capturer, FileAccesses, Watch};
+use crate::supervise::guard::{Answer, Guard};
+use crate::supervise::queue::{QueueRx, QueueTx};
 use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use std::collections::HashMap;
@@ -109,7 +109,7 @@ impl Wake {
     /// A waiter for rings on the current tokio runtime (registers the
     /// eventfd once; keep it for the consumer's lifetime).
     pub fn waiter(self: &Arc<Self>) -> std::io::Result<WakeWaiter> {
-        crate::readiness::readable(self.clone(), |w: &Wake| w.fd()).map(WakeWaiter)
+        crate::sys::readiness::readable(self.clone(), |w: &Wake| w.fd()).map(WakeWaiter)
     }
 
     /// Consumes the rings so far; `WouldBlock` when there were none.
@@ -152,7 +152,7 @@ impl Wake {
 }
 
 /// Waits for a [`Wake`]'s rings on a tokio runtime, without a thread.
-pub struct WakeWaiter(tokio::io::unix::AsyncFd<crate::readiness::Held<Wake>>);
+pub struct WakeWaiter(tokio::io::unix::AsyncFd<crate::sys::readiness::Held<Wake>>);
 
 impl WakeWaiter {
     /// Resolves once the wake-up was rung (since the last time this
@@ -285,7 +285,7 @@ impl Notifier {
         guard: Option<Guard>,
         sync_wake_up: bool,
     ) -> std::io::Result<(Notifier, RefusedCalls, Option<FileAccesses>, Arc<Wake>)> {
-        let (tx, rx) = crate::queue::bounded(QUEUE);
+        let (tx, rx) = crate::supervise::queue::bounded(QUEUE);
         let lost = Arc::new(AtomicU64::new(0));
         let wake = Arc::new(Wake::new()?);
         if sync_wake_up {
@@ -308,7 +308,7 @@ impl Notifier {
         }
         let (capturer, files) = match watch {
             Some(w) => {
-                let (ftx, frx) = crate::queue::bounded(FILE_QUEUE);
+                let (ftx, frx) = crate::supervise::queue::bounded(FILE_QUEUE);
                 let flost = Arc::new(AtomicU64::new(0));
                 (
                     Some(Capturer::new(ftx, flost.clone())),
@@ -454,7 +454,7 @@ struct Slot {
 /// that takes long (the creation guard on a slow file system) holds up only
 /// its own sandbox; threads beyond the first end after [`KEEP_ALIVE`]
 /// without an event. Every thread is prepared for the creation guard once
-/// when it starts ([`crate::guard::prepare_thread`]: its own fs struct,
+/// when it starts ([`crate::supervise::guard::prepare_thread`]: its own fs struct,
 /// umask 0, no effective capabilities); a thread that cannot be prepared
 /// ends before it takes any event.
 struct Pool {
@@ -604,7 +604,7 @@ impl Pool {
             .name("warden-seccomp-notify".into())
             .stack_size(NOTIFIER_STACK)
             .spawn(move || {
-                let prepared = crate::guard::prepare_thread();
+                let prepared = crate::supervise::guard::prepare_thread();
                 if let Some(tx) = ready {
                     let _ = tx.send(prepared);
                 }

@@ -3,9 +3,9 @@
 //! sandbox denies.
 //!
 //! Mechanism (see docs/architecture.md for the measurements behind it): the
-//! path-taking calls of [`crate::seccomp::WATCHED`] return
+//! path-taking calls of [`crate::confine::seccomp::WATCHED`] return
 //! `SECCOMP_RET_USER_NOTIF`, so each one waits in the kernel while the
-//! daemon's notifier pool ([`crate::notify`]) runs [`Capturer::capture`]:
+//! daemon's notifier pool ([`crate::supervise::notify`]) runs [`Capturer::capture`]:
 //!
 //! 1. read the path arguments from the caller's memory (`process_vm_readv`,
 //!    [`read_cstring`]), and for a relative path the directory it is relative
@@ -42,10 +42,10 @@
 //! the sandbox's layout: the kernel's own result is not visible to a seccomp
 //! supervisor.
 
-use crate::protect;
-use crate::queue::{QueueRx, QueueTx};
-use crate::seccomp::{self, FileOp, Flags, Watched};
+use crate::confine::seccomp::{self, FileOp, Flags, Watched};
+use crate::protected;
 use crate::spec::{FileAudit, SandboxSpec};
+use crate::supervise::queue::{QueueRx, QueueTx};
 use nix::errno::Errno;
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -903,12 +903,12 @@ pub(crate) fn bytes(p: &Path) -> Vec<u8> {
 
 impl Layout {
     pub fn new(spec: &SandboxSpec) -> Layout {
-        let plan = protect::plan(spec);
+        let plan = protected::plan(spec);
         let protected = plan
             .protect
             .iter()
             .map(|p| {
-                let why = plan.why.get(p).copied().unwrap_or(protect::WARDEN_WHY);
+                let why = plan.why.get(p).copied().unwrap_or(protected::WARDEN_WHY);
                 (bytes(p), why, plan.unless_dir.contains(p))
             })
             .collect();
@@ -1143,7 +1143,7 @@ pub(crate) struct Captured {
     /// too, with EFAULT or ENAMETOOLONG).
     pub unreadable: Option<Errno>,
     pub root: Option<Arc<SandboxRoot>>,
-    /// The creation guard refused it ([`crate::guard`]): the errno and the
+    /// The creation guard refused it ([`crate::supervise::guard`]): the errno and the
     /// protected name's reason.
     pub guard: Option<(i32, &'static str)>,
 }

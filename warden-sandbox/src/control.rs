@@ -154,7 +154,7 @@ pub fn recv<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<Recv<T>, Errno>
         }
     };
     let mut buf = vec![0u8; len.max(1)];
-    let (n, fds) = crate::fdpass::recv_with_fds(sock, &mut buf, false)
+    let (n, fds) = crate::sys::fdpass::recv_with_fds(sock, &mut buf, false)
         .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
     // At most one fd is expected; extra ones are closed when dropped here.
     let fd = fds.into_iter().next();
