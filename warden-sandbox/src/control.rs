@@ -5,7 +5,9 @@
 
 use crate::spec::SandboxSpec;
 use nix::errno::Errno;
+use nix::sys::socket::{self, ControlMessage, MsgFlags};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::io::IoSlice;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 /// Daemon → sandbox init.
@@ -86,39 +88,17 @@ pub fn send<T: Serialize>(
     fd: Option<BorrowedFd<'_>>,
 ) -> Result<(), Errno> {
     let bytes = serde_json::to_vec(msg).map_err(|_| Errno::EINVAL)?;
-    let mut iov = libc::iovec {
-        iov_base: bytes.as_ptr() as *mut libc::c_void,
-        iov_len: bytes.len(),
+    let iov = [IoSlice::new(&bytes)];
+    let fds = fd.map(|f| [f.as_raw_fd()]);
+    let cmsg = match &fds {
+        Some(fds) => vec![ControlMessage::ScmRights(fds)],
+        None => vec![],
     };
-    // u64 alignment is enough for cmsghdr.
-    let mut cbuf = [0u64; 8];
-    // SAFETY: zeroed msghdr is a valid "no name, no control" header.
-    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
-    if let Some(fd) = fd {
-        // SAFETY: the buffer is large enough for one cmsg carrying one int (CMSG_SPACE(4) <= 64)
-        // and CMSG_FIRSTHDR returns a pointer into it.
-        unsafe {
-            let space = libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) as usize;
-            hdr.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
-            hdr.msg_controllen = space;
-            let c = libc::CMSG_FIRSTHDR(&hdr);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut i32, fd.as_raw_fd());
-        }
-    }
     loop {
-        // SAFETY: hdr points to live buffers for the duration of the call.
-        let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &hdr, libc::MSG_NOSIGNAL) };
-        if r >= 0 {
-            return Ok(());
-        }
-        let e = Errno::last();
-        if e != Errno::EINTR {
-            return Err(e);
+        match socket::sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None) {
+            Ok(_) => return Ok(()),
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e),
         }
     }
 }
@@ -134,23 +114,17 @@ pub enum Recv<T> {
 /// was attached (received close-on-exec).
 pub fn recv<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<Recv<T>, Errno> {
     let len = loop {
-        // SAFETY: MSG_PEEK|MSG_TRUNC with a zero-length buffer only reports the length.
-        let r = unsafe {
-            libc::recv(
-                sock.as_raw_fd(),
-                std::ptr::null_mut(),
-                0,
-                libc::MSG_PEEK | libc::MSG_TRUNC,
-            )
-        };
-        if r >= 0 {
-            break r as usize;
-        }
-        match Errno::last() {
-            Errno::EINTR => {}
+        // MSG_PEEK|MSG_TRUNC with an empty buffer only reports the length.
+        match socket::recv(
+            sock.as_raw_fd(),
+            &mut [],
+            MsgFlags::MSG_PEEK | MsgFlags::MSG_TRUNC,
+        ) {
+            Ok(n) => break n,
+            Err(Errno::EINTR) => {}
             // The peer closed with our message unread: as good as EOF here.
-            Errno::ECONNRESET => return Ok(Recv::Eof),
-            e => return Err(e),
+            Err(Errno::ECONNRESET) => return Ok(Recv::Eof),
+            Err(e) => return Err(e),
         }
     };
     let mut buf = vec![0u8; len.max(1)];

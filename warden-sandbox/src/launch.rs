@@ -1,6 +1,6 @@
 //! The daemon side: start the sandbox init (a re-exec of a binary that calls
-//! [`init_entry_if_requested`] first thing in `main`), hand it the spec, and control
-//! the running sandbox.
+//! [`crate::init_entry_if_requested`] first thing in `main`), hand it the spec, and
+//! control the running sandbox.
 //!
 //! ```text
 //! daemon ──socketpair (fd 3)──▶ launcher (host pid ns, new user ns)
@@ -22,27 +22,14 @@
 use crate::control::{self, Exit, Failure, FromInit, Recv, ToInit};
 use crate::init;
 use crate::spec::SandboxSpec;
-use crate::supervise::files::{FileAccesses, Watch};
+use crate::supervise::classify::{FileAccesses, Watch};
 use crate::supervise::notify::{Notifier, RefusedCalls, Wake};
 use crate::sys;
 use nix::errno::Errno;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-
-/// argv[1] that selects the sandbox init role.
-pub const INIT_ARG: &str = "__warden-sandbox-init";
-
-/// Call first thing in `main()` of any binary used as `exe` for [`Sandbox::spawn`]
-/// (before any thread or async runtime exists). If argv[1] is [`INIT_ARG`], runs the
-/// sandbox init role and never returns; otherwise returns at once.
-pub fn init_entry_if_requested() {
-    if std::env::args_os().nth(1).is_some_and(|a| a == INIT_ARG) {
-        init::run();
-    }
-}
 
 /// How the server (PID 1's child) ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,7 +173,7 @@ fn reap(child: &mut Child) -> String {
 }
 
 impl Sandbox {
-    /// Blocking. Re-executes `exe` with [`INIT_ARG`] and a control socketpair, sends
+    /// Blocking. Re-executes `exe` with [`init::INIT_ARG`] and a control socketpair, sends
     /// `spec`, and returns once the server has been exec'd inside the sandbox, or the
     /// reason it was not (sent back as data by the child, including an execve
     /// failure of the program). `stdio` become the server's fds 0, 1, 2.
@@ -209,28 +196,14 @@ impl Sandbox {
         .map_err(control)?;
         let [stdin, stdout, stderr] = stdio;
         let mut cmd = Command::new(exe);
-        cmd.arg(INIT_ARG)
+        cmd.arg(init::INIT_ARG)
             // The daemon's environment never reaches the sandbox.
             .env_clear()
             .stdin(Stdio::from(stdin))
             .stdout(Stdio::from(stdout))
             .stderr(Stdio::from(stderr));
-        let raw = theirs.as_raw_fd();
-        // SAFETY: the closure runs in the forked child before exec and only calls
-        // async-signal-safe dup2/fcntl. std has already placed stdio on 0..2.
-        unsafe {
-            cmd.pre_exec(move || {
-                if raw == init::CONTROL_FD {
-                    // dup2 onto itself keeps FD_CLOEXEC: clear it instead.
-                    if libc::fcntl(raw, libc::F_SETFD, 0) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                } else if libc::dup2(raw, init::CONTROL_FD) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        // The init finds its end at fd 3.
+        sys::process::place_fd_on_exec(&mut cmd, theirs.as_raw_fd(), init::CONTROL_FD);
         let launcher = cmd.spawn().map_err(|source| SandboxError::Start {
             exe: exe.to_path_buf(),
             source,
@@ -240,7 +213,7 @@ impl Sandbox {
         drop(theirs);
         let mut launcher = launcher;
         // Our own unreaped child: its pid cannot be reused before we wait.
-        let launcher_pidfd = match sys::pidfd_open(launcher.id() as libc::pid_t) {
+        let launcher_pidfd = match sys::process::pidfd_open(launcher.id() as libc::pid_t) {
             Ok(fd) => fd,
             Err(e) => {
                 let _ = launcher.kill();
@@ -398,7 +371,7 @@ impl Sandbox {
     /// SIGKILL to PID 1 through its pidfd: the kernel then kills every process in
     /// the pid namespace. A no-op once the sandbox has exited.
     pub fn kill_tree(&self) -> Result<(), SandboxError> {
-        match sys::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL) {
+        match sys::process::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL) {
             Ok(()) | Err(Errno::ESRCH) => Ok(()),
             Err(e) => Err(control(e)),
         }
@@ -444,7 +417,7 @@ impl Drop for Sandbox {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         if st.outcome.is_none() {
-            let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL);
+            let _ = sys::process::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL);
             let _ = st.launcher.wait();
         }
     }

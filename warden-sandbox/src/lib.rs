@@ -35,11 +35,9 @@ pub mod spec;
 pub mod supervise;
 mod sys;
 
-pub use supervise::files;
-pub use supervise::notify;
 pub use sys::fdpass;
 
-pub use files::{FileAccess, FileAccesses};
+pub use init::{entry_if_requested as init_entry_if_requested, INIT_ARG};
 pub use kernel::Kernel;
-pub use launch::{init_entry_if_requested, ExitOutcome, Sandbox, SandboxError, Spawned, INIT_ARG};
-pub use notify::{RefusedCall, RefusedCalls, Wake, WakeWaiter};
+pub use launch::{ExitOutcome, Sandbox, SandboxError, Spawned};
+pub use supervise::{FileAccess, FileAccesses, RefusedCall, RefusedCalls, Wake, WakeWaiter};

@@ -9,9 +9,9 @@
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::time::Duration;
-use warden_sandbox::files::{Action, Decision, FileAccess};
 use warden_sandbox::spec::Layers;
 use warden_sandbox::spec::{FileAudit, SandboxSpec};
+use warden_sandbox::supervise::{Action, Decision, FileAccess};
 use warden_sandbox::ExitOutcome;
 
 mod common;

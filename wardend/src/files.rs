@@ -2,7 +2,7 @@
 //! `docs/audit-format.md`).
 //!
 //! The sandbox lets every observed call through before it is queued for us
-//! ([`warden_sandbox::files`]); `crate::recorder` drains one session's
+//! ([`warden_sandbox::supervise`]); `crate::recorder` drains one session's
 //! queue (classification happens there, on a blocking thread, inside
 //! `FileAccesses::try_recv`) and this module makes the records. Nothing here can
 //! delay or change a call.
@@ -18,8 +18,8 @@ use std::time::Instant;
 
 use warden_audit::event::{self, path_text};
 use warden_audit::{Decision, Record};
-use warden_sandbox::files::{Action, Decision as Verdict, FileAccess};
 use warden_sandbox::spec::{FileAudit, SandboxSpec};
+use warden_sandbox::supervise::{Action, Decision as Verdict, FileAccess};
 
 /// Records per second for one (action, decision, path) per session.
 pub const PER_PATH: u32 = 10;

@@ -275,22 +275,7 @@ pub(crate) fn effective(access: Fs, abi: u32, is_dir: bool) -> Fs {
 /// [`crate::kernel::Kernel`] (the audit trail, `wardenctl status`) and
 /// [`planned_abi`] need the number and the errno, so this one call stays.
 pub(crate) fn probe() -> Result<u32, Errno> {
-    /// `LANDLOCK_CREATE_RULESET_VERSION`.
-    const VERSION: u32 = 1 << 0;
-    // SAFETY: landlock_create_ruleset(NULL, 0, VERSION) only returns an integer.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<u8>(),
-            0usize,
-            VERSION,
-        )
-    };
-    if r < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(r as u32)
-    }
+    sys::landlock::abi_version()
 }
 
 /// The ABI to apply: the one the spec's layers name, once the kernel is seen
@@ -457,7 +442,7 @@ pub(crate) fn ruleset(spec: &SandboxSpec) -> Result<Option<RulesetCreated>, Fail
                 nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
                 nix::sys::stat::Mode::empty(),
             ),
-            Open::Required | Open::Optional => sys::open_path_nofollow(None, &r.path),
+            Open::Required | Open::Optional => sys::mount::open_path_nofollow(None, &r.path),
         };
         let path_fd = match opened {
             Ok(f) => f,
@@ -1054,7 +1039,7 @@ mod host_tests {
                 .create()
                 .unwrap()
         };
-        let fd = || sys::open_path_nofollow(None, file.path()).unwrap();
+        let fd = || sys::mount::open_path_nofollow(None, file.path()).unwrap();
         let refused = |e: RulesetError| match failure("landlock rule f".into(), e) {
             Failure::Setup {
                 stage,
