@@ -24,6 +24,8 @@
 //! allocated as they fill), `readiness` (waiting for a
 //! sandbox's fds on a tokio event loop) and `sys` (raw kernel calls not
 //! wrapped by nix).
+#![deny(unsafe_code)]
+
 mod confine;
 mod control;
 pub mod init;
@@ -33,6 +35,9 @@ pub mod protected;
 mod rootfs;
 pub mod spec;
 pub mod supervise;
+// The kernel boundary: with `init::exec`, the only module that may hold
+// `unsafe` (see its docs).
+#[allow(unsafe_code)]
 mod sys;
 
 pub use sys::fdpass;

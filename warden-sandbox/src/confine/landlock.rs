@@ -905,6 +905,7 @@ mod tests {
 /// the host, with no namespace and no mount layer at all. Every denial seen here
 /// is Landlock's; the control runs the same operations unrestricted.
 #[cfg(test)]
+#[allow(unsafe_code)] // forks, and probes with raw calls in the child
 mod host_tests {
     use super::*;
     use crate::confine::Confinement;

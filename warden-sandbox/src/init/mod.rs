@@ -22,6 +22,8 @@
 //! every process of it is single-threaded (see [`exec`], which holds its
 //! `unsafe`).
 
+// The raw process steps and the server child between fork and execve.
+#[allow(unsafe_code)]
 mod exec;
 mod launcher;
 mod pid1;
