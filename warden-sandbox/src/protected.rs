@@ -1,4 +1,12 @@
-//! Files a write grant must not turn into code execution on the host later.
+//! Protected names: files a write grant must not turn into code execution on
+//! the host later. The table and the plan, pure data shared by both halves
+//! and by the daemon's `session.start` record:
+//!
+//! - the names that exist are bound read-only by PID 1
+//!   ([`crate::rootfs`], its `protect` module);
+//! - the names that are missing are kept from being created by the creation
+//!   guard on the daemon's notifier threads ([`crate::supervise`], its
+//!   `guard` module).
 //!
 //! A write grant lets the server change what it was granted. Some names inside
 //! a directory are not data but instructions the host follows on its own, long
@@ -6,7 +14,7 @@
 //! a shell prompt, a shell sources its start-up files, an editor runs tasks when
 //! a folder is opened, an MCP client starts the servers a project's `.mcp.json`
 //! lists. [`PROTECTED`] is the table of those names, each with its reason, and
-//! [`plan`] turns it into the paths `mounts.rs` binds read-only over themselves
+//! [`plan`] turns it into the paths PID 1 binds read-only over themselves
 //! inside each write grant.
 //!
 //! How a name is matched: relative to each write grant *and to each of its

@@ -1,24 +1,30 @@
-//! The creation guard: names a write grant must not gain during a session.
+//! The creation guard: protected names a write grant must not gain during a
+//! session, the daemon's half of the protected names ([`crate::protected`]
+//! has the table).
 //!
-//! [`crate::protected`] binds the host's trusted names (`.git`, `.bashrc`,
-//! `.vscode`, `.mcp.json`...) read-only inside every write grant, but only
-//! those that exist: a mount needs something to mount on. A name that does not
-//! exist yet could be created by the server (a new `.git` with
+//! PID 1 binds the host's trusted names (`.git`, `.bashrc`, `.vscode`,
+//! `.mcp.json`...) read-only inside every write grant (`rootfs::protect`),
+//! but only those that exist: a mount needs something to mount on. A name
+//! that does not exist yet could be created by the server (a new `.git` with
 //! `core.fsmonitor`, a `.bashrc` in a granted home, a FIFO named `.bashrc`
 //! that feeds the user's next shell). Landlock cannot refuse one name in a
 //! directory where it allows creating files, and the seccomp filter cannot
-//! read a path. So, when the guard is on (the spec's
+//! read a path.
+//!
+//! # Mechanism
+//!
+//! When the guard is on (the spec's
 //! [`Layers::guard`](crate::spec::Layers::guard): write grants, and a kernel
 //! with seccomp user notification, Landlock and `SECCOMP_ADDFD_FLAG_SEND`, as
 //! [`crate::kernel::Kernel::layers`] decides):
 //!
 //! 1. Landlock takes the rights to create regular files, directories,
 //!    symlinks and FIFOs away from every rule
-//!    ([`crate::confine::landlock::GUARDED_MAKE`]): nothing the server runs can create
-//!    one of those by itself, anywhere.
-//! 2. The calls that create ([`crate::confine::seccomp::creates`]: the opens with
-//!    `O_CREAT`, `mkdir`, `mknod`, `symlink`, `link`, `rename`) notify the
-//!    sandbox's listener, and a daemon notifier thread performs them on
+//!    ([`crate::confine::landlock::GUARDED_MAKE`]): nothing the server runs
+//!    can create one of those by itself, anywhere.
+//! 2. The calls that create ([`crate::confine::seccomp::creates`]: the opens
+//!    with `O_CREAT`, `mkdir`, `mknod`, `symlink`, `link`, `rename`) notify
+//!    the sandbox's listener, and a daemon notifier thread performs them on
 //!    the server's behalf ([`Guard::handle`]): it reads the path once,
 //!    resolves the parent directory in the sandbox's own view (its root,
 //!    `RESOLVE_IN_ROOT`), looks the (directory, name) pair up in the registry
@@ -28,17 +34,6 @@
 //!    An opened file reaches the caller with `SECCOMP_IOCTL_NOTIF_ADDFD`
 //!    (`SECCOMP_ADDFD_FLAG_SEND`: the fd becomes the call's return value).
 //!
-//! A server that rewrites its path buffer after the daemon read it gains
-//! nothing: the daemon acts on its own copy, and a call let through to the
-//! kernel (`CONTINUE`: anything the guard does not perform itself, e.g. an
-//! open of a file that exists) cannot create under step 1's rules.
-//!
-//! The daemon only creates where the sandbox's layout lets the server write
-//! (a read-write mount of a write grant, a directory pinned in one, or a
-//! private tmpfs: `/tmp`, `$HOME`, `/dev/shm`), through the sandbox's mounts,
-//! so a read-only grant still answers `EROFS`; everything else is continued
-//! and refused by the kernel as before.
-//!
 //! Nested names: for `.config/fish` in a grant without `.config`, the pair
 //! (grant, `.config`) is an *intermediate* entry. Making the directory is
 //! allowed and registers (new directory, `fish`); a symlink by that name, or
@@ -46,12 +41,29 @@
 //! `fish` along), is refused (`EROFS` for the symlink, `EXDEV` for the rename,
 //! so `mv` falls back to copying name by name).
 //!
-//! Known differences from the kernel's own behaviour with the guard on: an
-//! `O_CREAT` open through a dangling symlink in a writable area fails with
-//! `EACCES` (the guard continues opens through symlinks; the kernel then may
-//! not create the target); a hard link of a file another thread has just
-//! replaced may link the replacement; `renameat2(RENAME_WHITEOUT)` and device
-//! nodes are continued (and refused, as before).
+//! # Invariants
+//!
+//! - A server that rewrites its path buffer after the daemon read it gains
+//!   nothing: the daemon acts on its own copy, and a call let through to the
+//!   kernel (`CONTINUE`: anything the guard does not perform itself, e.g. an
+//!   open of a file that exists) cannot create under step 1's rules.
+//! - The daemon only creates where the sandbox's layout lets the server
+//!   write (a read-write mount of a write grant, a directory pinned in one,
+//!   or a private tmpfs: `/tmp`, `$HOME`, `/dev/shm`), through the sandbox's
+//!   mounts, so a read-only grant still answers `EROFS`; everything else is
+//!   continued and refused by the kernel as before.
+//! - Each notifier thread creates with its own fs struct, umask 0 and no
+//!   effective capabilities ([`prepare_thread`]), applying the caller's
+//!   umask itself.
+//!
+//! # Known differences
+//!
+//! From the kernel's own behaviour with the guard on: an `O_CREAT` open
+//! through a dangling symlink in a writable area fails with `EACCES` (the
+//! guard continues opens through symlinks; the kernel then may not create
+//! the target); a hard link of a file another thread has just replaced may
+//! link the replacement; `renameat2(RENAME_WHITEOUT)` and device nodes are
+//! continued (and refused, as before).
 
 use super::capture::{Captured, Named};
 use super::classify::absolute;

@@ -1,41 +1,52 @@
-//! Recorded refusals: the seccomp user-notification listener of a sandbox.
+//! Recorded refusals: the seccomp user-notification listener of a sandbox,
+//! answered by the daemon's notifier pool.
 //!
-//! The filter ([`crate::confine::seccomp`]) sends the refusals that matter (escape and
-//! kernel-attack attempts, [`crate::confine::seccomp::Action::Notify`]) to a listener
-//! instead of failing them in the kernel. The server child installs the filter
-//! with `SECCOMP_FILTER_FLAG_NEW_LISTENER`, passes the listener fd to PID 1
-//! over its status socket and closes its own copy before `execve`; PID 1
-//! forwards it to [`crate::launch::Sandbox::spawn`] over the control socket
-//! (like the pidfd) and drops it. Nothing inside the sandbox holds it.
+//! # Mechanism
+//!
+//! The filter ([`crate::confine::seccomp`]) sends the refusals that matter
+//! (escape and kernel-attack attempts, the rules whose action is `Notify`)
+//! to a listener instead of failing them in the kernel. The server child
+//! installs the filter with `SECCOMP_FILTER_FLAG_NEW_LISTENER`, passes the
+//! listener fd to PID 1 over its status socket and closes its own copy
+//! before `execve`; PID 1 forwards it to [`crate::launch::Sandbox::spawn`]
+//! over the control socket (like the pidfd) and drops it. Nothing inside the
+//! sandbox holds it.
 //!
 //! The daemon's notifier threads (a [`Pool`] shared by all sandboxes, so an
 //! idle sandbox holds none) answer every notification themselves, always:
-//! receive → queue a [`RefusedCall`] for whoever records them (a bounded
-//! channel, never waited on: a full queue counts the call as lost) → reply
-//! with the rule's errno. The call is refused, never continued
-//! (`SECCOMP_USER_NOTIF_FLAG_CONTINUE` is not used), and the reply never waits
-//! on the audit store, so a refused call cannot hang however slow (or absent)
-//! the consumer is. The event is queued *before* the reply, so when the
-//! server sees the errno the event is already in the queue.
+//! receive → queue a [`RefusedCall`] for whoever records them → reply with
+//! the rule's errno.
 //!
 //! With `audit.files` on, the same listener also receives the path-taking
-//! calls the file audit observes ([`crate::confine::seccomp::WATCHED`]): for those the
-//! thread reads what the call names ([`crate::supervise::files::Capturer`]), checks the
-//! call is still pending, answers `SECCOMP_USER_NOTIF_FLAG_CONTINUE` (the
-//! kernel then runs it with all its own checks) and only then queues the
-//! capture, which the consumer classifies on its own thread
-//! ([`FileAccesses`]). The one exception is the creation guard
-//! ([`crate::supervise::guard`], with a write grant): the calls that create are
-//! performed by [`Guard::handle`] on its own copy of the path and answered
-//! with their result (or refused, for a protected name); the rest continue. The server's own
-//! `execve` is such a call, so the listener reaches this thread before the
-//! server starts (PID 1 forwards it at once).
+//! calls the file audit observes (the seccomp table's `WATCHED`): for those
+//! the thread reads what the call names (`capture`), checks the call is
+//! still pending, answers `SECCOMP_USER_NOTIF_FLAG_CONTINUE` (the kernel then
+//! runs it with all its own checks) and only then queues the capture, which
+//! the consumer classifies on its own thread ([`FileAccesses`]). The one
+//! exception is the creation guard (`guard`, with a write grant): the calls
+//! that create are performed by `Guard::handle` on its own copy of the path
+//! and answered with their result (or refused, for a protected name); the
+//! rest continue. The server's own `execve` is such a call, so the listener
+//! reaches this thread before the server starts (PID 1 forwards it at once).
+//!
+//! # Invariants
+//!
+//! - A refused call is refused, never continued
+//!   (`SECCOMP_USER_NOTIF_FLAG_CONTINUE` is not used for it), and the reply
+//!   never waits on the audit store, so a refused call cannot hang however
+//!   slow (or absent) the consumer is: the queues are bounded and never
+//!   waited on (a full queue counts the call as lost).
+//! - The event is queued *before* the reply, so when the server sees the
+//!   errno the event is already in the queue.
+//! - One sandbox's calls are answered one at a time, in order ([`Pool`]).
+//!
+//! # Lifetime
 //!
 //! A sandbox's listener leaves the pool when every task using the filter is
 //! gone (the listener polls `POLLHUP`), or when the
-//! [`Sandbox`](crate::launch::Sandbox) stops it.
-//! If the listener were ever closed with calls pending, the kernel fails them
-//! with `ENOSYS` rather than leaving them blocked.
+//! [`Sandbox`](crate::launch::Sandbox) stops it. If the listener were ever
+//! closed with calls pending, the kernel fails them with `ENOSYS` rather than
+//! leaving them blocked.
 
 use crate::confine::seccomp;
 use crate::supervise::capture::Capturer;
