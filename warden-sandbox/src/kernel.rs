@@ -198,7 +198,7 @@ fn trial_on_this_thread() -> ListenerFlags {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::FileAudit;
+    use crate::spec::FileWatch;
 
     /// A kernel with everything.
     pub(crate) fn full() -> Kernel {
@@ -215,7 +215,7 @@ mod tests {
         }
     }
 
-    fn spec(write: bool, audit_files: FileAudit) -> SandboxSpec {
+    fn spec(write: bool, audit_files: FileWatch) -> SandboxSpec {
         SandboxSpec {
             session_id: "s".into(),
             program: "/bin/true".into(),
@@ -245,7 +245,7 @@ mod tests {
     fn everything_the_kernel_has_and_the_spec_needs() {
         let k = full();
         assert_eq!(
-            k.layers(&spec(true, FileAudit::Denied)),
+            k.layers(&spec(true, FileWatch::Denied)),
             Layers {
                 landlock_abi: Some(7),
                 notify: true,
@@ -258,14 +258,14 @@ mod tests {
         // No write grant: no guard, so no WAIT_KILLABLE_RECV; no file audit:
         // nothing is watched, so no SYNC_WAKE_UP either.
         assert_eq!(
-            k.layers(&spec(false, FileAudit::Off)),
+            k.layers(&spec(false, FileWatch::Off)),
             Layers {
                 landlock_abi: Some(7),
                 notify: true,
                 ..Layers::NONE
             }
         );
-        let mut skip = spec(true, FileAudit::All);
+        let mut skip = spec(true, FileWatch::All);
         skip.dangerously_skip_confinement = true;
         assert_eq!(k.layers(&skip), Layers::NONE);
     }
@@ -293,7 +293,7 @@ mod tests {
             let mut k = full();
             change(&mut k);
             for write in [false, true] {
-                for level in [FileAudit::Off, FileAudit::Denied, FileAudit::All] {
+                for level in [FileWatch::Off, FileWatch::Denied, FileWatch::All] {
                     let l = k.layers(&spec(write, level));
                     assert_eq!(l.inconsistency(), None, "{what}: {l:?}");
                     assert_eq!(l.landlock_abi, k.landlock_abi(), "{what}");

@@ -108,7 +108,7 @@ impl Queues {
         }
         if let Some(accesses) = self.files.as_ref().filter(|_| !self.files_done) {
             while n < BATCH {
-                match accesses.try_recv() {
+                match accesses.try_next_classified() {
                     Ok(a) => {
                         n += 1;
                         if self.file_limit.admit(&a, Instant::now()) {

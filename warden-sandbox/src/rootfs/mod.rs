@@ -630,7 +630,7 @@ mod tests {
             landlock_min_abi: 0,
             proxy_port: None,
             cgroup: None,
-            audit_files: Default::default(),
+            audit_files: crate::spec::FileWatch::Off,
             warden_paths: vec![],
             allow_git_init: false,
             dangerously_skip_confinement: false,

@@ -7,12 +7,12 @@
 //! queue: taking an access classifies it.
 
 use super::capture::{Captured, Named};
-use super::layout::{allow, decide, Access, Decision, Facts, Layout, Verdict};
+use super::layout::{allow, decide, Access, AccessVerdict, Facts, Layout, Outcome};
 use super::mountinfo::parse_mountinfo;
 use super::queue::QueueRx;
 use super::resolve::{normalize, resolve, under, SandboxRoot};
 use crate::confine::seccomp::FileOp;
-use crate::spec::{FileAudit, SandboxSpec};
+use crate::spec::{FileWatch, SandboxSpec};
 use crate::sys;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
@@ -83,7 +83,7 @@ pub struct FileAccess {
     pub target: Option<Vec<u8>>,
     /// The call's flags (open flags, `AT_*`, `RENAME_*`).
     pub flags: u64,
-    pub decision: Decision,
+    pub verdict: AccessVerdict,
     pub errno: Option<i32>,
     pub reason: String,
 }
@@ -172,7 +172,7 @@ pub(crate) fn absolute(n: &Named) -> Option<Vec<u8>> {
 }
 
 /// Judges one path; returns its resolution (or the path as far as it can be
-/// said) and the verdict.
+/// said) and the outcome.
 fn judge(
     root: Option<&SandboxRoot>,
     layout: &Layout,
@@ -180,7 +180,7 @@ fn judge(
     access: Access,
     follow_last: bool,
     host_has: &mut dyn FnMut(&[u8]) -> bool,
-) -> (Vec<u8>, Verdict, bool) {
+) -> (Vec<u8>, Outcome, bool) {
     if n.name.is_empty() && n.base.is_none() {
         return (Vec::new(), allow("empty path"), false);
     }
@@ -195,8 +195,8 @@ fn judge(
     let Some(root) = root else {
         return (
             normalize(&abs),
-            Verdict {
-                decision: Decision::Unknown,
+            Outcome {
+                verdict: AccessVerdict::Unknown,
                 errno: None,
                 reason: "the sandbox's root could not be opened".into(),
             },
@@ -249,7 +249,7 @@ pub(crate) fn classify(
         to: None,
         target: c.text.clone(),
         flags: c.flags,
-        decision: Decision::Unknown,
+        verdict: AccessVerdict::Unknown,
         errno: None,
         reason: String::new(),
     };
@@ -266,22 +266,22 @@ pub(crate) fn classify(
     };
     let (resolved, v1, _) = judge(root, layout, n, access, follow, host_has);
     out.resolved = resolved;
-    let mut verdict = v1;
+    let mut outcome = v1;
     if let (Some(acc2), Some(n2)) = (second, c.paths[1].as_ref()) {
         let (resolved2, v2, _) = judge(root, layout, n2, acc2, false, host_has);
         out.to = Some((n2.name.clone(), resolved2));
-        if verdict.decision != Decision::Deny && v2.decision != Decision::Allow {
-            verdict = Verdict {
+        if outcome.verdict != AccessVerdict::Deny && v2.verdict != AccessVerdict::Allow {
+            outcome = Outcome {
                 reason: format!("new name: {}", v2.reason),
                 ..v2
             };
         }
     }
-    out.decision = verdict.decision;
-    out.errno = verdict.errno;
-    out.reason = verdict.reason;
+    out.verdict = outcome.verdict;
+    out.errno = outcome.errno;
+    out.reason = outcome.reason;
     if let Some((errno, why)) = c.guard {
-        out.decision = Decision::Deny;
+        out.verdict = AccessVerdict::Deny;
         out.errno = Some(errno);
         out.reason = format!("protected in a write grant: {why} (refused by the creation guard)");
     }
@@ -291,7 +291,7 @@ pub(crate) fn classify(
 /// The notifier's configuration for observed calls.
 #[derive(Debug, Clone)]
 pub(crate) struct Watch {
-    pub level: FileAudit,
+    pub level: FileWatch,
     pub layout: Layout,
 }
 
@@ -305,7 +305,7 @@ impl Watch {
             level: if l.watch_files {
                 spec.audit_files
             } else {
-                FileAudit::Off
+                FileWatch::Off
             },
             layout: Layout::new(spec),
         })
@@ -316,7 +316,7 @@ impl Watch {
 pub struct FileAccesses {
     rx: QueueRx<Captured>,
     lost: Arc<AtomicU64>,
-    level: FileAudit,
+    level: FileWatch,
     layout: Layout,
     /// When the last access was taken (for [`FileAccesses::recv_timeout`]).
     last: std::cell::Cell<Option<Instant>>,
@@ -362,20 +362,22 @@ impl FileAccesses {
     }
 
     /// The level asked for.
-    pub fn level(&self) -> FileAudit {
+    pub fn level(&self) -> FileWatch {
         self.level
     }
 
     /// The next access to report at this level (`denied`: denials and
-    /// accesses that could not be judged; `all`: every one), classified on
-    /// the calling thread. `Disconnected` once the sandbox is gone and
+    /// accesses that could not be judged; `all`: every one), waiting up to
+    /// `timeout`. Classifies on the calling thread (`openat2`, `statx` and
+    /// mount lookups for every access taken, reported or not), so not on an
+    /// event loop's thread. `Disconnected` once the sandbox is gone and
     /// everything queued has been taken.
     ///
     /// While accesses keep coming, the queue is drained every
     /// [`BATCH_INTERVAL`] instead of being waited on: a waiting receiver
     /// costs the notifier a wake-up (a futex call and a context switch on the
     /// server's path) for every access; a sleeping one costs nothing.
-    pub fn recv_timeout(&self, timeout: Duration) -> Result<FileAccess, RecvTimeoutError> {
+    pub fn next_classified(&self, timeout: Duration) -> Result<FileAccess, RecvTimeoutError> {
         let deadline = Instant::now() + timeout;
         loop {
             let c = match self.rx.try_recv() {
@@ -395,34 +397,35 @@ impl FileAccesses {
                     self.rx.recv_timeout(left)?
                 }
             };
-            self.last.set(Some(Instant::now()));
-            if self.level == FileAudit::Off && c.guard.is_none() {
-                continue;
-            }
-            let a = classify(&c, &self.layout, &mut |p| host_has(p));
-            if self.level == FileAudit::All || a.decision != Decision::Allow {
+            if let Some(a) = self.taken(c) {
                 return Ok(a);
             }
         }
     }
 
-    /// The next access to report at this level if one is queued now
-    /// (classified on the calling thread, which may take file system calls:
-    /// not on an event loop's thread); never waits for one. `Empty` when
+    /// The next access to report at this level if one is queued now,
+    /// classified on the calling thread as [`FileAccesses::next_classified`]
+    /// does; never waits for one. `Empty` when
     /// nothing reportable is queued, `Disconnected` once the sandbox is gone
     /// and everything queued has been taken.
-    pub fn try_recv(&self) -> Result<FileAccess, TryRecvError> {
+    pub fn try_next_classified(&self) -> Result<FileAccess, TryRecvError> {
         loop {
             let c = self.rx.try_recv()?;
-            self.last.set(Some(Instant::now()));
-            if self.level == FileAudit::Off && c.guard.is_none() {
-                continue;
-            }
-            let a = classify(&c, &self.layout, &mut |p| host_has(p));
-            if self.level == FileAudit::All || a.decision != Decision::Allow {
+            if let Some(a) = self.taken(c) {
                 return Ok(a);
             }
         }
+    }
+
+    /// One capture taken from the queue: classified, if it is to be reported
+    /// at this level (at `off`, only the creation guard's refusals are).
+    fn taken(&self, c: Captured) -> Option<FileAccess> {
+        self.last.set(Some(Instant::now()));
+        if self.level == FileWatch::Off && c.guard.is_none() {
+            return None;
+        }
+        let a = classify(&c, &self.layout, &mut |p| host_has(p));
+        (self.level == FileWatch::All || a.verdict != AccessVerdict::Allow).then_some(a)
     }
 
     /// Whether accesses came within the last [`BUSY`] period: a consumer
@@ -585,8 +588,8 @@ mod tests {
         assert_eq!(a.path, b"sub/rel");
         assert_eq!(a.resolved, b"/usr/lib/libc.so.6");
         assert_eq!(
-            (a.action, a.decision, a.syscall),
-            (Action::OpenRead, Decision::Allow, "openat")
+            (a.action, a.verdict, a.syscall),
+            (Action::OpenRead, AccessVerdict::Allow, "openat")
         );
         let creat = (libc::O_CREAT | libc::O_WRONLY) as u64;
         let a = classify(
@@ -595,21 +598,24 @@ mod tests {
             &mut host,
         );
         assert_eq!(
-            (a.action, a.decision, a.errno),
-            (Action::Create, Decision::Deny, Some(libc::EROFS))
+            (a.action, a.verdict, a.errno),
+            (Action::Create, AccessVerdict::Deny, Some(libc::EROFS))
         );
         let a = classify(
             &capture(w("SYS_openat"), 0, "x", Some("pipe:[77]")),
             &layout,
             &mut host,
         );
-        assert_eq!(a.decision, Decision::Allow);
+        assert_eq!(a.verdict, AccessVerdict::Allow);
         // A path that could not be read: nothing can be said.
         let mut c = capture(w("SYS_execve"), 0, "", None);
         c.paths[0] = None;
         c.unreadable = Some(Errno::EFAULT);
         let a = classify(&c, &layout, &mut host);
-        assert_eq!((a.action, a.decision), (Action::Exec, Decision::Unknown));
+        assert_eq!(
+            (a.action, a.verdict),
+            (Action::Exec, AccessVerdict::Unknown)
+        );
         // rename: the new name decides when the old one is fine.
         let mut c = capture(w("SYS_renameat2"), 0, "/data/file", None);
         c.paths[1] = Some(Named {
@@ -621,7 +627,7 @@ mod tests {
             a.to,
             Some((b"/data/moved".to_vec(), b"/data/moved".to_vec()))
         );
-        assert_eq!(a.decision, Decision::Deny);
+        assert_eq!(a.verdict, AccessVerdict::Deny);
         drop(d);
     }
 }

@@ -197,35 +197,38 @@ impl Layout {
     }
 }
 
-/// Allowed or denied, by the sandbox's layout.
+/// What the sandbox's layout predicts for an observed access: allowed or
+/// denied (the daemon's `file` record says `allow`, `deny` or, for
+/// `Unknown`, `info`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Decision {
+pub enum AccessVerdict {
     Allow,
     Deny,
     /// The path could not be read or placed: nothing can be said.
     Unknown,
 }
 
-/// The judgement on one path of an access.
+/// The prediction for one path of an access: the verdict, and for a denial
+/// the errno the server gets; why, in words.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Verdict {
-    pub decision: Decision,
+pub(crate) struct Outcome {
+    pub verdict: AccessVerdict,
     /// The errno the caller gets from the sandbox (denials only).
     pub errno: Option<i32>,
     pub reason: String,
 }
 
-pub(crate) fn allow(reason: impl Into<String>) -> Verdict {
-    Verdict {
-        decision: Decision::Allow,
+pub(crate) fn allow(reason: impl Into<String>) -> Outcome {
+    Outcome {
+        verdict: AccessVerdict::Allow,
         errno: None,
         reason: reason.into(),
     }
 }
 
-fn deny(errno: Option<i32>, reason: impl Into<String>) -> Verdict {
-    Verdict {
-        decision: Decision::Deny,
+fn deny(errno: Option<i32>, reason: impl Into<String>) -> Outcome {
+    Outcome {
+        verdict: AccessVerdict::Deny,
         errno,
         reason: reason.into(),
     }
@@ -248,7 +251,7 @@ pub(crate) struct Facts<'a> {
 /// Judges one path of an access by the sandbox's layout. `host_has` is asked
 /// (only for paths missing here, on the sandbox's own file systems) whether
 /// the host has that path: then the sandbox hid it.
-pub(crate) fn decide(f: &Facts<'_>, host_has: &mut dyn FnMut(&[u8]) -> bool) -> Verdict {
+pub(crate) fn decide(f: &Facts<'_>, host_has: &mut dyn FnMut(&[u8]) -> bool) -> Outcome {
     let res = f.res;
     if res.proc {
         let sys = [
@@ -266,8 +269,8 @@ pub(crate) fn decide(f: &Facts<'_>, host_has: &mut dyn FnMut(&[u8]) -> bool) -> 
         return allow(Area::Proc.describe());
     }
     let Some(area) = &f.area else {
-        return Verdict {
-            decision: Decision::Unknown,
+        return Outcome {
+            verdict: AccessVerdict::Unknown,
             errno: None,
             reason: "the path could not be placed in the sandbox's view".into(),
         };
@@ -358,7 +361,7 @@ pub(crate) mod tests {
         area: Area,
         read_only: bool,
         host: bool,
-    ) -> Verdict {
+    ) -> Outcome {
         let noexec = matches!(area, Area::SyntheticDir);
         let f = Facts {
             access,
@@ -381,8 +384,8 @@ pub(crate) mod tests {
         ] {
             let v = judge_with(Access::Read, &r, area.clone(), false, true);
             assert_eq!(
-                (v.decision, v.errno),
-                (Decision::Deny, Some(libc::ENOENT)),
+                (v.verdict, v.errno),
+                (AccessVerdict::Deny, Some(libc::ENOENT)),
                 "{area:?}"
             );
             assert!(
@@ -392,7 +395,7 @@ pub(crate) mod tests {
             );
             // Control: absent on the host too, nothing was hidden.
             let v = judge_with(Access::Read, &r, area, false, false);
-            assert_eq!(v.decision, Decision::Allow);
+            assert_eq!(v.verdict, AccessVerdict::Allow);
         }
         let v = judge_with(Access::Read, &r, Area::Private("$HOME"), false, true);
         assert!(v.reason.contains("private $HOME"), "{}", v.reason);
@@ -407,7 +410,7 @@ pub(crate) mod tests {
             mount_point: false,
         };
         let v = decide(&f, &mut |_| panic!("the host is not asked for a grant"));
-        assert_eq!(v.decision, Decision::Allow);
+        assert_eq!(v.verdict, AccessVerdict::Allow);
     }
 
     #[test]
@@ -421,13 +424,13 @@ pub(crate) mod tests {
         ] {
             let v = judge_with(access, r, Area::ReadGrant, true, false);
             assert_eq!(
-                (v.decision, v.errno, v.reason.as_str()),
-                (Decision::Deny, Some(libc::EROFS), "read-only grant"),
+                (v.verdict, v.errno, v.reason.as_str()),
+                (AccessVerdict::Deny, Some(libc::EROFS), "read-only grant"),
                 "{access:?}"
             );
             // Control: the same on a write grant is allowed.
             let v = judge_with(access, r, Area::WriteGrant, false, false);
-            assert_eq!(v.decision, Decision::Allow, "{access:?}");
+            assert_eq!(v.verdict, AccessVerdict::Allow, "{access:?}");
         }
         let v = judge_with(
             Access::Modify,
@@ -442,38 +445,47 @@ pub(crate) mod tests {
         // Reading a read grant is fine.
         let v = judge_with(Access::Read, &exists, Area::ReadGrant, true, false);
         assert_eq!(
-            (v.decision, v.reason.as_str()),
-            (Decision::Allow, "a read grant")
+            (v.verdict, v.reason.as_str()),
+            (AccessVerdict::Allow, "a read grant")
         );
         // Creating where the parent is missing: hidden if the host has the parent.
         let deep = resolution(false, false, false, "/opt/tool/new");
         let v = judge_with(Access::Create, &deep, Area::Skeleton, true, true);
-        assert_eq!((v.decision, v.errno), (Decision::Deny, Some(libc::ENOENT)));
+        assert_eq!(
+            (v.verdict, v.errno),
+            (AccessVerdict::Deny, Some(libc::ENOENT))
+        );
         let v = judge_with(Access::Create, &deep, Area::Skeleton, true, false);
-        assert_eq!(v.decision, Decision::Allow);
+        assert_eq!(v.verdict, AccessVerdict::Allow);
         // Creating directly in the read-only skeleton.
         let top = resolution(false, true, false, "/newdir");
         let v = judge_with(Access::Create, &top, Area::Skeleton, true, false);
-        assert_eq!((v.decision, v.errno), (Decision::Deny, Some(libc::EROFS)));
+        assert_eq!(
+            (v.verdict, v.errno),
+            (AccessVerdict::Deny, Some(libc::EROFS))
+        );
     }
 
     #[test]
     fn listing_the_skeleton_exec_on_noexec_and_mount_points() {
         let dir = resolution(true, true, true, "/home");
         let v = judge_with(Access::Read, &dir, Area::Skeleton, true, true);
-        assert_eq!((v.decision, v.errno), (Decision::Deny, None));
+        assert_eq!((v.verdict, v.errno), (AccessVerdict::Deny, None));
         // Control: a directory of a grant or of the private home lists fine.
         for area in [Area::ReadGrant, Area::Private("$HOME"), Area::Runtime] {
             assert_eq!(
-                judge_with(Access::Read, &dir, area, true, true).decision,
-                Decision::Allow
+                judge_with(Access::Read, &dir, area, true, true).verdict,
+                AccessVerdict::Allow
             );
         }
         let file = resolution(true, true, false, "/dev/shm/x");
         let v = judge_with(Access::Exec, &file, Area::SyntheticDir, false, false);
-        assert_eq!((v.decision, v.errno), (Decision::Deny, Some(libc::EACCES)));
+        assert_eq!(
+            (v.verdict, v.errno),
+            (AccessVerdict::Deny, Some(libc::EACCES))
+        );
         let v = judge_with(Access::Exec, &file, Area::WriteGrant, false, false);
-        assert_eq!(v.decision, Decision::Allow);
+        assert_eq!(v.verdict, AccessVerdict::Allow);
         let grant_root = resolution(true, true, true, "/p/out");
         let f = Facts {
             access: Access::Remove,
@@ -484,13 +496,16 @@ pub(crate) mod tests {
             mount_point: true,
         };
         let v = decide(&f, &mut |_| false);
-        assert_eq!((v.decision, v.errno), (Decision::Deny, Some(libc::EBUSY)));
+        assert_eq!(
+            (v.verdict, v.errno),
+            (AccessVerdict::Deny, Some(libc::EBUSY))
+        );
         // Writing into a mount point (a device node, a grant root) is no removal.
         let f = Facts {
             access: Access::Modify,
             ..f
         };
-        assert_eq!(decide(&f, &mut |_| false).decision, Decision::Allow);
+        assert_eq!(decide(&f, &mut |_| false).verdict, AccessVerdict::Allow);
     }
 
     #[test]
@@ -498,12 +513,15 @@ pub(crate) mod tests {
         let mut r = resolution(false, false, false, "/proc/sys/kernel/core_pattern");
         r.proc = true;
         let v = judge_with(Access::Modify, &r, Area::Proc, false, true);
-        assert_eq!((v.decision, v.errno), (Decision::Deny, Some(libc::EROFS)));
+        assert_eq!(
+            (v.verdict, v.errno),
+            (AccessVerdict::Deny, Some(libc::EROFS))
+        );
         let v = judge_with(Access::Read, &r, Area::Proc, false, true);
-        assert_eq!(v.decision, Decision::Allow);
+        assert_eq!(v.verdict, AccessVerdict::Allow);
         r.path = b"/proc/self/fd/1".to_vec();
         let v = judge_with(Access::Modify, &r, Area::Proc, false, true);
-        assert_eq!(v.decision, Decision::Allow);
+        assert_eq!(v.verdict, AccessVerdict::Allow);
     }
 
     pub(crate) fn spec() -> SandboxSpec {

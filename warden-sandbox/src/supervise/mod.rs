@@ -77,5 +77,5 @@ pub(crate) mod queue;
 pub(crate) mod resolve;
 
 pub use classify::{Action, FileAccess, FileAccesses, BATCH_INTERVAL};
-pub use layout::Decision;
+pub use layout::AccessVerdict;
 pub use notify::{RefusedCall, RefusedCalls, Wake, WakeWaiter};
