@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 /// Daemon → sandbox init.
 #[derive(Debug, Serialize, Deserialize)]
-pub enum ToInit {
+pub(crate) enum ToInit {
     /// First and only once: what to build and run.
     Spec(Box<SandboxSpec>),
     /// Forward this signal to the server process.
@@ -23,7 +23,7 @@ pub enum ToInit {
 
 /// Sandbox init → daemon.
 #[derive(Debug, Serialize, Deserialize)]
-pub enum FromInit {
+pub(crate) enum FromInit {
     /// From the launcher, carrying a pidfd of PID 1 as SCM_RIGHTS, and its host pid.
     Launched { pid: i32 },
     /// From PID 1, before `Started`, carrying the seccomp user-notification
@@ -42,14 +42,14 @@ pub enum FromInit {
 
 /// How the server ended, on the wire.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub enum Exit {
+pub(crate) enum Exit {
     Code(i32),
     Signal(i32),
 }
 
 /// A setup failure: which stage, and the OS error if there was one.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// `unshare(CLONE_NEWUSER)` failed.
     UserNamespace { errno: i32 },
     /// `execve` of the program failed.
@@ -63,7 +63,7 @@ pub enum Failure {
 }
 
 impl Failure {
-    pub fn os(stage: impl Into<String>, e: Errno) -> Failure {
+    pub(crate) fn os(stage: impl Into<String>, e: Errno) -> Failure {
         Failure::Setup {
             stage: stage.into(),
             errno: Some(e as i32),
@@ -71,7 +71,7 @@ impl Failure {
         }
     }
 
-    pub fn msg(stage: impl Into<String>, message: impl Into<String>) -> Failure {
+    pub(crate) fn msg(stage: impl Into<String>, message: impl Into<String>) -> Failure {
         Failure::Setup {
             stage: stage.into(),
             errno: None,
@@ -82,7 +82,7 @@ impl Failure {
 
 /// Sends one message, optionally with one fd attached (SCM_RIGHTS).
 /// `MSG_NOSIGNAL`: a gone peer is an `EPIPE`, not a SIGPIPE.
-pub fn send<T: Serialize>(
+pub(crate) fn send<T: Serialize>(
     sock: BorrowedFd<'_>,
     msg: &T,
     fd: Option<BorrowedFd<'_>>,
@@ -104,7 +104,7 @@ pub fn send<T: Serialize>(
 }
 
 /// Outcome of [`recv`].
-pub enum Recv<T> {
+pub(crate) enum Recv<T> {
     Msg(T, Option<OwnedFd>),
     /// The peer closed (all copies of) its end.
     Eof,
@@ -112,7 +112,7 @@ pub enum Recv<T> {
 
 /// Receives one message of any size (peeking at its length first) and an fd if one
 /// was attached (received close-on-exec).
-pub fn recv<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<Recv<T>, Errno> {
+pub(crate) fn recv<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<Recv<T>, Errno> {
     let len = loop {
         // MSG_PEEK|MSG_TRUNC with an empty buffer only reports the length.
         match socket::recv(

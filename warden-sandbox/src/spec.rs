@@ -13,7 +13,7 @@ pub struct SandboxSpec {
     /// Absolute, symlink-free host path of the program to execute. Bound
     /// read-only at the same path unless a runtime bind or grant already covers it.
     pub program: PathBuf,
-    /// argv, including argv[0] as the user wrote it. Raw bytes.
+    /// argv, including argv\[0\] as the user wrote it. Raw bytes.
     pub argv: Vec<Vec<u8>>,
     /// The final environment of the server (already filtered by the daemon).
     pub env: Vec<(Vec<u8>, Vec<u8>)>,
@@ -67,7 +67,7 @@ pub struct SandboxSpec {
     pub audit_files: FileWatch,
     /// Warden's own files and directories (the daemon's policy and state
     /// directories, the policy file, the installed binaries): protected like
-    /// [`crate::protected::PROTECTED`] names wherever a write grant covers them.
+    /// `protected::PROTECTED` names wherever a write grant covers them.
     /// Absolute, normalised.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warden_paths: Vec<PathBuf>,
@@ -107,7 +107,7 @@ pub struct Layers {
     /// The path-taking calls notify too and are reported at the level of
     /// [`SandboxSpec::audit_files`] (needs `notify`).
     pub watch_files: bool,
-    /// The creation guard ([`crate::supervise::guard`]): Landlock without the rights to
+    /// The creation guard (`supervise::guard`): Landlock without the rights to
     /// create, and the daemon performs every creating call (needs `notify`
     /// and Landlock).
     pub guard: bool,

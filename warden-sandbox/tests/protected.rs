@@ -390,7 +390,7 @@ fn a_protected_symlink_does_not_expose_or_write_its_target() {
 }
 
 /// A protected name that does not exist when the session starts cannot be
-/// created either (the creation guard, `guard.rs`: the launcher's notifier
+/// created either (the creation guard, `supervise/guard.rs`: the notifier
 /// performs creations and refuses protected names), while an ordinary new
 /// file next to it can. Control: the same command outside the sandbox plants
 /// the file.

@@ -7,7 +7,7 @@
 //! mean to expose), the other still holds.
 //!
 //! The rules are data: [`rules`] turns a [`SandboxSpec`] into a table of
-//! (path, access) mirroring what `mounts.rs` put in the sandbox root; [`ruleset`]
+//! (path, access) mirroring what `rootfs` put in the sandbox root; [`ruleset`]
 //! masks the table with what the running kernel's ABI can handle and builds the
 //! ruleset with the `landlock` crate. [`Confinement::apply`] then calls the
 //! crate's `restrict_self` in the server child, after `no_new_privs`.

@@ -3,15 +3,15 @@
 //! control socket at fd 3. Nothing here runs in the daemon.
 //!
 //! Process tree:
-//! - **launcher** ([`launcher`], host pid namespace): reads the spec, enters a
+//! - **launcher** (`launcher`, host pid namespace): reads the spec, enters a
 //!   new user namespace (only the caller's own uid/gid mapped) and a new pid
 //!   namespace, forks PID 1, passes the daemon a pidfd of it, and waits for it.
-//! - **PID 1** ([`pid1`], non-dumpable): enters new mount/net/ipc/uts/cgroup
-//!   namespaces, builds the root filesystem ([`crate::rootfs`]), forks the
+//! - **PID 1** (`pid1`, non-dumpable): enters new mount/net/ipc/uts/cgroup
+//!   namespaces, builds the root filesystem (`rootfs`), forks the
 //!   server, then forwards signals, reaps children and reports the server's
 //!   exit. When it exits the kernel kills everything left in the pid namespace.
-//! - **server** ([`exec`]): drops every privilege, applies Landlock and the
-//!   seccomp filter ([`crate::confine`]) and execs the program.
+//! - **server** (`exec`): drops every privilege, applies Landlock and the
+//!   seccomp filter (`confine`) and execs the program.
 //!
 //! Failures travel to the daemon as `control::Failure` values over the control
 //! socket, naming the stage.
@@ -19,7 +19,7 @@
 //! # Invariants
 //!
 //! The role runs before any thread or runtime exists and never starts one:
-//! every process of it is single-threaded (see [`exec`], which holds its
+//! every process of it is single-threaded (see `exec`, which holds its
 //! `unsafe`).
 
 // The raw process steps and the server child between fork and execve.

@@ -329,7 +329,7 @@ fn passwd(spec: &SandboxSpec) -> Result<(String, String), Failure> {
 
 /// Builds the root filesystem and pivots into it. Called by PID 1, in its own mount
 /// namespace, before anything of the server runs.
-pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
+pub(crate) fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
     // 1. Nothing we do may propagate back to the host's mounts (and pivot_root
     //    refuses shared mounts anyway).
     nix::mount::mount(

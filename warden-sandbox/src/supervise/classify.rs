@@ -1,7 +1,7 @@
 //! Classifying an observed access, on the consumer's thread (the daemon's
 //! recorder, off the server's path): the capture's paths resolved in the
-//! sandbox's view ([`super::resolve`]), placed on its mounts and judged by
-//! its layout ([`super::layout::decide`]), asking the host (never through
+//! sandbox's view (`resolve`), placed on its mounts and judged by
+//! its layout (`layout::decide`), asking the host (never through
 //! an automount, network or FUSE mount) whether a path missing in the
 //! sandbox exists outside it. [`FileAccesses`] is the consumer's end of the
 //! queue: taking an access classifies it.
@@ -318,7 +318,7 @@ pub struct FileAccesses {
     lost: Arc<AtomicU64>,
     level: FileWatch,
     layout: Layout,
-    /// When the last access was taken (for [`FileAccesses::recv_timeout`]).
+    /// When the last access was taken (for [`FileAccesses::busy`]).
     last: std::cell::Cell<Option<Instant>>,
     sync_wake_up: bool,
 }
@@ -428,7 +428,7 @@ impl FileAccesses {
         (self.level == FileWatch::All || a.verdict != AccessVerdict::Allow).then_some(a)
     }
 
-    /// Whether accesses came within the last [`BUSY`] period: a consumer
+    /// Whether accesses came within the last `BUSY` period: a consumer
     /// then drains every [`BATCH_INTERVAL`] rather than waiting for a
     /// wake-up (which would cost the notifier a system call per access).
     pub fn busy(&self) -> bool {

@@ -19,7 +19,7 @@
 //! File-access auditing (`audit.files`: which paths the server opens,
 //! creates, removes, renames, links or executes, and which of those the
 //! sandbox denies; docs/architecture.md has the measurements behind the
-//! choice): the path-taking calls of [`crate::confine::seccomp::WATCHED`]
+//! choice): the path-taking calls of `confine::seccomp::WATCHED`
 //! return `SECCOMP_RET_USER_NOTIF`, so each one waits in the kernel while the
 //! notifier pool ([`notify`]) runs the capture:
 //!

@@ -1,5 +1,5 @@
 //! The sandbox's mount table, as `/proc/<pid>/mountinfo` shows it from
-//! inside (read once by the notifier, [`super::resolve::SandboxRoot`]), and
+//! inside (read once by the notifier, `resolve::SandboxRoot`), and
 //! the daemon's own (the host's automount and network mounts,
 //! [`super::classify`]; the cgroup mounts, `wardend`'s limits).
 

@@ -3,7 +3,7 @@
 //!
 //! # Mechanism
 //!
-//! The filter ([`crate::confine::seccomp`]) sends the refusals that matter
+//! The filter (`confine::seccomp`) sends the refusals that matter
 //! (escape and kernel-attack attempts, the rules whose action is `Notify`)
 //! to a listener instead of failing them in the kernel. The server child
 //! installs the filter with `SECCOMP_FILTER_FLAG_NEW_LISTENER`, passes the
@@ -12,7 +12,7 @@
 //! over the control socket (like the pidfd) and drops it. Nothing inside the
 //! sandbox holds it.
 //!
-//! The daemon's notifier threads (a [`Pool`] shared by all sandboxes, so an
+//! The daemon's notifier threads (a `Pool` shared by all sandboxes, so an
 //! idle sandbox holds none) answer every notification themselves, always:
 //! receive → queue a [`RefusedCall`] for whoever records them → reply with
 //! the rule's errno.
@@ -38,7 +38,7 @@
 //!   waited on (a full queue counts the call as lost).
 //! - The event is queued *before* the reply, so when the server sees the
 //!   errno the event is already in the queue.
-//! - One sandbox's calls are answered one at a time, in order ([`Pool`]).
+//! - One sandbox's calls are answered one at a time, in order (`Pool`).
 //!
 //! # Lifetime
 //!
@@ -101,7 +101,7 @@ impl Wake {
 
     /// Asks to be rung by the next queued event. Arm *before* the last look
     /// at the queues: an event queued after that look then rings (the
-    /// fences pair with the notifier's in [`Wake::notify`]).
+    /// fences pair with the notifier's in `Wake::notify`).
     pub fn arm(&self) {
         self.armed.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);

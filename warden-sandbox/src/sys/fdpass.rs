@@ -15,9 +15,9 @@ use std::mem;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// Most fds accepted in one message.
-pub const MAX_FDS: usize = 3;
+pub(crate) const MAX_FDS: usize = 3;
 
-/// One `recvmsg` into `buf`, collecting up to [`MAX_FDS`] fds (received
+/// One `recvmsg` into `buf`, collecting up to `MAX_FDS` (3) fds (received
 /// close-on-exec). Returns the bytes read and the fds. With `nonblocking`,
 /// `WouldBlock` is returned instead of waiting. A message with more fds than
 /// fit is an error (the kernel closes the excess; we close the rest).

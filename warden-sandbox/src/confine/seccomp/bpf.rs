@@ -142,7 +142,7 @@ fn rule_body(rule: &Rule, notify: bool) -> Result<Vec<libc::sock_filter>, Failur
 
 /// Compiles [`RULES`] for the architecture this binary was built for.
 /// `notify`: the filter will be installed with `SECCOMP_FILTER_FLAG_NEW_LISTENER`
-/// and someone answers the listener; otherwise [`Action::Notify`] rules return
+/// and someone answers the listener; otherwise [`Action::Notify`](super::table::Action::Notify) rules return
 /// their errno directly. `watch_files` (only with `notify`): the [`WATCHED`]
 /// calls notify too; otherwise they are allowed without a round trip.
 /// `guard` (only with `notify`): the calls that can create a name notify

@@ -1,7 +1,7 @@
 //! The server's seccomp-BPF filter: default allow, with a deny list of the
 //! kernel-attack and escape surface (DESIGN.md §5 "Hardening").
 //!
-//! The rules are data: [`RULES`] is a table of (syscall, action, optional argument
+//! The rules are data: [`RULES`](table::RULES) is a table of (syscall, action, optional argument
 //! condition, reason), and [`program`] compiles it to classic BPF. Nothing here
 //! runs in the server child; `Confinement::prepare` builds the program in PID 1 and
 //! the child only hands it to `seccomp(2)`.
@@ -20,7 +20,7 @@
 //! fails loudly with "Operation not permitted" instead of dying mysteriously.
 //!
 //! Refusals that matter (escape and kernel-attack attempts) are
-//! [`Action::Notify`]: compiled to `SECCOMP_RET_USER_NOTIF`, so the call stops
+//! [`Action::Notify`](table::Action::Notify): compiled to `SECCOMP_RET_USER_NOTIF`, so the call stops
 //! in the kernel until the sandbox's notifier ([`crate::supervise::notify`]) has queued an
 //! audit event and answered with the rule's errno. The server sees the same
 //! errno as with `SECCOMP_RET_ERRNO`; only the refused call pays the round
@@ -40,7 +40,7 @@
 //! the kernel acts on: setting high bits cannot slip past a rule (the
 //! CVE-2017-5226-style `TIOCSTI | 1 << 32` bypass of 64-bit comparisons).
 //!
-//! A syscall may be both refused on some arguments and watched ([`WATCHED`]:
+//! A syscall may be both refused on some arguments and watched ([`WATCHED`](watched::WATCHED):
 //! `chmod` with a set-id bit is refused, every other `chmod` observed): its
 //! block then falls through to the watched calls instead of allowing, and the
 //! notifier looks for a refusing rule ([`rule_for`], on the same argument

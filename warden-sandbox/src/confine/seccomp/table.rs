@@ -37,7 +37,7 @@ pub(crate) enum ArgCond {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum When {
     Always,
-    /// Only with write grants and without the creation guard ([`program`]'s
+    /// Only with write grants and without the creation guard ([`program`](super::bpf::program)'s
     /// `writes` and not `guard`): a refusal the guard makes unnecessary by
     /// performing the call itself (and that nothing needs without a write
     /// grant: the private tmpfs mounts are gone with the session).

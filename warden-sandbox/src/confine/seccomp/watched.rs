@@ -4,7 +4,7 @@
 use super::table::nr;
 
 /// What a watched call does to the paths it names: the operation the file
-/// audit records (refined by the call's flags, see [`crate::supervise::files`]).
+/// audit records (refined by the call's flags, see [`crate::supervise::classify`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FileOp {
     /// open/openat/openat2/creat: read, write, create or `O_PATH`, by its flags.
