@@ -18,6 +18,7 @@
 
 use crate::spec::{Layers, SandboxSpec};
 use nix::errno::Errno;
+use std::os::fd::{AsFd, AsRawFd};
 
 /// What this kernel offers the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +82,7 @@ impl Kernel {
             max_user_namespaces: read("/proc/sys/user/max_user_namespaces")
                 .and_then(|s| s.parse().ok()),
             unprivileged_userns_clone: read("/proc/sys/kernel/unprivileged_userns_clone"),
-            landlock: crate::landlock::probe(),
+            landlock: crate::confine::landlock::probe(),
             seccomp_actions,
             user_notif,
             wait_killable_recv: flags.wait_killable_recv,
@@ -102,7 +103,7 @@ impl Kernel {
     pub fn landlock_abi(&self) -> Option<u32> {
         self.landlock
             .ok()
-            .map(|abi| abi.min(crate::landlock::KNOWN_ABI))
+            .map(|abi| abi.min(crate::confine::landlock::KNOWN_ABI))
     }
 
     /// The creation guard can run here: it needs user notification,
@@ -142,86 +143,62 @@ impl Kernel {
 fn listener_trial() -> ListenerFlags {
     std::thread::Builder::new()
         .name("warden-probe".into())
-        .spawn(|| {
-            // SAFETY: raw calls on this thread's own state (no_new_privs,
-            // its seccomp filter) and on the listener it gets; the thread
-            // ends right after.
-            unsafe { trial_on_this_thread() }
-        })
+        .spawn(trial_on_this_thread)
         .ok()
         .and_then(|t| t.join().ok())
         .unwrap_or_default()
 }
 
-/// # Safety
-/// Only on a thread that exits afterwards: it keeps `no_new_privs` and an
-/// allow-all seccomp filter.
-unsafe fn trial_on_this_thread() -> ListenerFlags {
+/// The trial itself. Only on a thread that exits afterwards: it keeps
+/// `no_new_privs` and an allow-all seccomp filter.
+fn trial_on_this_thread() -> ListenerFlags {
+    use crate::sys::seccomp;
     let mut out = ListenerFlags::default();
-    // SAFETY: for the whole body: plain syscalls with arguments we own.
-    unsafe {
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
-            return out;
-        }
-        let allow = [libc::sock_filter {
-            code: (libc::BPF_RET | libc::BPF_K) as u16,
-            jt: 0,
-            jf: 0,
-            k: libc::SECCOMP_RET_ALLOW,
-        }];
-        let prog = libc::sock_fprog {
-            len: 1,
-            filter: allow.as_ptr() as *mut libc::sock_filter,
-        };
-        let install = |flags: libc::c_ulong| {
-            libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                flags,
-                &prog as *const libc::sock_fprog,
-            )
-        };
-        // As the sandbox installs its filter with the guard on; a kernel that
-        // does not know the flag answers EINVAL (and installs nothing).
-        let mut fd = install(
-            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
-        );
-        out.wait_killable_recv = fd >= 0;
-        if fd < 0 && Errno::last() == Errno::EINVAL {
-            fd = install(libc::SECCOMP_FILTER_FLAG_NEW_LISTENER);
-        }
-        if fd < 0 {
-            return ListenerFlags::default();
-        }
-        let listener = fd as libc::c_int;
-        // Before 6.6 an unknown ioctl: EINVAL. The flags are the argument.
-        out.sync_wake_up = libc::ioctl(
-            listener,
-            libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
-            crate::notify::SYNC_WAKE_UP as libc::c_ulong,
-        ) == 0;
-        // No notification has this id (the filter never notifies), so a
-        // kernel that takes SEND looks for it and answers ENOENT; one that
-        // does not rejects the flag first (EINVAL), and one without ADDFD
-        // (before 5.9) the ioctl.
-        let addfd = libc::seccomp_notif_addfd {
-            id: 0,
-            flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
-            srcfd: listener as u32,
-            newfd: 0,
-            newfd_flags: 0,
-        };
-        out.addfd_send = libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ADDFD, &addfd) < 0
-            && Errno::last() == Errno::ENOENT;
-        libc::close(listener);
+    if nix::sys::prctl::set_no_new_privs().is_err() {
+        return out;
     }
+    let allow = [libc::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k: libc::SECCOMP_RET_ALLOW,
+    }];
+    // As the sandbox installs its filter with the guard on; a kernel that
+    // does not know the flag answers EINVAL (and installs nothing).
+    let mut installed = seccomp::install_filter(
+        &allow,
+        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
+    );
+    out.wait_killable_recv = installed.is_ok();
+    if matches!(installed, Err(Errno::EINVAL)) {
+        installed = seccomp::install_filter(&allow, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER);
+    }
+    let Ok(Some(listener)) = installed else {
+        return ListenerFlags::default();
+    };
+    // Before 6.6 an unknown ioctl: EINVAL. The flags are the argument.
+    out.sync_wake_up =
+        seccomp::set_flags(listener.as_fd(), seccomp::USER_NOTIF_FD_SYNC_WAKE_UP).is_ok();
+    // No notification has this id (the filter never notifies), so a
+    // kernel that takes SEND looks for it and answers ENOENT; one that
+    // does not rejects the flag first (EINVAL), and one without ADDFD
+    // (before 5.9) the ioctl.
+    let addfd = libc::seccomp_notif_addfd {
+        id: 0,
+        flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
+        srcfd: listener.as_raw_fd() as u32,
+        newfd: 0,
+        newfd_flags: 0,
+    };
+    out.addfd_send = seccomp::add_fd(listener.as_fd(), &addfd) == Err(Errno::ENOENT);
+    drop(listener);
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::FileAudit;
+    use crate::spec::FileWatch;
 
     /// A kernel with everything.
     pub(crate) fn full() -> Kernel {
@@ -238,7 +215,7 @@ mod tests {
         }
     }
 
-    fn spec(write: bool, audit_files: FileAudit) -> SandboxSpec {
+    fn spec(write: bool, audit_files: FileWatch) -> SandboxSpec {
         SandboxSpec {
             session_id: "s".into(),
             program: "/bin/true".into(),
@@ -268,7 +245,7 @@ mod tests {
     fn everything_the_kernel_has_and_the_spec_needs() {
         let k = full();
         assert_eq!(
-            k.layers(&spec(true, FileAudit::Denied)),
+            k.layers(&spec(true, FileWatch::Denied)),
             Layers {
                 landlock_abi: Some(7),
                 notify: true,
@@ -281,14 +258,14 @@ mod tests {
         // No write grant: no guard, so no WAIT_KILLABLE_RECV; no file audit:
         // nothing is watched, so no SYNC_WAKE_UP either.
         assert_eq!(
-            k.layers(&spec(false, FileAudit::Off)),
+            k.layers(&spec(false, FileWatch::Off)),
             Layers {
                 landlock_abi: Some(7),
                 notify: true,
                 ..Layers::NONE
             }
         );
-        let mut skip = spec(true, FileAudit::All);
+        let mut skip = spec(true, FileWatch::All);
         skip.dangerously_skip_confinement = true;
         assert_eq!(k.layers(&skip), Layers::NONE);
     }
@@ -316,7 +293,7 @@ mod tests {
             let mut k = full();
             change(&mut k);
             for write in [false, true] {
-                for level in [FileAudit::Off, FileAudit::Denied, FileAudit::All] {
+                for level in [FileWatch::Off, FileWatch::Denied, FileWatch::All] {
                     let l = k.layers(&spec(write, level));
                     assert_eq!(l.inconsistency(), None, "{what}: {l:?}");
                     assert_eq!(l.landlock_abi, k.landlock_abi(), "{what}");
@@ -330,7 +307,7 @@ mod tests {
         }
         let mut k = full();
         k.landlock = Ok(99);
-        assert_eq!(k.landlock_abi(), Some(crate::landlock::KNOWN_ABI));
+        assert_eq!(k.landlock_abi(), Some(crate::confine::landlock::KNOWN_ABI));
         k.addfd_send = false;
         assert!(!k.guard_available());
     }

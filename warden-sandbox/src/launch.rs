@@ -1,6 +1,6 @@
 //! The daemon side: start the sandbox init (a re-exec of a binary that calls
-//! [`init_entry_if_requested`] first thing in `main`), hand it the spec, and control
-//! the running sandbox.
+//! [`crate::init_entry_if_requested`] first thing in `main`), hand it the spec, and
+//! control the running sandbox.
 //!
 //! ```text
 //! daemon ──socketpair (fd 3)──▶ launcher (host pid ns, new user ns)
@@ -10,7 +10,7 @@
 //! PID 1 is signalled only through a pidfd the launcher passes back, so a recycled
 //! pid can never be hit. Server signals and tree-wide SIGTERM go through PID 1 as
 //! control messages. PID 1 also passes the seccomp listener; the sandbox answers
-//! it on the shared notifier pool ([`crate::notify`]) whether or not anyone
+//! it on the shared notifier pool ([`crate::supervise::notify`]) whether or not anyone
 //! reads the refused calls ([`Spawned::refused`]).
 //!
 //! Nothing here needs a thread per sandbox to notice its end: the launcher's
@@ -19,30 +19,17 @@
 //! namespace) is gone, so an event loop can wait on it and then call
 //! [`Sandbox::wait`], which no longer blocks for long.
 
-use crate::files::{FileAccesses, Watch};
+use crate::control::{self, Exit, Failure, FromInit, Recv, ToInit};
 use crate::init;
-use crate::notify::{Notifier, RefusedCalls, Wake};
-use crate::proto::{self, Exit, Failure, FromInit, Recv, ToInit};
 use crate::spec::SandboxSpec;
+use crate::supervise::classify::{FileAccesses, Watch};
+use crate::supervise::notify::{Notifier, RefusedCalls, Wake};
 use crate::sys;
 use nix::errno::Errno;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-
-/// argv[1] that selects the sandbox init role.
-pub const INIT_ARG: &str = "__warden-sandbox-init";
-
-/// Call first thing in `main()` of any binary used as `exe` for [`Sandbox::spawn`]
-/// (before any thread or async runtime exists). If argv[1] is [`INIT_ARG`], runs the
-/// sandbox init role and never returns; otherwise returns at once.
-pub fn init_entry_if_requested() {
-    if std::env::args_os().nth(1).is_some_and(|a| a == INIT_ARG) {
-        init::run();
-    }
-}
 
 /// How the server (PID 1's child) ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,7 +173,7 @@ fn reap(child: &mut Child) -> String {
 }
 
 impl Sandbox {
-    /// Blocking. Re-executes `exe` with [`INIT_ARG`] and a control socketpair, sends
+    /// Blocking. Re-executes `exe` with [`init::INIT_ARG`] and a control socketpair, sends
     /// `spec`, and returns once the server has been exec'd inside the sandbox, or the
     /// reason it was not (sent back as data by the child, including an execve
     /// failure of the program). `stdio` become the server's fds 0, 1, 2.
@@ -209,28 +196,14 @@ impl Sandbox {
         .map_err(control)?;
         let [stdin, stdout, stderr] = stdio;
         let mut cmd = Command::new(exe);
-        cmd.arg(INIT_ARG)
+        cmd.arg(init::INIT_ARG)
             // The daemon's environment never reaches the sandbox.
             .env_clear()
             .stdin(Stdio::from(stdin))
             .stdout(Stdio::from(stdout))
             .stderr(Stdio::from(stderr));
-        let raw = theirs.as_raw_fd();
-        // SAFETY: the closure runs in the forked child before exec and only calls
-        // async-signal-safe dup2/fcntl. std has already placed stdio on 0..2.
-        unsafe {
-            cmd.pre_exec(move || {
-                if raw == init::CONTROL_FD {
-                    // dup2 onto itself keeps FD_CLOEXEC: clear it instead.
-                    if libc::fcntl(raw, libc::F_SETFD, 0) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                } else if libc::dup2(raw, init::CONTROL_FD) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        // The init finds its end at fd 3.
+        sys::process::place_fd_on_exec(&mut cmd, theirs.as_raw_fd(), init::CONTROL_FD);
         let launcher = cmd.spawn().map_err(|source| SandboxError::Start {
             exe: exe.to_path_buf(),
             source,
@@ -240,7 +213,7 @@ impl Sandbox {
         drop(theirs);
         let mut launcher = launcher;
         // Our own unreaped child: its pid cannot be reused before we wait.
-        let launcher_pidfd = match sys::pidfd_open(launcher.id() as libc::pid_t) {
+        let launcher_pidfd = match sys::process::pidfd_open(launcher.id() as libc::pid_t) {
             Ok(fd) => fd,
             Err(e) => {
                 let _ = launcher.kill();
@@ -254,7 +227,7 @@ impl Sandbox {
             reap(launcher);
             err
         };
-        if let Err(e) = proto::send(ours.as_fd(), &ToInit::Spec(Box::new(spec.clone())), None) {
+        if let Err(e) = control::send(ours.as_fd(), &ToInit::Spec(Box::new(spec.clone())), None) {
             // EPIPE: the init died before reading; report how.
             let status = reap(&mut launcher);
             return Err(if matches!(e, Errno::EPIPE | Errno::ECONNRESET) {
@@ -273,13 +246,16 @@ impl Sandbox {
         let mut files = None;
         let mut proxy = None;
         while pidfd.is_none() || !started {
-            match proto::recv::<FromInit>(ours.as_fd()) {
+            match control::recv::<FromInit>(ours.as_fd()) {
                 Ok(Recv::Msg(FromInit::Launched { pid }, Some(fd))) => {
                     pidfd = Some((fd, pid as u32))
                 }
                 Ok(Recv::Msg(FromInit::Listener, Some(fd))) if spec.layers.notify => {
                     // Answered from now on, before the server can make a call.
-                    let g = spec.layers.guard.then(|| crate::guard::Guard::new(spec));
+                    let g = spec
+                        .layers
+                        .guard
+                        .then(|| crate::supervise::guard::Guard::new(spec));
                     match Notifier::start(fd, Watch::from_spec(spec), g, spec.layers.sync_wake_up) {
                         Ok((n, calls, f, w)) => {
                             notifier = Some((n, calls));
@@ -361,7 +337,7 @@ impl Sandbox {
     /// returns at once. `Err`: the fd could not be registered (then
     /// [`Sandbox::wait`] on a blocking thread does the waiting).
     pub async fn exited(self: &Arc<Self>) -> std::io::Result<()> {
-        let fd = crate::readiness::readable(self.clone(), |s: &Sandbox| s.exit_fd())?;
+        let fd = crate::sys::readiness::readable(self.clone(), |s: &Sandbox| s.exit_fd())?;
         // A pidfd stays readable once its process has exited.
         let _ = fd.readable().await?;
         Ok(())
@@ -374,7 +350,7 @@ impl Sandbox {
 
     /// Sends a control message; a sandbox that is already gone is not an error.
     fn send(&self, msg: &ToInit) -> Result<(), SandboxError> {
-        match proto::send(self.sock.as_fd(), msg, None) {
+        match control::send(self.sock.as_fd(), msg, None) {
             Ok(()) | Err(Errno::EPIPE | Errno::ECONNRESET | Errno::ECONNREFUSED) => Ok(()),
             Err(e) => Err(control(e)),
         }
@@ -395,7 +371,7 @@ impl Sandbox {
     /// SIGKILL to PID 1 through its pidfd: the kernel then kills every process in
     /// the pid namespace. A no-op once the sandbox has exited.
     pub fn kill_tree(&self) -> Result<(), SandboxError> {
-        match sys::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL) {
+        match sys::process::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL) {
             Ok(()) | Err(Errno::ESRCH) => Ok(()),
             Err(e) => Err(control(e)),
         }
@@ -412,7 +388,7 @@ impl Sandbox {
         }
         let mut outcome = None;
         loop {
-            match proto::recv::<FromInit>(self.sock.as_fd()) {
+            match control::recv::<FromInit>(self.sock.as_fd()) {
                 Ok(Recv::Msg(FromInit::Exited(e), _)) => {
                     outcome = Some(e.into());
                     // PID 1 exits right after; its exit completes only once the
@@ -441,7 +417,7 @@ impl Drop for Sandbox {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         if st.outcome.is_none() {
-            let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL);
+            let _ = sys::process::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL);
             let _ = st.launcher.wait();
         }
     }

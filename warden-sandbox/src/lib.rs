@@ -1,48 +1,68 @@
-//! Everything Linux-specific and `unsafe` in Warden.
+//! Warden's Linux sandbox: what runs inside it (the sandbox init and the
+//! server's last steps before exec), what the daemon's threads run to watch
+//! it, and the kernel boundary both use. All the `unsafe` of Warden's
+//! shipped crates is here, in two modules.
 //!
-//! - [`spec`]: the compiled sandbox description the daemon hands to the sandbox
-//!   init, with the [`spec::Layers`] it applies.
-//! - [`kernel`]: what the kernel offers, probed once ([`kernel::Kernel::probe`],
-//!   by the daemon at start), and the layers a spec gets from it.
-//! - [`launch`]: the daemon side: start the sandbox init, wait for it, signal it.
-//! - [`init`]: the sandbox side: a single-threaded re-exec of the daemon binary that
-//!   builds namespaces and the root filesystem, then runs the server as its child.
-//! - [`fdpass`]: receiving SCM_RIGHTS fds (the control socket; the daemon's side
-//!   of the shim's stdio preamble, whose sender is safe `nix` in `warden-client`).
-//! - [`notify`]: the seccomp user-notification listener that answers (and
-//!   reports) the refusals worth an audit record, and lets the observed
-//!   file-access calls through.
-//! - [`files`]: file-access auditing: reading what an observed call names
-//!   and judging it against the sandbox's layout.
-//! - [`protect`]: the names inside a write grant the host runs or trusts (`.git`,
-//!   shell start-up files, `.vscode`...), kept read-only by `mounts`.
+//! # Layout
 //!
-//! Private helpers: `proto` (the typed daemon ↔ init control protocol), `mounts`
-//! (the sandbox root filesystem), `landlock` (the Landlock ruleset mirroring the
-//! grants), `confine` (Landlock and seccomp as the layers say), `seccomp` (the
-//! syscall filter, a table compiled to BPF), `queue` (the bounded queues of refused calls and file accesses,
-//! allocated as they fill), `readiness` (waiting for a
-//! sandbox's fds on a tokio event loop) and `sys` (raw kernel calls not
-//! wrapped by nix).
+//! Shared by both sides:
+//! - [`spec`]: the compiled sandbox description the daemon hands to the
+//!   sandbox init, with the [`spec::Layers`] it applies.
+//! - [`kernel`]: what the kernel offers, probed once ([`Kernel::probe`], by
+//!   the daemon at start), and the layers a spec gets from it.
+//! - [`protected`]: the names inside a write grant the host runs or trusts
+//!   (`.git`, shell start-up files, `.vscode`...): the table and the plan
+//!   of both halves (bound read-only in `rootfs`, guarded in [`supervise`]).
+//! - `control`: the typed daemon ↔ init control protocol.
+//!
+//! In the sandbox's processes (the single-threaded re-exec of the daemon's
+//! binary, never the daemon):
+//! - [`init`]: the launcher, PID 1 and the server child ([`init_entry_if_requested`]
+//!   dispatches to it).
+//! - `rootfs`: PID 1 builds the root filesystem (and binds the protected names).
+//! - `confine`: Landlock and the seccomp filter (its tables and BPF compiler),
+//!   prepared in PID 1 and applied by the server child.
+//!
+//! In the daemon:
+//! - [`launch`]: start the sandbox init ([`Sandbox::spawn`]), wait for it,
+//!   signal it.
+//! - [`supervise`]: what runs on the daemon's threads: the seccomp listener's
+//!   notifier pool, file-access capture and classification, the creation
+//!   guard, and their queues.
+//!
+//! The kernel boundary:
+//! - `sys`: the raw calls `nix` does not wrap safely (new mount API, openat2,
+//!   statx, pidfd, capabilities, seccomp and its listener's ioctls, the
+//!   Landlock version call, receiving `SCM_RIGHTS`, registering fds with
+//!   tokio), as safe functions; [`fdpass`] is its public part (the daemon's
+//!   side of the shim's stdio preamble, whose sender is safe `nix` in
+//!   `warden-client`).
+//!
+//! # Invariants
+//!
+//! `unsafe_code` is denied for the crate and allowed in `sys` and
+//! `init::exec` (the init role's fork and the server child between fork and
+//! execve) only, besides two test modules that fork or map memory; every
+//! block carries its `// SAFETY:` line (`clippy::undocumented_unsafe_blocks`).
+#![deny(unsafe_code)]
+
 mod confine;
-pub mod fdpass;
-pub mod files;
-pub mod guard;
+mod control;
 pub mod init;
 pub mod kernel;
-mod landlock;
 pub mod launch;
-mod mounts;
-pub mod notify;
-pub mod protect;
-mod proto;
-mod queue;
-mod readiness;
-mod seccomp;
+pub mod protected;
+mod rootfs;
 pub mod spec;
+pub mod supervise;
+// The kernel boundary: with `init::exec`, the only module that may hold
+// `unsafe` (see its docs).
+#[allow(unsafe_code)]
 mod sys;
 
-pub use files::{FileAccess, FileAccesses};
+pub use sys::fdpass;
+
+pub use init::{entry_if_requested as init_entry_if_requested, INIT_ARG};
 pub use kernel::Kernel;
-pub use launch::{init_entry_if_requested, ExitOutcome, Sandbox, SandboxError, Spawned, INIT_ARG};
-pub use notify::{RefusedCall, RefusedCalls, Wake, WakeWaiter};
+pub use launch::{ExitOutcome, Sandbox, SandboxError, Spawned};
+pub use supervise::{FileAccess, FileAccesses, RefusedCall, RefusedCalls, Wake, WakeWaiter};

@@ -13,7 +13,7 @@ pub struct SandboxSpec {
     /// Absolute, symlink-free host path of the program to execute. Bound
     /// read-only at the same path unless a runtime bind or grant already covers it.
     pub program: PathBuf,
-    /// argv, including argv[0] as the user wrote it. Raw bytes.
+    /// argv, including argv\[0\] as the user wrote it. Raw bytes.
     pub argv: Vec<Vec<u8>>,
     /// The final environment of the server (already filtered by the daemon).
     pub env: Vec<(Vec<u8>, Vec<u8>)>,
@@ -57,14 +57,17 @@ pub struct SandboxSpec {
     #[serde(default)]
     pub cgroup: Option<PathBuf>,
     /// Which of the server's file accesses the daemon is told about
-    /// ([`crate::files`]; the policy's `audit.files`). Needs seccomp user
-    /// notification ([`Layers::watch_files`] says whether it is applied);
-    /// without it nothing is observed. Default: off.
-    #[serde(default, skip_serializing_if = "FileAudit::is_off")]
-    pub audit_files: FileAudit,
+    /// ([`crate::supervise`]; the daemon converts the policy's `audit.files`,
+    /// whose own default is `denied`). Needs seccomp user notification
+    /// ([`Layers::watch_files`] says whether it is applied); without it
+    /// nothing is observed. A spec without the field watches nothing
+    /// ([`FileWatch::Off`]): the default is the policy's business, not the
+    /// sandbox's.
+    #[serde(default = "FileWatch::off", skip_serializing_if = "FileWatch::is_off")]
+    pub audit_files: FileWatch,
     /// Warden's own files and directories (the daemon's policy and state
     /// directories, the policy file, the installed binaries): protected like
-    /// [`crate::protect::PROTECTED`] names wherever a write grant covers them.
+    /// `protected::PROTECTED` names wherever a write grant covers them.
     /// Absolute, normalised.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warden_paths: Vec<PathBuf>,
@@ -104,7 +107,7 @@ pub struct Layers {
     /// The path-taking calls notify too and are reported at the level of
     /// [`SandboxSpec::audit_files`] (needs `notify`).
     pub watch_files: bool,
-    /// The creation guard ([`crate::guard`]): Landlock without the rights to
+    /// The creation guard (`supervise::guard`): Landlock without the rights to
     /// create, and the daemon performs every creating call (needs `notify`
     /// and Landlock).
     pub guard: bool,
@@ -153,12 +156,14 @@ impl Layers {
     }
 }
 
-/// How much of the server's file access is observed (`audit.files`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// How much of the server's file access the sandbox watches and reports
+/// (the spec's side of the policy's `audit.files`, which the daemon converts:
+/// deliberately without a `Default`, so no default here can disagree with
+/// the policy's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum FileAudit {
+pub enum FileWatch {
     /// Not observed: the path-taking calls never leave the kernel.
-    #[default]
     Off,
     /// Every path-taking call is observed; only the accesses the sandbox
     /// denies (outside the grants, writes to read-only ones) are reported.
@@ -167,17 +172,22 @@ pub enum FileAudit {
     All,
 }
 
-impl FileAudit {
+impl FileWatch {
+    /// [`FileWatch::Off`], what a spec without `audit_files` means.
+    pub fn off() -> FileWatch {
+        FileWatch::Off
+    }
+
     pub fn is_off(&self) -> bool {
-        *self == FileAudit::Off
+        *self == FileWatch::Off
     }
 
     /// `off`, `denied`, `all`.
     pub fn as_str(self) -> &'static str {
         match self {
-            FileAudit::Off => "off",
-            FileAudit::Denied => "denied",
-            FileAudit::All => "all",
+            FileWatch::Off => "off",
+            FileWatch::Denied => "denied",
+            FileWatch::All => "all",
         }
     }
 }

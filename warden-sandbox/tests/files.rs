@@ -9,9 +9,9 @@
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::time::Duration;
-use warden_sandbox::files::{Action, Decision, FileAccess};
 use warden_sandbox::spec::Layers;
-use warden_sandbox::spec::{FileAudit, SandboxSpec};
+use warden_sandbox::spec::{FileWatch, SandboxSpec};
+use warden_sandbox::supervise::{AccessVerdict, Action, FileAccess};
 use warden_sandbox::ExitOutcome;
 
 mod common;
@@ -56,7 +56,7 @@ impl Fixture {
         self.root.join(rel).display().to_string()
     }
 
-    fn spec(&self, program: &str, argv: &[&[u8]], level: FileAudit) -> SandboxSpec {
+    fn spec(&self, program: &str, argv: &[&[u8]], level: FileWatch) -> SandboxSpec {
         let home = self.root.join("home");
         serde_json::from_value(serde_json::json!({
             "session_id": "f1le5a0d17",
@@ -78,7 +78,7 @@ impl Fixture {
         .unwrap()
     }
 
-    fn sh(&self, script: &str, level: FileAudit) -> SandboxSpec {
+    fn sh(&self, script: &str, level: FileWatch) -> SandboxSpec {
         self.spec("/bin/sh", &[b"sh", b"-c", script.as_bytes()], level)
     }
 }
@@ -110,7 +110,7 @@ fn run_lossy(spec: &SandboxSpec) -> (ExitOutcome, String, Option<Vec<FileAccess>
         let mut out = Vec::new();
         let mut lost = 0;
         if let Some(files) = files {
-            while let Ok(a) = files.recv_timeout(Duration::from_secs(120)) {
+            while let Ok(a) = files.next_classified(Duration::from_secs(120)) {
                 out.push(a);
             }
             lost = files.lost();
@@ -129,7 +129,7 @@ fn show(v: &[FileAccess]) -> String {
         .map(|a| {
             format!(
                 "{:?} {} {} {} -> {} {:?} {}\n",
-                a.decision,
+                a.verdict,
                 a.action.as_str(),
                 a.syscall,
                 String::from_utf8_lossy(&a.path),
@@ -172,7 +172,7 @@ fn observed_calls_are_judged_as_the_sandbox_answers_them() {
         ro = f.p("ro"),
         tool = f.p("hidden/tool"),
     );
-    let (exit, out, got) = run(&f.sh(&script, FileAudit::All));
+    let (exit, out, got) = run(&f.sh(&script, FileWatch::All));
     assert_eq!(exit, ExitOutcome::Code(0), "{out}");
     let v = got.unwrap();
     // What the shell got: the sandbox refused the first four, allowed the rest.
@@ -193,8 +193,8 @@ fn observed_calls_are_judged_as_the_sandbox_answers_them() {
     let key = f.p("home/.ssh/id_rsa");
     let a = find(&v, Action::OpenRead, &key);
     assert_eq!(
-        (a.decision, a.errno),
-        (Decision::Deny, Some(libc::ENOENT)),
+        (a.verdict, a.errno),
+        (AccessVerdict::Deny, Some(libc::ENOENT)),
         "{}",
         show(&v)
     );
@@ -202,32 +202,44 @@ fn observed_calls_are_judged_as_the_sandbox_answers_them() {
     assert!(a.reason.contains("private $HOME"), "{}", a.reason);
     let a = find(&v, Action::Create, &f.p("ro/new"));
     assert_eq!(
-        (a.decision, a.errno, a.reason.as_str()),
-        (Decision::Deny, Some(libc::EROFS), "read-only grant")
+        (a.verdict, a.errno, a.reason.as_str()),
+        (AccessVerdict::Deny, Some(libc::EROFS), "read-only grant")
     );
     // `>>` opens with O_CREAT too: a create, on an existing file.
     let a = find(&v, Action::Create, &f.p("ro/data.txt"));
-    assert_eq!((a.decision, a.errno), (Decision::Deny, Some(libc::EROFS)));
+    assert_eq!(
+        (a.verdict, a.errno),
+        (AccessVerdict::Deny, Some(libc::EROFS))
+    );
     let a = find(&v, Action::Exec, &f.p("hidden/tool"));
-    assert_eq!((a.decision, a.errno), (Decision::Deny, Some(libc::ENOENT)));
+    assert_eq!(
+        (a.verdict, a.errno),
+        (AccessVerdict::Deny, Some(libc::ENOENT))
+    );
     let a = find(&v, Action::Mkdir, &f.p("ro/d"));
-    assert_eq!((a.decision, a.errno), (Decision::Deny, Some(libc::EROFS)));
+    assert_eq!(
+        (a.verdict, a.errno),
+        (AccessVerdict::Deny, Some(libc::EROFS))
+    );
     let a = find(&v, Action::Unlink, &f.p("ro/data.txt"));
-    assert_eq!((a.decision, a.errno), (Decision::Deny, Some(libc::EROFS)));
+    assert_eq!(
+        (a.verdict, a.errno),
+        (AccessVerdict::Deny, Some(libc::EROFS))
+    );
     // Controls.
     assert_eq!(
-        find(&v, Action::OpenRead, &f.p("ro/data.txt")).decision,
-        Decision::Allow
+        find(&v, Action::OpenRead, &f.p("ro/data.txt")).verdict,
+        AccessVerdict::Allow
     );
     let a = find(&v, Action::Create, "out.txt");
-    assert_eq!(a.decision, Decision::Allow);
+    assert_eq!(a.verdict, AccessVerdict::Allow);
     assert_eq!(
         a.resolved,
         f.p("rw/out.txt").as_bytes(),
         "relative to the cwd"
     );
     let a = find(&v, Action::Rename, "out.txt");
-    assert_eq!(a.decision, Decision::Allow);
+    assert_eq!(a.verdict, AccessVerdict::Allow);
     let (to, to_resolved) = a.to.clone().unwrap();
     assert_eq!(
         (to.as_slice(), to_resolved),
@@ -235,13 +247,16 @@ fn observed_calls_are_judged_as_the_sandbox_answers_them() {
     );
     let a = find(&v, Action::Symlink, "link");
     assert_eq!(
-        (a.decision, a.target.as_deref()),
-        (Decision::Allow, Some(key.as_bytes()))
+        (a.verdict, a.target.as_deref()),
+        (AccessVerdict::Allow, Some(key.as_bytes()))
     );
     // The link in the write grant leads to the hidden key: resolved, denied.
     let a = find(&v, Action::OpenRead, "link");
     assert_eq!(a.resolved, key.as_bytes());
-    assert_eq!((a.decision, a.errno), (Decision::Deny, Some(libc::ENOENT)));
+    assert_eq!(
+        (a.verdict, a.errno),
+        (AccessVerdict::Deny, Some(libc::ENOENT))
+    );
     // The server's own exec, read from the child before it was the server.
     let first = &v[0];
     assert_eq!(
@@ -250,7 +265,7 @@ fn observed_calls_are_judged_as_the_sandbox_answers_them() {
         "{}",
         show(&v)
     );
-    assert_eq!(first.decision, Decision::Allow);
+    assert_eq!(first.verdict, AccessVerdict::Allow);
 }
 
 /// `denied` reports only denials; `off` observes nothing at all; and the
@@ -269,9 +284,9 @@ fn levels_report_denials_everything_or_nothing_and_change_no_outcome() {
         tool = f.p("hidden/tool"),
         hidden = f.p("hidden/secret.txt"),
     );
-    let (e_off, out_off, off) = run(&f.sh(&script, FileAudit::Off));
-    let (e_den, out_den, denied) = run(&f.sh(&script, FileAudit::Denied));
-    let (e_all, out_all, all) = run(&f.sh(&script, FileAudit::All));
+    let (e_off, out_off, off) = run(&f.sh(&script, FileWatch::Off));
+    let (e_den, out_den, denied) = run(&f.sh(&script, FileWatch::Denied));
+    let (e_all, out_all, all) = run(&f.sh(&script, FileWatch::All));
     // With a write grant the creation guard listens even at `off`, but
     // reports only its own refusals (none here).
     assert!(
@@ -287,13 +302,13 @@ fn levels_report_denials_everything_or_nothing_and_change_no_outcome() {
     );
     let (denied, all) = (denied.unwrap(), all.unwrap());
     assert!(
-        denied.iter().all(|a| a.decision == Decision::Deny),
+        denied.iter().all(|a| a.verdict == AccessVerdict::Deny),
         "{}",
         show(&denied)
     );
     let key = |v: &[FileAccess]| -> Vec<(Action, Vec<u8>)> {
         v.iter()
-            .filter(|a| a.decision == Decision::Deny)
+            .filter(|a| a.verdict == AccessVerdict::Deny)
             .map(|a| (a.action, a.path.clone()))
             .collect()
     };
@@ -361,7 +376,7 @@ print("opened=%d leaks=%d" % (opened, leaks))
     let (exit, out, got, _lost) = run_lossy(&f.spec(
         "/usr/bin/python3",
         &[b"python3", b"-c", race.as_bytes()],
-        FileAudit::All,
+        FileWatch::All,
     ));
     assert_eq!(exit, ExitOutcome::Code(0), "{out}");
     assert!(out.contains(" leaks=0"), "{out}");
@@ -383,7 +398,7 @@ fn accesses_are_judged_against_the_sandbox_even_after_it_is_gone() {
         ro = f.p("ro"),
         key = f.p("home/.ssh/id_rsa")
     );
-    let spec = f.sh(&script, FileAudit::All);
+    let spec = f.sh(&script, FileWatch::All);
     let s = spawn(&runner(), &spec, [null(), null(), null()]).unwrap();
     let (sb, files) = (s.sandbox, s.files.unwrap());
     // Linux 6.6+ takes the synchronous wake-up flag.
@@ -399,19 +414,19 @@ fn accesses_are_judged_against_the_sandbox_even_after_it_is_gone() {
     assert_eq!(sb.wait().unwrap(), ExitOutcome::Code(0));
     drop(sb);
     let mut v = Vec::new();
-    while let Ok(a) = files.recv_timeout(Duration::from_secs(60)) {
+    while let Ok(a) = files.next_classified(Duration::from_secs(60)) {
         v.push(a);
     }
     let a = find(&v, Action::OpenRead, &f.p("ro/data.txt"));
     assert_eq!(
-        (a.decision, a.reason.as_str()),
-        (Decision::Allow, "a read grant"),
+        (a.verdict, a.reason.as_str()),
+        (AccessVerdict::Allow, "a read grant"),
         "{}",
         show(&v)
     );
     let a = find(&v, Action::OpenRead, "/etc/ld.so.cache");
-    assert_eq!(a.decision, Decision::Allow, "{}", show(&v));
+    assert_eq!(a.verdict, AccessVerdict::Allow, "{}", show(&v));
     // Control: the hidden key is still judged hidden.
     let a = find(&v, Action::OpenRead, &f.p("home/.ssh/id_rsa"));
-    assert_eq!(a.decision, Decision::Deny);
+    assert_eq!(a.verdict, AccessVerdict::Deny);
 }

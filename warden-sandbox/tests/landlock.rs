@@ -3,7 +3,7 @@
 //! unprivileged user with `run-unprivileged.sh`).
 //!
 //! The layer on its own (no namespaces, no mount layer) is tested in
-//! `src/landlock.rs` (`host_tests`). Here: the mounts and Landlock together keep
+//! `src/confine/landlock.rs` (`host_tests`). Here: the mounts and Landlock together keep
 //! the grants, and inside the sandbox Landlock refuses things the mount layer
 //! and file permissions would allow.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
@@ -221,7 +221,7 @@ fn tcp_bind_is_refused_inside() {
 /// An abstract unix socket listening outside cannot be reached from inside.
 /// Inside the sandbox the network namespace already gives the server its own
 /// abstract namespace (ECONNREFUSED); Landlock's ABI 6 scoping (EPERM) is the
-/// second layer, shown on its own in `src/landlock.rs` `host_tests`.
+/// second layer, shown on its own in `src/confine/landlock.rs` `host_tests`.
 #[test]
 fn abstract_unix_socket_outside_is_unreachable() {
     if !userns_available() {
@@ -257,7 +257,7 @@ fn abstract_unix_socket_outside_is_unreachable() {
 
 /// A process outside cannot be signalled from inside. The pid namespace already
 /// hides it (ESRCH); Landlock's ABI 6 signal scoping (EPERM) is the second
-/// layer, shown on its own in `src/landlock.rs` `host_tests`.
+/// layer, shown on its own in `src/confine/landlock.rs` `host_tests`.
 #[test]
 fn processes_outside_cannot_be_signalled() {
     if !userns_available() {

@@ -1,4 +1,4 @@
-//! Write grants and the files the host trusts (`warden_sandbox::protect`): real
+//! Write grants and the files the host trusts (`warden_sandbox::protected`): real
 //! sandboxes driven through `warden-sandbox-run`, as root and as an unprivileged
 //! user (`tests/run-unprivileged.sh`).
 //!
@@ -108,7 +108,7 @@ impl Fixture {
             landlock_min_abi: 0,
             proxy_port: None,
             cgroup: None,
-            audit_files: Default::default(),
+            audit_files: warden_sandbox::spec::FileWatch::Off,
             warden_paths: vec![],
             allow_git_init: false,
             dangerously_skip_confinement: false,
@@ -390,7 +390,7 @@ fn a_protected_symlink_does_not_expose_or_write_its_target() {
 }
 
 /// A protected name that does not exist when the session starts cannot be
-/// created either (the creation guard, `guard.rs`: the launcher's notifier
+/// created either (the creation guard, `supervise/guard.rs`: the notifier
 /// performs creations and refuses protected names), while an ordinary new
 /// file next to it can. Control: the same command outside the sandbox plants
 /// the file.

@@ -69,7 +69,7 @@ impl Fixture {
             landlock_min_abi: 0,
             proxy_port: None,
             cgroup: None,
-            audit_files: Default::default(),
+            audit_files: warden_sandbox::spec::FileWatch::Off,
             warden_paths: vec![],
             allow_git_init: false,
             dangerously_skip_confinement: false,

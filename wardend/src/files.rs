@@ -2,9 +2,9 @@
 //! `docs/audit-format.md`).
 //!
 //! The sandbox lets every observed call through before it is queued for us
-//! ([`warden_sandbox::files`]); `crate::recorder` drains one session's
+//! ([`warden_sandbox::supervise`]); `crate::recorder` drains one session's
 //! queue (classification happens there, on a blocking thread, inside
-//! `FileAccesses::try_recv`) and this module makes the records. Nothing here can
+//! `FileAccesses::try_next_classified`) and this module makes the records. Nothing here can
 //! delay or change a call.
 //!
 //! A server looping on a missing file, or walking a tree with `audit.files:
@@ -18,8 +18,8 @@ use std::time::Instant;
 
 use warden_audit::event::{self, path_text};
 use warden_audit::{Decision, Record};
-use warden_sandbox::files::{Action, Decision as Verdict, FileAccess};
-use warden_sandbox::spec::{FileAudit, SandboxSpec};
+use warden_sandbox::spec::{FileWatch, SandboxSpec};
+use warden_sandbox::supervise::{AccessVerdict, Action, FileAccess};
 
 /// Records per second for one (action, decision, path) per session.
 pub const PER_PATH: u32 = 10;
@@ -27,7 +27,7 @@ pub const PER_PATH: u32 = 10;
 pub const PER_SECOND: u32 = 1000;
 
 /// One path's budget: (action, decision, path as named).
-type Key = (Action, Verdict, Vec<u8>);
+type Key = (Action, AccessVerdict, Vec<u8>);
 
 /// Accesses left out of the records: per path, or (resource `*`) per action
 /// and decision once the session's budget for the second is spent.
@@ -43,7 +43,7 @@ pub struct Suppressed {
 
 /// [`PER_PATH`] and [`PER_SECOND`] over one-second windows.
 #[derive(Debug)]
-pub struct RateLimit(crate::ratelimit::Limiter<Key, (Action, Verdict), Suppressed>);
+pub struct RateLimit(crate::ratelimit::Limiter<Key, (Action, AccessVerdict), Suppressed>);
 
 impl RateLimit {
     pub fn new(now: Instant) -> RateLimit {
@@ -52,11 +52,11 @@ impl RateLimit {
 
     /// Whether `a` gets its own record; otherwise it is counted.
     pub fn admit(&mut self, a: &FileAccess, now: Instant) -> bool {
-        let decision = decision(a.decision);
-        let key = (a.action, a.decision, a.path.clone());
+        let decision = decision(a.verdict);
+        let key = (a.action, a.verdict, a.path.clone());
         self.0.admit(
             key,
-            (a.action, a.decision),
+            (a.action, a.verdict),
             now,
             |session_wide| Suppressed {
                 action: a.action,
@@ -93,11 +93,11 @@ impl RateLimit {
     }
 }
 
-fn decision(d: Verdict) -> Decision {
+fn decision(d: AccessVerdict) -> Decision {
     match d {
-        Verdict::Allow => Decision::Allow,
-        Verdict::Deny => Decision::Deny,
-        Verdict::Unknown => Decision::Info,
+        AccessVerdict::Allow => Decision::Allow,
+        AccessVerdict::Deny => Decision::Deny,
+        AccessVerdict::Unknown => Decision::Info,
     }
 }
 
@@ -116,7 +116,7 @@ pub fn access_record(session: &str, a: &FileAccess) -> Record {
     event::FileAccess {
         session: session.to_owned(),
         action: a.action.as_str().to_owned(),
-        decision: decision(a.decision),
+        decision: decision(a.verdict),
         reason: a.reason.clone(),
         path,
         path_bytes_hex,
@@ -165,7 +165,7 @@ pub fn lost_record(session: &str, lost: u64) -> Record {
 /// Why a session must not start for its `audit.files`, if it must not: a level
 /// the policy asked for explicitly (other than `off`) needs seccomp user
 /// notification; the default level runs without it and says `unavailable`.
-pub fn refusal(level: FileAudit, explicit: bool, notify_available: bool) -> Option<String> {
+pub fn refusal(level: FileWatch, explicit: bool, notify_available: bool) -> Option<String> {
     (explicit && !level.is_off() && !notify_available).then(|| {
         format!(
             "audit.files: {} needs seccomp user notification, which this kernel does not \
@@ -196,17 +196,18 @@ mod tests {
 
     #[test]
     fn an_explicit_level_without_user_notification_is_refused() {
-        use FileAudit as P;
-        assert!(refusal(P::All, true, false).is_some_and(|m| m.contains("audit.files: all")));
-        assert!(refusal(P::Denied, true, false).is_some());
+        assert!(
+            refusal(FileWatch::All, true, false).is_some_and(|m| m.contains("audit.files: all"))
+        );
+        assert!(refusal(FileWatch::Denied, true, false).is_some());
         // The default level runs (recorded as unavailable); off never needs it;
         // with user notification nothing is refused.
-        assert_eq!(refusal(P::Denied, false, false), None);
-        assert_eq!(refusal(P::Off, true, false), None);
-        assert_eq!(refusal(P::All, true, true), None);
+        assert_eq!(refusal(FileWatch::Denied, false, false), None);
+        assert_eq!(refusal(FileWatch::Off, true, false), None);
+        assert_eq!(refusal(FileWatch::All, true, true), None);
     }
 
-    fn access(action: Action, path: &[u8], decision: Verdict) -> FileAccess {
+    fn access(action: Action, path: &[u8], verdict: AccessVerdict) -> FileAccess {
         FileAccess {
             pid: 77,
             syscall: "openat",
@@ -216,8 +217,8 @@ mod tests {
             to: None,
             target: None,
             flags: 0,
-            decision,
-            errno: (decision == Verdict::Deny).then_some(libc::ENOENT),
+            verdict,
+            errno: (verdict == AccessVerdict::Deny).then_some(libc::ENOENT),
             reason: "outside the sandbox's grants".into(),
         }
     }
@@ -226,13 +227,20 @@ mod tests {
     fn at_most_per_path_records_per_second_then_one_summary() {
         let t0 = Instant::now();
         let mut l = RateLimit::new(t0);
-        let a = access(Action::OpenRead, b"/home/u/.ssh/id_rsa", Verdict::Deny);
+        let a = access(
+            Action::OpenRead,
+            b"/home/u/.ssh/id_rsa",
+            AccessVerdict::Deny,
+        );
         let admitted = (0..1000).filter(|_| l.admit(&a, t0)).count();
         assert_eq!(admitted, PER_PATH as usize);
         // Another path, or the same path with another action, has its own budget.
-        assert!(l.admit(&access(Action::OpenRead, b"/etc/shadow", Verdict::Deny), t0));
         assert!(l.admit(
-            &access(Action::Exec, b"/home/u/.ssh/id_rsa", Verdict::Deny),
+            &access(Action::OpenRead, b"/etc/shadow", AccessVerdict::Deny),
+            t0
+        ));
+        assert!(l.admit(
+            &access(Action::Exec, b"/home/u/.ssh/id_rsa", AccessVerdict::Deny),
             t0
         ));
         assert_eq!(l.take_summaries(t0, false), vec![]);
@@ -256,7 +264,10 @@ mod tests {
         let admitted = (0..n)
             .filter(|i| {
                 let p = format!("/data/f{i}");
-                l.admit(&access(Action::OpenRead, p.as_bytes(), Verdict::Allow), t0)
+                l.admit(
+                    &access(Action::OpenRead, p.as_bytes(), AccessVerdict::Allow),
+                    t0,
+                )
             })
             .count();
         assert_eq!(admitted, PER_SECOND as usize);
@@ -270,7 +281,7 @@ mod tests {
 
     #[test]
     fn records_carry_the_path_as_named_and_the_details() {
-        let mut a = access(Action::OpenRead, b"../x/id_rsa", Verdict::Deny);
+        let mut a = access(Action::OpenRead, b"../x/id_rsa", AccessVerdict::Deny);
         a.resolved = b"/home/u/x/id_rsa".to_vec();
         let v = serde_json::to_value(access_record("0123456789ab", &a)).unwrap();
         assert_eq!(v["type"], "file");
@@ -286,7 +297,7 @@ mod tests {
                 "errno": libc::ENOENT, "error": "ENOENT", "flags": 0, "pid": 77,
             })
         );
-        let allowed = access(Action::OpenRead, b"/usr/lib/x", Verdict::Allow);
+        let allowed = access(Action::OpenRead, b"/usr/lib/x", AccessVerdict::Allow);
         let v = serde_json::to_value(access_record("s", &allowed)).unwrap();
         assert_eq!(v["decision"], "allow");
         assert!(v["details"]["errno"].is_null());
@@ -294,7 +305,7 @@ mod tests {
 
     #[test]
     fn paths_that_are_not_utf8_keep_their_bytes() {
-        let mut a = access(Action::Create, b"/tmp/\xff\xfeok", Verdict::Allow);
+        let mut a = access(Action::Create, b"/tmp/\xff\xfeok", AccessVerdict::Allow);
         a.to = Some((b"new\x80".to_vec(), b"/tmp/new\x80".to_vec()));
         let v = serde_json::to_value(access_record("s", &a)).unwrap();
         assert_eq!(v["resource"], "/tmp/\u{fffd}\u{fffd}ok");
@@ -306,7 +317,7 @@ mod tests {
         // UTF-8 paths carry no hex.
         let v = serde_json::to_value(access_record(
             "s",
-            &access(Action::OpenRead, "/tmp/é".as_bytes(), Verdict::Allow),
+            &access(Action::OpenRead, "/tmp/é".as_bytes(), AccessVerdict::Allow),
         ))
         .unwrap();
         assert_eq!(v["resource"], "/tmp/é");

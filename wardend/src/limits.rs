@@ -105,7 +105,7 @@ fn status_kb(status: &str, field: &str) -> u64 {
 
 /// `(device, mount point)` of every tmpfs in a `mountinfo` text.
 fn tmpfs_mounts(mountinfo: &str) -> Vec<(String, Vec<u8>)> {
-    warden_sandbox::files::parse_mountinfo(mountinfo)
+    warden_sandbox::supervise::mountinfo::parse_mountinfo(mountinfo)
         .into_iter()
         .filter(|m| m.fstype == "tmpfs")
         .map(|m| (m.dev, m.point))
@@ -114,7 +114,7 @@ fn tmpfs_mounts(mountinfo: &str) -> Vec<(String, Vec<u8>)> {
 
 /// Every device number (`major:minor`) mounted in `mountinfo`.
 fn devices(mountinfo: &str) -> std::collections::HashSet<String> {
-    warden_sandbox::files::parse_mountinfo(mountinfo)
+    warden_sandbox::supervise::mountinfo::parse_mountinfo(mountinfo)
         .into_iter()
         .map(|m| m.dev)
         .collect()

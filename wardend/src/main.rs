@@ -52,7 +52,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    warden_sandbox::launch::init_entry_if_requested();
+    warden_sandbox::init_entry_if_requested();
     let args = Args::parse();
     init_tracing();
     match real_main(args) {

@@ -2,7 +2,7 @@
 //! the audit store, without a thread per session.
 //!
 //! The sandbox's notifier answers every call itself and only then queues it
-//! ([`warden_sandbox::notify`]); the queues are bounded and never waited on
+//! ([`warden_sandbox::supervise::notify`]); the queues are bounded and never waited on
 //! by the notifier. One tokio task per session drains both:
 //!
 //! - while events keep coming ([`FileAccesses::busy`], or a refused call
@@ -25,7 +25,7 @@ use std::sync::mpsc::TryRecvError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use warden_sandbox::files::BATCH_INTERVAL;
+use warden_sandbox::supervise::BATCH_INTERVAL;
 use warden_sandbox::{FileAccesses, RefusedCalls, Sandbox, Wake, WakeWaiter};
 
 use crate::{files, syscalls, Daemon};
@@ -108,7 +108,7 @@ impl Queues {
         }
         if let Some(accesses) = self.files.as_ref().filter(|_| !self.files_done) {
             while n < BATCH {
-                match accesses.try_recv() {
+                match accesses.try_next_classified() {
                     Ok(a) => {
                         n += 1;
                         if self.file_limit.admit(&a, Instant::now()) {

@@ -339,7 +339,7 @@ impl Daemon {
         let limits = describe_limits(&policy, self.cgroup.as_ref().ok());
         // Paths inside write grants that the sandbox binds read-only because
         // the host runs or trusts them (those that exist now).
-        let plan = warden_sandbox::protect::plan(&spec);
+        let plan = warden_sandbox::protected::plan(&spec);
         let protected: Vec<PathBuf> = plan
             .protect
             .iter()

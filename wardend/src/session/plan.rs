@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use warden_audit::event;
 use warden_core::policy::{self, CompileContext, CompiledPolicy, Overrides, Reserved};
 use warden_proto::v1 as pb;
-use warden_sandbox::spec::{FileAudit, Layers, SandboxSpec};
+use warden_sandbox::spec::{FileWatch, Layers, SandboxSpec};
 use warden_sandbox::Kernel;
 
 use crate::cgroup::Delegation;
@@ -174,7 +174,7 @@ pub fn fit(policy: &mut CompiledPolicy, host: &Host) -> Result<(), DaemonError> 
         return Err(DaemonError::Policy(why));
     }
     if let Some(why) = crate::files::refusal(
-        file_audit(policy.audit.files),
+        file_watch(policy.audit.files),
         policy.audit.files_explicit,
         host.kernel.user_notif,
     ) {
@@ -184,11 +184,11 @@ pub fn fit(policy: &mut CompiledPolicy, host: &Host) -> Result<(), DaemonError> 
 }
 
 /// `audit.files` as the sandbox takes it.
-pub fn file_audit(level: policy::FileAudit) -> FileAudit {
+pub fn file_watch(level: policy::FileAudit) -> FileWatch {
     match level {
-        policy::FileAudit::Denied => FileAudit::Denied,
-        policy::FileAudit::All => FileAudit::All,
-        policy::FileAudit::Off => FileAudit::Off,
+        policy::FileAudit::Denied => FileWatch::Denied,
+        policy::FileAudit::All => FileWatch::All,
+        policy::FileAudit::Off => FileWatch::Off,
     }
 }
 
@@ -274,7 +274,7 @@ pub fn spec(
         landlock_min_abi: policy.sandbox.landlock_min_abi,
         proxy_port: Some(crate::egress::PROXY_PORT),
         cgroup: None,
-        audit_files: file_audit(policy.audit.files),
+        audit_files: file_watch(policy.audit.files),
         warden_paths,
         allow_git_init: policy.allow_git_init,
         // Never skipped by the daemon: the field exists for benchmarks only.
@@ -621,10 +621,10 @@ mod tests {
             policy::FileAudit::All,
             policy::FileAudit::Off,
         ] {
-            assert_eq!(file_audit(level).as_str(), level.as_str());
+            assert_eq!(file_watch(level).as_str(), level.as_str());
         }
         // The policy's default is the sandbox's `denied`, not the spec's `off`.
-        assert_eq!(file_audit(policy::FileAudit::default()), FileAudit::Denied);
+        assert_eq!(file_watch(policy::FileAudit::default()), FileWatch::Denied);
     }
 
     #[test]
@@ -670,7 +670,7 @@ mod tests {
                 landlock_min_abi: 3,
                 proxy_port: Some(crate::egress::PROXY_PORT),
                 cgroup: None,
-                audit_files: FileAudit::All,
+                audit_files: FileWatch::All,
                 warden_paths: vec!["/state".into()],
                 allow_git_init: true,
                 dangerously_skip_confinement: false,
@@ -695,7 +695,7 @@ mod tests {
         );
         assert_eq!(
             (spec.tmp_size_mb, spec.pids_max, spec.audit_files),
-            (TMP_SIZE_MB, None, FileAudit::Denied)
+            (TMP_SIZE_MB, None, FileWatch::Denied)
         );
     }
 

@@ -1,24 +1,30 @@
-//! The creation guard: names a write grant must not gain during a session.
+//! The creation guard: protected names a write grant must not gain during a
+//! session, the daemon's half of the protected names ([`crate::protected`]
+//! has the table).
 //!
-//! [`crate::protect`] binds the host's trusted names (`.git`, `.bashrc`,
-//! `.vscode`, `.mcp.json`...) read-only inside every write grant, but only
-//! those that exist: a mount needs something to mount on. A name that does not
-//! exist yet could be created by the server (a new `.git` with
+//! PID 1 binds the host's trusted names (`.git`, `.bashrc`, `.vscode`,
+//! `.mcp.json`...) read-only inside every write grant (`rootfs::protect`),
+//! but only those that exist: a mount needs something to mount on. A name
+//! that does not exist yet could be created by the server (a new `.git` with
 //! `core.fsmonitor`, a `.bashrc` in a granted home, a FIFO named `.bashrc`
 //! that feeds the user's next shell). Landlock cannot refuse one name in a
 //! directory where it allows creating files, and the seccomp filter cannot
-//! read a path. So, when the guard is on (the spec's
+//! read a path.
+//!
+//! # Mechanism
+//!
+//! When the guard is on (the spec's
 //! [`Layers::guard`](crate::spec::Layers::guard): write grants, and a kernel
 //! with seccomp user notification, Landlock and `SECCOMP_ADDFD_FLAG_SEND`, as
 //! [`crate::kernel::Kernel::layers`] decides):
 //!
 //! 1. Landlock takes the rights to create regular files, directories,
 //!    symlinks and FIFOs away from every rule
-//!    ([`crate::landlock::GUARDED_MAKE`]): nothing the server runs can create
-//!    one of those by itself, anywhere.
-//! 2. The calls that create ([`crate::seccomp::creates`]: the opens with
-//!    `O_CREAT`, `mkdir`, `mknod`, `symlink`, `link`, `rename`) notify the
-//!    sandbox's listener, and a daemon notifier thread performs them on
+//!    ([`crate::confine::landlock::GUARDED_MAKE`]): nothing the server runs
+//!    can create one of those by itself, anywhere.
+//! 2. The calls that create ([`crate::confine::seccomp::creates`]: the opens
+//!    with `O_CREAT`, `mkdir`, `mknod`, `symlink`, `link`, `rename`) notify
+//!    the sandbox's listener, and a daemon notifier thread performs them on
 //!    the server's behalf ([`Guard::handle`]): it reads the path once,
 //!    resolves the parent directory in the sandbox's own view (its root,
 //!    `RESOLVE_IN_ROOT`), looks the (directory, name) pair up in the registry
@@ -28,17 +34,6 @@
 //!    An opened file reaches the caller with `SECCOMP_IOCTL_NOTIF_ADDFD`
 //!    (`SECCOMP_ADDFD_FLAG_SEND`: the fd becomes the call's return value).
 //!
-//! A server that rewrites its path buffer after the daemon read it gains
-//! nothing: the daemon acts on its own copy, and a call let through to the
-//! kernel (`CONTINUE`: anything the guard does not perform itself, e.g. an
-//! open of a file that exists) cannot create under step 1's rules.
-//!
-//! The daemon only creates where the sandbox's layout lets the server write
-//! (a read-write mount of a write grant, a directory pinned in one, or a
-//! private tmpfs: `/tmp`, `$HOME`, `/dev/shm`), through the sandbox's mounts,
-//! so a read-only grant still answers `EROFS`; everything else is continued
-//! and refused by the kernel as before.
-//!
 //! Nested names: for `.config/fish` in a grant without `.config`, the pair
 //! (grant, `.config`) is an *intermediate* entry. Making the directory is
 //! allowed and registers (new directory, `fish`); a symlink by that name, or
@@ -46,20 +41,46 @@
 //! `fish` along), is refused (`EROFS` for the symlink, `EXDEV` for the rename,
 //! so `mv` falls back to copying name by name).
 //!
-//! Known differences from the kernel's own behaviour with the guard on: an
-//! `O_CREAT` open through a dangling symlink in a writable area fails with
-//! `EACCES` (the guard continues opens through symlinks; the kernel then may
-//! not create the target); a hard link of a file another thread has just
-//! replaced may link the replacement; `renameat2(RENAME_WHITEOUT)` and device
-//! nodes are continued (and refused, as before).
+//! # Invariants
+//!
+//! - A server that rewrites its path buffer after the daemon read it gains
+//!   nothing: the daemon acts on its own copy, and a call let through to the
+//!   kernel (`CONTINUE`: anything the guard does not perform itself, e.g. an
+//!   open of a file that exists) cannot create under step 1's rules.
+//! - The daemon only creates where the sandbox's layout lets the server
+//!   write (a read-write mount of a write grant, a directory pinned in one,
+//!   or a private tmpfs: `/tmp`, `$HOME`, `/dev/shm`), through the sandbox's
+//!   mounts, so a read-only grant still answers `EROFS`; everything else is
+//!   continued and refused by the kernel as before.
+//! - Each notifier thread creates with its own fs struct, umask 0 and no
+//!   effective capabilities ([`prepare_thread`]), applying the caller's
+//!   umask itself.
+//!
+//! # Known differences
+//!
+//! From the kernel's own behaviour with the guard on: an `O_CREAT` open
+//! through a dangling symlink in a writable area fails with `EACCES` (the
+//! guard continues opens through symlinks; the kernel then may not create
+//! the target); a hard link of a file another thread has just replaced may
+//! link the replacement; `renameat2(RENAME_WHITEOUT)` and device nodes are
+//! continued (and refused, as before).
 
-use crate::files::{self, Area, Captured, Layout, Named, SandboxRoot};
-use crate::seccomp::{self, FileOp};
+use super::capture::{Captured, Named};
+use super::classify::absolute;
+use super::layout::{bytes, Area, Layout};
+use super::memory::read_memory;
+use super::resolve::SandboxRoot;
+use crate::confine::seccomp::{self, FileOp};
 use crate::spec::SandboxSpec;
+use crate::sys::fs::{cstring, kind_of, mount_id_of, open_component, open_in_root, readlinkat};
+use crate::sys::{self, seccomp::id_valid};
 use nix::errno::Errno;
+use nix::fcntl::{AtFlags, FcntlArg, OFlag, RenameFlags, AT_FDCWD};
+use nix::sys::stat::{FileStat, Mode, SFlag};
+use nix::unistd::UnlinkatFlags;
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -126,7 +147,7 @@ impl Guard {
                 .filter(|(g, _)| path.starts_with(g) && path != *g)
                 .max_by_key(|(g, w)| (g.components().count(), *w));
             if let Some((g, true)) = owner {
-                plan.push((p.to_vec(), files::bytes(g), why));
+                plan.push((p.to_vec(), bytes(g), why));
             }
         }
         Guard {
@@ -152,7 +173,7 @@ impl Guard {
                     .filter(|c| !c.is_empty())
                     .map(<[u8]>::to_vec)
                     .collect();
-                let Ok(mut dir) = files::open_in_root(root.root_fd(), owner, true) else {
+                let Ok(mut dir) = open_in_root(root.root_fd(), owner, true) else {
                     continue;
                 };
                 let mut prefix = owner.clone();
@@ -173,7 +194,7 @@ impl Guard {
                         }
                         Err(_) => break,
                         Ok(_) if k + 1 == comps.len() => break, // exists: bound read-only
-                        Ok(_) => match files::open_in_root(root.root_fd(), &prefix, true) {
+                        Ok(_) => match open_in_root(root.root_fd(), &prefix, true) {
                             Ok(d) if is_dir(d.as_fd()) => dir = d,
                             _ => break,
                         },
@@ -189,7 +210,7 @@ impl Guard {
     /// calls that create are the guard's; everything else continues.
     pub(crate) fn handle(
         &mut self,
-        listener: RawFd,
+        listener: BorrowedFd<'_>,
         n: &libc::seccomp_notif,
         c: &Captured,
     ) -> Answer {
@@ -297,18 +318,19 @@ impl Guard {
                 let Some(umask) = umask_of(c.pid) else {
                     return Answer::Continue;
                 };
-                if !files::id_valid(listener, n.id) {
+                if !id_valid(listener, n.id) {
                     return Answer::Answered;
                 }
-                let name = match files::cstring(&new.name) {
+                let name = match cstring(&new.name) {
                     Ok(s) => s,
                     Err(e) => return Answer::Error(e as i32),
                 };
                 let perm = (mode & 0o7777) & !umask;
-                // SAFETY: a NUL-terminated single component under a directory fd we own.
-                let r = unsafe { libc::mkdirat(new.dir.as_raw_fd(), name.as_ptr(), perm) };
-                if r < 0 {
-                    return Answer::Error(Errno::last() as i32);
+                // A single component under a directory fd we own.
+                if let Err(e) =
+                    nix::sys::stat::mkdirat(&new.dir, name.as_c_str(), Mode::from_bits_retain(perm))
+                {
+                    return Answer::Error(e as i32);
                 }
                 if new.in_grant {
                     if let Ok(key) =
@@ -343,10 +365,10 @@ impl Guard {
                 if !matches!(kind, 0 | libc::S_IFREG | libc::S_IFIFO | libc::S_IFSOCK) {
                     return Answer::Continue; // device nodes: refused as before
                 }
-                if !files::id_valid(listener, n.id) {
+                if !id_valid(listener, n.id) {
                     return Answer::Answered;
                 }
-                let name = match files::cstring(&new.name) {
+                let name = match cstring(&new.name) {
                     Ok(s) => s,
                     Err(e) => return Answer::Error(e as i32),
                 };
@@ -354,15 +376,16 @@ impl Guard {
                     "SYS_mknod" => n.data.args[2],
                     _ => n.data.args[3],
                 };
-                let m = kind | ((mode & 0o7777 & !seccomp::SET_ID) & !umask);
-                // SAFETY: as for mkdirat.
-                let r = unsafe {
-                    libc::mknodat(new.dir.as_raw_fd(), name.as_ptr(), m, dev as libc::dev_t)
-                };
-                if r < 0 {
-                    Answer::Error(Errno::last() as i32)
-                } else {
-                    Answer::Value(0)
+                let perm = (mode & 0o7777 & !seccomp::SET_ID) & !umask;
+                match nix::sys::stat::mknodat(
+                    &new.dir,
+                    name.as_c_str(),
+                    SFlag::from_bits_retain(kind),
+                    Mode::from_bits_retain(perm),
+                    dev as libc::dev_t,
+                ) {
+                    Err(e) => Answer::Error(e as i32),
+                    Ok(()) => Answer::Value(0),
                 }
             }
             FileOp::Symlink => {
@@ -375,19 +398,15 @@ impl Guard {
                 let Some(text) = &c.text else {
                     return Answer::Continue;
                 };
-                let (Ok(text), Ok(name)) = (files::cstring(text), files::cstring(&new.name)) else {
+                let (Ok(text), Ok(name)) = (cstring(text), cstring(&new.name)) else {
                     return Answer::Error(libc::EINVAL);
                 };
-                if !files::id_valid(listener, n.id) {
+                if !id_valid(listener, n.id) {
                     return Answer::Answered;
                 }
-                // SAFETY: NUL-terminated strings; a directory fd we own.
-                let r =
-                    unsafe { libc::symlinkat(text.as_ptr(), new.dir.as_raw_fd(), name.as_ptr()) };
-                if r < 0 {
-                    Answer::Error(Errno::last() as i32)
-                } else {
-                    Answer::Value(0)
+                match nix::unistd::symlinkat(text.as_c_str(), &new.dir, name.as_c_str()) {
+                    Err(e) => Answer::Error(e as i32),
+                    Ok(()) => Answer::Value(0),
                 }
             }
             FileOp::Link => self.link(listener, n, c, &root, &new, entry.as_ref()),
@@ -414,11 +433,11 @@ impl Guard {
         if !in_grant {
             return None;
         }
-        if let Ok(child) = files::open_component(dir.as_raw_fd(), name) {
-            let cm = files::mount_id_of(child.as_fd());
+        if let Ok(child) = open_component(dir, name) {
+            let cm = mount_id_of(child.as_fd());
             if cm.is_some_and(|cm| cm != mnt)
                 && cm
-                    .and_then(|cm| root.mount_by_id(cm))
+                    .and_then(|cm| root.mount(cm))
                     .is_some_and(|m| self.layout.area(m) == Area::WriteGrant)
             {
                 return None;
@@ -430,7 +449,7 @@ impl Guard {
 
     fn open(
         &mut self,
-        listener: RawFd,
+        listener: BorrowedFd<'_>,
         n: &libc::seccomp_notif,
         c: &Captured,
         root: &SandboxRoot,
@@ -456,10 +475,10 @@ impl Guard {
         let (Some(mode), Some(umask)) = (mode_of(n, c), umask_of(c.pid)) else {
             return Answer::Continue;
         };
-        if !files::id_valid(listener, n.id) {
+        if !id_valid(listener, n.id) {
             return Answer::Answered;
         }
-        let name = match files::cstring(&new.name) {
+        let name = match cstring(&new.name) {
             Ok(s) => s,
             Err(e) => return Answer::Error(e as i32),
         };
@@ -468,27 +487,27 @@ impl Guard {
         // Never a setuid/setgid file (the filter refuses such modes where it
         // can read them; openat2's is read here).
         let perm = (mode & 0o7777 & !seccomp::SET_ID) & !umask;
-        // SAFETY: a NUL-terminated single component under a directory fd we
-        // own; O_NOFOLLOW: never through a symlink that appeared meanwhile.
-        let fd = unsafe { libc::openat(new.dir.as_raw_fd(), name.as_ptr(), ours, perm) };
-        if fd < 0 {
-            let e = Errno::last();
+        // A single component under a directory fd we own; O_NOFOLLOW: never
+        // through a symlink that appeared meanwhile.
+        let fd = match nix::fcntl::openat(
+            &new.dir,
+            name.as_c_str(),
+            OFlag::from_bits_retain(ours),
+            Mode::from_bits_retain(perm),
+        ) {
+            Ok(fd) => fd,
             // It appeared meanwhile and the caller did not ask for O_EXCL:
             // an open of an existing file, the kernel's.
-            if e == Errno::EEXIST && flags & libc::O_EXCL == 0 {
-                return Answer::Continue;
-            }
-            return Answer::Error(e as i32);
-        }
-        // SAFETY: just returned to us.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            Err(Errno::EEXIST) if flags & libc::O_EXCL == 0 => return Answer::Continue,
+            Err(e) => return Answer::Error(e as i32),
+        };
         match send_fd(listener, n, &fd, flags) {
             Ok(()) => Answer::Answered,
             Err(e) => {
                 // The caller did not get it: take the new file back (a
                 // restarted call must find nothing, as if this one had not run).
-                // SAFETY: as above.
-                unsafe { libc::unlinkat(new.dir.as_raw_fd(), name.as_ptr(), 0) };
+                let _ =
+                    nix::unistd::unlinkat(&new.dir, name.as_c_str(), UnlinkatFlags::NoRemoveDir);
                 if e == Errno::ENOENT {
                     Answer::Answered
                 } else {
@@ -500,14 +519,14 @@ impl Guard {
 
     /// An open for writing of something that exists. With the guard on,
     /// Landlock lets nothing in a write grant (nor in a private tmpfs above
-    /// one) be opened for writing ([`crate::landlock::GUARDED_WRITE`]), so
+    /// one) be opened for writing ([`crate::confine::landlock::GUARDED_WRITE`]), so
     /// what the guard continues cannot write there; what it performs, it
     /// performs on the name it checked. A final symlink is followed here,
     /// one link at a time, as the kernel would. Refused: the files git runs
     /// or follows in a git dir anywhere in a write grant ([`git_protected`]).
     fn open_existing(
         &mut self,
-        listener: RawFd,
+        listener: BorrowedFd<'_>,
         n: &libc::seccomp_notif,
         c: &Captured,
         root: &SandboxRoot,
@@ -539,7 +558,7 @@ impl Guard {
             Ok(k) => k,
             Err(e) => return Answer::Error(e as i32),
         };
-        let name = match files::cstring(&place.name) {
+        let name = match cstring(&place.name) {
             Ok(s) => s,
             Err(e) => return Answer::Error(e as i32),
         };
@@ -557,28 +576,36 @@ impl Guard {
             libc::S_IFIFO => ours |= libc::O_NONBLOCK,
             _ => return Answer::Continue, // devices: the kernel's (NODEV)
         }
-        if !files::id_valid(listener, n.id) {
+        if !id_valid(listener, n.id) {
             return Answer::Answered;
         }
-        // SAFETY: a NUL-terminated single component under a directory fd we
-        // own, never through a symlink.
-        let mut fd = unsafe { libc::openat(place.dir.as_raw_fd(), name.as_ptr(), ours) };
-        if fd < 0 && kind == libc::S_IFIFO && Errno::last() == Errno::ENXIO {
+        // A single component under a directory fd we own, never through a
+        // symlink.
+        let open = |f: libc::c_int| {
+            nix::fcntl::openat(
+                &place.dir,
+                name.as_c_str(),
+                OFlag::from_bits_retain(f),
+                Mode::empty(),
+            )
+        };
+        let mut opened = open(ours);
+        if kind == libc::S_IFIFO && matches!(opened, Err(Errno::ENXIO)) {
             if flags & libc::O_NONBLOCK != 0 {
                 return Answer::Error(libc::ENXIO);
             }
-            let rdwr = (ours & !libc::O_ACCMODE) | libc::O_RDWR;
-            // SAFETY: as above.
-            fd = unsafe { libc::openat(place.dir.as_raw_fd(), name.as_ptr(), rdwr) };
+            opened = open((ours & !libc::O_ACCMODE) | libc::O_RDWR);
         }
-        if fd < 0 {
-            return Answer::Error(Errno::last() as i32);
-        }
-        // SAFETY: just returned to us.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = match opened {
+            Ok(fd) => fd,
+            Err(e) => return Answer::Error(e as i32),
+        };
         if kind == libc::S_IFIFO && flags & libc::O_NONBLOCK == 0 {
-            // SAFETY: plain fcntl on our fd: the caller asked to block.
-            unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) };
+            // The caller asked to block.
+            let _ = nix::fcntl::fcntl(
+                &fd,
+                FcntlArg::F_SETFL(OFlag::from_bits_retain(flags & !libc::O_NONBLOCK)),
+            );
         }
         match send_fd(listener, n, &fd, flags) {
             Ok(()) | Err(Errno::ENOENT) => Answer::Answered,
@@ -589,14 +616,19 @@ impl Guard {
     /// `open(dir, O_TMPFILE|O_WRONLY)`: an unnamed file in `dir` (only a
     /// later `linkat` names it, and that is guarded). Performed here where
     /// Landlock would refuse the write access ([`Guard::open_existing`]).
-    fn tmpfile(&mut self, listener: RawFd, n: &libc::seccomp_notif, c: &Captured) -> Answer {
+    fn tmpfile(
+        &mut self,
+        listener: BorrowedFd<'_>,
+        n: &libc::seccomp_notif,
+        c: &Captured,
+    ) -> Answer {
         let (Some(root), Some(p)) = (c.root.clone(), c.paths[0].as_ref()) else {
             return Answer::Continue;
         };
-        let Some(abs) = files::absolute_of(p) else {
+        let Some(abs) = absolute(p) else {
             return Answer::Continue;
         };
-        let Ok(dir) = files::open_in_root(root.root_fd(), &abs, true) else {
+        let Ok(dir) = open_in_root(root.root_fd(), &abs, true) else {
             return Answer::Continue;
         };
         if !place_writable(&root, &self.layout, dir.as_fd()).0 {
@@ -605,24 +637,20 @@ impl Guard {
         let (Some(mode), Some(umask)) = (mode_of(n, c), umask_of(c.pid)) else {
             return Answer::Continue;
         };
-        if !files::id_valid(listener, n.id) {
+        if !id_valid(listener, n.id) {
             return Answer::Answered;
         }
         let flags = c.flags as libc::c_int | libc::O_CLOEXEC;
-        // SAFETY: "." under a directory fd we own (O_PATH fds are valid dirfds).
-        let fd = unsafe {
-            libc::openat(
-                dir.as_raw_fd(),
-                c".".as_ptr(),
-                flags,
-                (mode & 0o7777 & !seccomp::SET_ID) & !umask,
-            )
+        // "." under a directory fd we own (O_PATH fds are valid dirfds).
+        let fd = match nix::fcntl::openat(
+            &dir,
+            c".",
+            OFlag::from_bits_retain(flags),
+            Mode::from_bits_retain((mode & 0o7777 & !seccomp::SET_ID) & !umask),
+        ) {
+            Ok(fd) => fd,
+            Err(e) => return Answer::Error(e as i32),
         };
-        if fd < 0 {
-            return Answer::Error(Errno::last() as i32);
-        }
-        // SAFETY: just returned to us.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         match send_fd(listener, n, &fd, c.flags as libc::c_int) {
             Ok(()) | Err(Errno::ENOENT) => Answer::Answered,
             Err(e) => Answer::Error(e as i32),
@@ -647,7 +675,7 @@ impl Guard {
                 Ok(_) => return Ok(place),
                 Err(e) => return Err(Answer::Error(e as i32)),
             }
-            let Ok(text) = readlink_at(place.dir.as_fd(), &place.name) else {
+            let Ok(text) = readlinkat(place.dir.as_fd(), &place.name) else {
                 return Err(Answer::Continue);
             };
             let abs = if text.first() == Some(&b'/') {
@@ -671,7 +699,7 @@ impl Guard {
 
     fn link(
         &mut self,
-        listener: RawFd,
+        listener: BorrowedFd<'_>,
         n: &libc::seccomp_notif,
         c: &Captured,
         root: &Arc<SandboxRoot>,
@@ -683,7 +711,7 @@ impl Guard {
         };
         let follow = c.flags & libc::AT_SYMLINK_FOLLOW as u64 != 0;
         let empty = c.flags & libc::AT_EMPTY_PATH as u64 != 0 && old.name.is_empty();
-        let name = match files::cstring(&new.name) {
+        let name = match cstring(&new.name) {
             Ok(s) => s,
             Err(e) => return Answer::Error(e as i32),
         };
@@ -698,7 +726,7 @@ impl Guard {
                 Err(_) => return Answer::Continue,
             }
         } else {
-            let Some(abs) = files::absolute_of(old) else {
+            let Some(abs) = absolute(old) else {
                 return Answer::Continue;
             };
             if let Some(fdnum) = own_fd_link(&abs) {
@@ -728,7 +756,7 @@ impl Guard {
                 let Some((dir, last)) = split(&abs) else {
                     return Answer::Continue;
                 };
-                match files::open_in_root(root.root_fd(), dir, true) {
+                match open_in_root(root.root_fd(), dir, true) {
                     Ok(d) => src = Err((d, last.to_vec())),
                     Err(_) => return Answer::Continue,
                 }
@@ -765,7 +793,7 @@ impl Guard {
         }
         if let Some(e) = entry {
             let kind = match &src {
-                Ok(fd) => files::kind_of(fd.as_fd()),
+                Ok(fd) => kind_of(fd.as_fd()),
                 Err((d, last)) => lstat_at(d.as_fd(), last).ok(),
             };
             if kind == Some(libc::S_IFLNK) || kind == Some(libc::S_IFDIR) {
@@ -775,7 +803,7 @@ impl Guard {
                 };
             }
         }
-        if !files::id_valid(listener, n.id) {
+        if !id_valid(listener, n.id) {
             return Answer::Answered;
         }
         let r = match &src {
@@ -783,43 +811,30 @@ impl Guard {
                 let Ok(p) = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())) else {
                     return Answer::Error(libc::EINVAL);
                 };
-                // SAFETY: NUL-terminated strings; fds we own.
-                unsafe {
-                    libc::linkat(
-                        libc::AT_FDCWD,
-                        p.as_ptr(),
-                        new.dir.as_raw_fd(),
-                        name.as_ptr(),
-                        libc::AT_SYMLINK_FOLLOW,
-                    )
-                }
+                nix::unistd::linkat(
+                    AT_FDCWD,
+                    p.as_c_str(),
+                    &new.dir,
+                    name.as_c_str(),
+                    AtFlags::AT_SYMLINK_FOLLOW,
+                )
             }
             Err((d, last)) => {
-                let Ok(l) = files::cstring(last) else {
+                let Ok(l) = cstring(last) else {
                     return Answer::Error(libc::EINVAL);
                 };
-                // SAFETY: as above.
-                unsafe {
-                    libc::linkat(
-                        d.as_raw_fd(),
-                        l.as_ptr(),
-                        new.dir.as_raw_fd(),
-                        name.as_ptr(),
-                        0,
-                    )
-                }
+                nix::unistd::linkat(d, l.as_c_str(), &new.dir, name.as_c_str(), AtFlags::empty())
             }
         };
-        if r < 0 {
-            Answer::Error(Errno::last() as i32)
-        } else {
-            Answer::Value(0)
+        match r {
+            Err(e) => Answer::Error(e as i32),
+            Ok(()) => Answer::Value(0),
         }
     }
 
     fn rename(
         &mut self,
-        listener: RawFd,
+        listener: BorrowedFd<'_>,
         n: &libc::seccomp_notif,
         c: &Captured,
         root: &Arc<SandboxRoot>,
@@ -833,13 +848,13 @@ impl Guard {
         let Some(old) = c.paths[0].as_ref() else {
             return Answer::Continue;
         };
-        let Some(abs) = files::absolute_of(old) else {
+        let Some(abs) = absolute(old) else {
             return Answer::Continue;
         };
         let Some((dir, last)) = split(&abs) else {
             return Answer::Continue;
         };
-        let Ok(odir) = files::open_in_root(root.root_fd(), dir, true) else {
+        let Ok(odir) = open_in_root(root.root_fd(), dir, true) else {
             return Answer::Continue;
         };
         let kind = lstat_at(odir.as_fd(), last).ok();
@@ -923,7 +938,7 @@ impl Guard {
         if is_mount_point(odir.as_fd(), last) || is_mount_point(new.dir.as_fd(), &new.name) {
             return Answer::Error(libc::EBUSY);
         }
-        let (Ok(o), Ok(nn)) = (files::cstring(last), files::cstring(&new.name)) else {
+        let (Ok(o), Ok(nn)) = (cstring(last), cstring(&new.name)) else {
             return Answer::Error(libc::EINVAL);
         };
         // Moving a directory or symlink can put a git dir above others.
@@ -933,23 +948,19 @@ impl Guard {
         {
             self.git.forget();
         }
-        if !files::id_valid(listener, n.id) {
+        if !id_valid(listener, n.id) {
             return Answer::Answered;
         }
-        // SAFETY: NUL-terminated single components under directory fds we own.
-        let r = unsafe {
-            libc::renameat2(
-                odir.as_raw_fd(),
-                o.as_ptr(),
-                new.dir.as_raw_fd(),
-                nn.as_ptr(),
-                flags,
-            )
-        };
-        if r < 0 {
-            Answer::Error(Errno::last() as i32)
-        } else {
-            Answer::Value(0)
+        // Single components under directory fds we own.
+        match nix::fcntl::renameat2(
+            &odir,
+            o.as_c_str(),
+            &new.dir,
+            nn.as_c_str(),
+            RenameFlags::from_bits_retain(flags),
+        ) {
+            Err(e) => Answer::Error(e as i32),
+            Ok(()) => Answer::Value(0),
         }
     }
 }
@@ -971,9 +982,9 @@ struct Place {
 
 impl Place {
     fn open(root: &SandboxRoot, layout: &Layout, n: &Named) -> Option<Place> {
-        let abs = files::absolute_of(n)?;
+        let abs = absolute(n)?;
         let (dir, last) = split(&abs)?;
-        let fd = files::open_in_root(root.root_fd(), dir, true).ok()?;
+        let fd = open_in_root(root.root_fd(), dir, true).ok()?;
         if !is_dir(fd.as_fd()) {
             return None;
         }
@@ -1004,8 +1015,8 @@ fn mount_area(
     layout: &Layout,
     dir: BorrowedFd<'_>,
 ) -> Option<(u64, Area, bool, bool)> {
-    let mnt = files::mount_id_of(dir)?;
-    let m = root.mount_by_id(mnt)?;
+    let mnt = mount_id_of(dir)?;
+    let m = root.mount(mnt)?;
     let area = layout.area(m);
     let (w, g) = if m.read_only {
         (false, false)
@@ -1029,7 +1040,7 @@ pub(crate) fn opens_for_writing(flags: u64) -> bool {
 /// Hands `fd` to the caller as the result of its call (`ADDFD` with `SEND`),
 /// close-on-exec if its `flags` asked for it.
 fn send_fd(
-    listener: RawFd,
+    listener: BorrowedFd<'_>,
     n: &libc::seccomp_notif,
     fd: &OwnedFd,
     flags: libc::c_int,
@@ -1045,34 +1056,8 @@ fn send_fd(
             0
         },
     };
-    // SAFETY: ADDFD reads the struct we own; with SEND it also answers the
-    // notification with the new fd's number.
-    let r = unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ADDFD, &addfd) };
-    if r >= 0 {
-        Ok(())
-    } else {
-        Err(Errno::last())
-    }
-}
-
-/// The target of the symlink `name` under `dir`.
-fn readlink_at(dir: BorrowedFd<'_>, name: &[u8]) -> Result<Vec<u8>, Errno> {
-    let c = files::cstring(name)?;
-    let mut buf = vec![0u8; libc::PATH_MAX as usize];
-    // SAFETY: NUL-terminated name; the buffer is ours and its length passed.
-    let r = unsafe {
-        libc::readlinkat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    if r < 0 {
-        return Err(Errno::last());
-    }
-    buf.truncate(r as usize);
-    Ok(buf)
+    // With SEND it also answers the notification with the new fd's number.
+    sys::seccomp::add_fd(listener, &addfd).map(drop)
 }
 
 /// Why git's own names are refused outside git dirs.
@@ -1103,12 +1088,9 @@ fn is_git_dir(dir: BorrowedFd<'_>) -> bool {
 
 /// The file type of what `name` under `dir` names, a final symlink followed.
 fn stat_kind(dir: BorrowedFd<'_>, name: &[u8]) -> Option<u32> {
-    let c = files::cstring(name).ok()?;
-    // SAFETY: plain integers; fstatat fills the struct we own.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: NUL-terminated name, a directory fd, our struct.
-    let r = unsafe { libc::fstatat(dir.as_raw_fd(), c.as_ptr(), &mut st, 0) };
-    (r == 0).then_some(st.st_mode & libc::S_IFMT)
+    let c = cstring(name).ok()?;
+    let st = nix::sys::stat::fstatat(dir, c.as_c_str(), AtFlags::empty()).ok()?;
+    Some(st.st_mode & libc::S_IFMT)
 }
 
 /// Directories known to have no git dir at or above them (per search bound):
@@ -1153,11 +1135,11 @@ fn git_ancestor(
         return None;
     }
     if is_git_dir(dir) {
-        return Some((files::open_component(dir.as_raw_fd(), b".").ok()?, None));
+        return Some((open_component(dir, b".").ok()?, None));
     }
     let mut seen = vec![start];
     let mut child = start;
-    let mut cur = files::open_component(dir.as_raw_fd(), b"..").ok()?;
+    let mut cur = open_component(dir, b"..").ok()?;
     let found = 'walk: {
         for _ in 0..MAX_DEPTH {
             let Ok(k) = key_of(cur.as_fd()) else {
@@ -1166,7 +1148,7 @@ fn git_ancestor(
             if k == child || cache.none_above.contains(&(k, within)) {
                 break 'walk None; // the root (its `..` is itself), or known
             }
-            if within.is_some_and(|m| files::mount_id_of(cur.as_fd()) != Some(m)) {
+            if within.is_some_and(|m| mount_id_of(cur.as_fd()) != Some(m)) {
                 break 'walk None; // beyond the mount the search is bound to
             }
             if is_git_dir(cur.as_fd()) {
@@ -1174,7 +1156,7 @@ fn git_ancestor(
             }
             seen.push(k);
             child = k;
-            match files::open_component(cur.as_raw_fd(), b"..") {
+            match open_component(cur.as_fd(), b"..") {
                 Ok(up) => cur = up,
                 Err(_) => return None,
             }
@@ -1212,7 +1194,7 @@ fn git_protected(
     }
     let (git, via) = git_ancestor(cache, dir, within)?;
     let why = |row: &str| {
-        crate::protect::PROTECTED
+        crate::protected::PROTECTED
             .iter()
             .find(|r| r.name == row)
             .map_or(GIT_NAME_WHY, |r| r.why)
@@ -1235,7 +1217,7 @@ fn git_protected(
     };
     // Below one of its entries: which one (by identity, not by spelling).
     let entry_is = |e: &[u8]| {
-        files::open_component(git.as_raw_fd(), e)
+        open_component(git.as_fd(), e)
             .ok()
             .and_then(|fd| key_of(fd.as_fd()).ok())
             == Some(via)
@@ -1255,7 +1237,7 @@ fn git_protected(
 /// at a grant's top, every row (but those of the home directory only) through
 /// that name.
 fn fresh_entries(name: &[u8], allow_git_init: bool) -> Vec<Entry> {
-    crate::protect::PROTECTED
+    crate::protected::PROTECTED
         .iter()
         .filter(|row| !row.home_only)
         .filter_map(|row| {
@@ -1293,7 +1275,7 @@ fn split(abs: &[u8]) -> Option<(&[u8], &[u8])> {
 
 /// A directory `name` directly under `dir`, never through a symlink.
 fn open_child_dir(dir: BorrowedFd<'_>, name: &[u8]) -> Result<OwnedFd, Errno> {
-    let fd = files::open_component(dir.as_raw_fd(), name)?;
+    let fd = open_component(dir, name)?;
     if is_dir(fd.as_fd()) {
         Ok(fd)
     } else {
@@ -1303,24 +1285,22 @@ fn open_child_dir(dir: BorrowedFd<'_>, name: &[u8]) -> Result<OwnedFd, Errno> {
 
 /// An `O_PATH` fd for a host path (a `/proc/<pid>/fd/<n>` magic link is followed).
 fn open_path(p: &str) -> Result<OwnedFd, Errno> {
-    let c = files::cstring(p.as_bytes())?;
-    // SAFETY: NUL-terminated path.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: just returned to us.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    let c = cstring(p.as_bytes())?;
+    nix::fcntl::open(
+        c.as_c_str(),
+        OFlag::O_PATH | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
 }
 
 /// Whether `name` under `dir` (both in the sandbox's mount tree) is a mount
 /// point of that tree: its lookup crosses into another mount. A missing name
 /// is not.
 fn is_mount_point(dir: BorrowedFd<'_>, name: &[u8]) -> bool {
-    let Ok(fd) = files::open_component(dir.as_raw_fd(), name) else {
+    let Ok(fd) = open_component(dir, name) else {
         return false;
     };
-    match (files::mount_id_of(dir), files::mount_id_of(fd.as_fd())) {
+    match (mount_id_of(dir), mount_id_of(fd.as_fd())) {
         (Some(a), Some(b)) => a != b,
         // Unknown: refuse rather than move what might be protected.
         _ => true,
@@ -1329,33 +1309,13 @@ fn is_mount_point(dir: BorrowedFd<'_>, name: &[u8]) -> bool {
 
 /// The file type (`S_IFMT` bits) of `name` under `dir`, not followed.
 fn lstat_at(dir: BorrowedFd<'_>, name: &[u8]) -> Result<u32, Errno> {
-    let c = files::cstring(name)?;
-    // SAFETY: plain integers; fstatat fills the struct we own.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: NUL-terminated name, a directory fd, our struct.
-    let r = unsafe {
-        libc::fstatat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            &mut st,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if r < 0 {
-        return Err(Errno::last());
-    }
+    let c = cstring(name)?;
+    let st = nix::sys::stat::fstatat(dir, c.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW)?;
     Ok(st.st_mode & libc::S_IFMT)
 }
 
-fn fstat(fd: BorrowedFd<'_>) -> Result<libc::stat, Errno> {
-    // SAFETY: plain integers; fstat fills the struct we own.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid fd (O_PATH fds can be fstat'ed), our struct.
-    let r = unsafe { libc::fstat(fd.as_raw_fd(), &mut st) };
-    if r < 0 {
-        return Err(Errno::last());
-    }
-    Ok(st)
+fn fstat(fd: BorrowedFd<'_>) -> Result<FileStat, Errno> {
+    nix::sys::stat::fstat(fd)
 }
 
 fn key_of(fd: BorrowedFd<'_>) -> Result<Key, Errno> {
@@ -1381,7 +1341,7 @@ fn mode_of(n: &libc::seccomp_notif, c: &Captured) -> Option<u32> {
         "SYS_mknodat" => a[2],
         "SYS_openat2" => {
             let mut b = [0u8; 8];
-            match files::read_memory(c.pid, a[2].checked_add(8)?, &mut b) {
+            match read_memory(c.pid, a[2].checked_add(8)?, &mut b) {
                 Ok(8) => u64::from_ne_bytes(b),
                 _ => return None,
             }
@@ -1406,7 +1366,7 @@ fn own_fd_link(path: &[u8]) -> Option<u32> {
 /// `open_how.resolve` of an `openat2` call, read from the caller.
 fn openat2_resolve(n: &libc::seccomp_notif, c: &Captured) -> Option<u64> {
     let mut b = [0u8; 8];
-    match files::read_memory(c.pid, n.data.args[2].checked_add(16)?, &mut b) {
+    match read_memory(c.pid, n.data.args[2].checked_add(16)?, &mut b) {
         Ok(8) => Some(u64::from_ne_bytes(b)),
         _ => None,
     }
@@ -1429,13 +1389,10 @@ fn umask_of(pid: u32) -> Option<u32> {
 ///   carry its credentials. Reading the server's memory and `/proc` needs
 ///   none: the daemon's uid owns the sandbox's user namespace.
 pub(crate) fn prepare_thread() -> Result<(), Errno> {
-    // SAFETY: unshare(CLONE_FS) only detaches this thread's cwd/root/umask.
-    if unsafe { libc::unshare(libc::CLONE_FS) } < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: umask has no preconditions.
-    unsafe { libc::umask(0) };
-    crate::sys::drop_effective_caps()
+    // Detaches only this thread's cwd, root and umask.
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS)?;
+    nix::sys::stat::umask(Mode::empty());
+    sys::process::drop_effective_caps()
 }
 
 #[cfg(test)]

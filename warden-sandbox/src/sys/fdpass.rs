@@ -5,17 +5,19 @@
 //! shim hands its own stdin, stdout and stderr to the daemon at the start of
 //! its connection, so the daemon can move bytes between them and the
 //! sandboxed server's pipes without the sandbox ever holding a host fd).
-//! Taking ownership of a received fd is the one step no safe wrapper offers;
-//! the shim's sending side is safe `nix` in `warden-client`.
+//! Taking ownership of a received fd is the one step no safe wrapper offers
+//! (`nix`'s `recvmsg` does not hand out the fds of a message whose control
+//! data was truncated, so they would stay open unowned): `recvmsg` stays
+//! raw here. The shim's sending side is safe `nix` in `warden-client`.
 
 use std::io;
 use std::mem;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// Most fds accepted in one message.
-pub const MAX_FDS: usize = 3;
+pub(crate) const MAX_FDS: usize = 3;
 
-/// One `recvmsg` into `buf`, collecting up to [`MAX_FDS`] fds (received
+/// One `recvmsg` into `buf`, collecting up to `MAX_FDS` (3) fds (received
 /// close-on-exec). Returns the bytes read and the fds. With `nonblocking`,
 /// `WouldBlock` is returned instead of waiting. A message with more fds than
 /// fit is an error (the kernel closes the excess; we close the rest).
@@ -82,24 +84,16 @@ pub fn recv_with_fds(
 
 /// Reads without consuming (MSG_PEEK | MSG_DONTWAIT).
 pub fn peek(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    use nix::sys::socket::{recv, MsgFlags};
     loop {
-        // SAFETY: buf is a valid writable buffer of buf.len() bytes.
-        let n = unsafe {
-            libc::recv(
-                sock.as_raw_fd(),
-                buf.as_mut_ptr() as *mut libc::c_void,
-                buf.len(),
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
+        match recv(
+            sock.as_raw_fd(),
+            buf,
+            MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+        ) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            r => return r.map_err(io::Error::from),
         }
-        return Ok(n as usize);
     }
 }
 

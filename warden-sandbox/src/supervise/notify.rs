@@ -1,50 +1,65 @@
-//! Recorded refusals: the seccomp user-notification listener of a sandbox.
+//! Recorded refusals: the seccomp user-notification listener of a sandbox,
+//! answered by the daemon's notifier pool.
 //!
-//! The filter ([`crate::seccomp`]) sends the refusals that matter (escape and
-//! kernel-attack attempts, [`crate::seccomp::Action::Notify`]) to a listener
-//! instead of failing them in the kernel. The server child installs the filter
-//! with `SECCOMP_FILTER_FLAG_NEW_LISTENER`, passes the listener fd to PID 1
-//! over its status socket and closes its own copy before `execve`; PID 1
-//! forwards it to [`crate::launch::Sandbox::spawn`] over the control socket
-//! (like the pidfd) and drops it. Nothing inside the sandbox holds it.
+//! # Mechanism
 //!
-//! The daemon's notifier threads (a [`Pool`] shared by all sandboxes, so an
+//! The filter (`confine::seccomp`) sends the refusals that matter
+//! (escape and kernel-attack attempts, the rules whose action is `Notify`)
+//! to a listener instead of failing them in the kernel. The server child
+//! installs the filter with `SECCOMP_FILTER_FLAG_NEW_LISTENER`, passes the
+//! listener fd to PID 1 over its status socket and closes its own copy
+//! before `execve`; PID 1 forwards it to [`crate::launch::Sandbox::spawn`]
+//! over the control socket (like the pidfd) and drops it. Nothing inside the
+//! sandbox holds it.
+//!
+//! The daemon's notifier threads (a `Pool` shared by all sandboxes, so an
 //! idle sandbox holds none) answer every notification themselves, always:
-//! receive → queue a [`RefusedCall`] for whoever records them (a bounded
-//! channel, never waited on: a full queue counts the call as lost) → reply
-//! with the rule's errno. The call is refused, never continued
-//! (`SECCOMP_USER_NOTIF_FLAG_CONTINUE` is not used), and the reply never waits
-//! on the audit store, so a refused call cannot hang however slow (or absent)
-//! the consumer is. The event is queued *before* the reply, so when the
-//! server sees the errno the event is already in the queue.
+//! receive → queue a [`RefusedCall`] for whoever records them → reply with
+//! the rule's errno.
 //!
 //! With `audit.files` on, the same listener also receives the path-taking
-//! calls the file audit observes ([`crate::seccomp::WATCHED`]): for those the
-//! thread reads what the call names ([`crate::files::Capturer`]), checks the
-//! call is still pending, answers `SECCOMP_USER_NOTIF_FLAG_CONTINUE` (the
-//! kernel then runs it with all its own checks) and only then queues the
-//! capture, which the consumer classifies on its own thread
-//! ([`FileAccesses`]). The one exception is the creation guard
-//! ([`crate::guard`], with a write grant): the calls that create are
-//! performed by [`Guard::handle`] on its own copy of the path and answered
-//! with their result (or refused, for a protected name); the rest continue. The server's own
-//! `execve` is such a call, so the listener reaches this thread before the
-//! server starts (PID 1 forwards it at once).
+//! calls the file audit observes (the seccomp table's `WATCHED`): for those
+//! the thread reads what the call names (`capture`), checks the call is
+//! still pending, answers `SECCOMP_USER_NOTIF_FLAG_CONTINUE` (the kernel then
+//! runs it with all its own checks) and only then queues the capture, which
+//! the consumer classifies on its own thread ([`FileAccesses`]). The one
+//! exception is the creation guard (`guard`, with a write grant): the calls
+//! that create are performed by `Guard::handle` on its own copy of the path
+//! and answered with their result (or refused, for a protected name); the
+//! rest continue. The server's own `execve` is such a call, so the listener
+//! reaches this thread before the server starts (PID 1 forwards it at once).
+//!
+//! # Invariants
+//!
+//! - A refused call is refused, never continued
+//!   (`SECCOMP_USER_NOTIF_FLAG_CONTINUE` is not used for it), and the reply
+//!   never waits on the audit store, so a refused call cannot hang however
+//!   slow (or absent) the consumer is: the queues are bounded and never
+//!   waited on (a full queue counts the call as lost).
+//! - The event is queued *before* the reply, so when the server sees the
+//!   errno the event is already in the queue.
+//! - One sandbox's calls are answered one at a time, in order (`Pool`).
+//!
+//! # Lifetime
 //!
 //! A sandbox's listener leaves the pool when every task using the filter is
 //! gone (the listener polls `POLLHUP`), or when the
-//! [`Sandbox`](crate::launch::Sandbox) stops it.
-//! If the listener were ever closed with calls pending, the kernel fails them
-//! with `ENOSYS` rather than leaving them blocked.
+//! [`Sandbox`](crate::launch::Sandbox) stops it. If the listener were ever
+//! closed with calls pending, the kernel fails them with `ENOSYS` rather than
+//! leaving them blocked.
 
-use crate::files::{Capturer, FileAccesses, Watch};
-use crate::guard::{Answer, Guard};
-use crate::queue::{QueueRx, QueueTx};
-use crate::seccomp;
+use crate::confine::seccomp;
+use crate::supervise::capture::Capturer;
+use crate::supervise::classify::{FileAccesses, Watch};
+use crate::supervise::guard::{Answer, Guard};
+use crate::supervise::queue::{QueueRx, QueueTx};
+use crate::sys;
 use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{RecvTimeoutError, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -56,9 +71,6 @@ const QUEUE: usize = 1024;
 /// server's start-up opens a few hundred files in a burst; at most 4096
 /// paths of at most 4 KiB each (two for rename and link) wait in memory.
 const FILE_QUEUE: usize = 4096;
-/// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (Linux 6.6): wake the caller on the
-/// answering thread's CPU, as the answer is the only thing it waits for.
-pub(crate) const SYNC_WAKE_UP: u64 = 1;
 /// A pool thread's stack: its work is bounded (no recursion; paths
 /// live on the heap), far below the 2 MiB default.
 const NOTIFIER_STACK: usize = 256 << 10;
@@ -70,20 +82,14 @@ const NOTIFIER_STACK: usize = 256 << 10;
 /// keep coming costs the notifier one atomic swap per queued event, no
 /// system call; one that waits needs no thread of its own (poll the fd).
 pub struct Wake {
-    efd: OwnedFd,
+    efd: EventFd,
     armed: AtomicBool,
 }
 
 impl Wake {
     fn new() -> std::io::Result<Wake> {
-        // SAFETY: eventfd returns a new fd or -1.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
         Ok(Wake {
-            // SAFETY: a fresh fd that nothing else owns.
-            efd: unsafe { OwnedFd::from_raw_fd(fd) },
+            efd: EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?,
             armed: AtomicBool::new(false),
         })
     }
@@ -95,7 +101,7 @@ impl Wake {
 
     /// Asks to be rung by the next queued event. Arm *before* the last look
     /// at the queues: an event queued after that look then rings (the
-    /// fences pair with the notifier's in [`Wake::notify`]).
+    /// fences pair with the notifier's in `Wake::notify`).
     pub fn arm(&self) {
         self.armed.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
@@ -109,23 +115,12 @@ impl Wake {
     /// A waiter for rings on the current tokio runtime (registers the
     /// eventfd once; keep it for the consumer's lifetime).
     pub fn waiter(self: &Arc<Self>) -> std::io::Result<WakeWaiter> {
-        crate::readiness::readable(self.clone(), |w: &Wake| w.fd()).map(WakeWaiter)
+        crate::sys::readiness::readable(self.clone(), |w: &Wake| w.fd()).map(WakeWaiter)
     }
 
     /// Consumes the rings so far; `WouldBlock` when there were none.
     fn clear(&self) -> std::io::Result<()> {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a u64 we own from our own eventfd.
-        let r = unsafe {
-            libc::read(
-                self.efd.as_raw_fd(),
-                &mut v as *mut u64 as *mut libc::c_void,
-                8,
-            )
-        };
-        if r < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        self.efd.read()?;
         Ok(())
     }
 
@@ -138,21 +133,13 @@ impl Wake {
     }
 
     fn ring(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a u64 we own to our own eventfd; a
-        // full counter (EAGAIN) is already readable.
-        unsafe {
-            libc::write(
-                self.efd.as_raw_fd(),
-                &one as *const u64 as *const libc::c_void,
-                8,
-            )
-        };
+        // A full counter (EAGAIN) is already readable.
+        let _ = self.efd.write(1);
     }
 }
 
 /// Waits for a [`Wake`]'s rings on a tokio runtime, without a thread.
-pub struct WakeWaiter(tokio::io::unix::AsyncFd<crate::readiness::Held<Wake>>);
+pub struct WakeWaiter(tokio::io::unix::AsyncFd<crate::sys::readiness::Held<Wake>>);
 
 impl WakeWaiter {
     /// Resolves once the wake-up was rung (since the last time this
@@ -285,21 +272,14 @@ impl Notifier {
         guard: Option<Guard>,
         sync_wake_up: bool,
     ) -> std::io::Result<(Notifier, RefusedCalls, Option<FileAccesses>, Arc<Wake>)> {
-        let (tx, rx) = crate::queue::bounded(QUEUE);
+        let (tx, rx) = crate::supervise::queue::bounded(QUEUE);
         let lost = Arc::new(AtomicU64::new(0));
         let wake = Arc::new(Wake::new()?);
         if sync_wake_up {
-            // The flags are the argument itself, not a pointer.
-            // SAFETY: SET_FLAGS takes its flags by value.
-            let r = unsafe {
-                libc::ioctl(
-                    listener.as_raw_fd(),
-                    libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
-                    SYNC_WAKE_UP as libc::c_ulong,
-                )
-            };
-            if r < 0 {
-                let e = std::io::Error::last_os_error();
+            if let Err(e) =
+                sys::seccomp::set_flags(listener.as_fd(), sys::seccomp::USER_NOTIF_FD_SYNC_WAKE_UP)
+            {
+                let e = std::io::Error::from(e);
                 return Err(std::io::Error::new(
                     e.kind(),
                     format!("set SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP on the seccomp listener: {e}"),
@@ -308,7 +288,7 @@ impl Notifier {
         }
         let (capturer, files) = match watch {
             Some(w) => {
-                let (ftx, frx) = crate::queue::bounded(FILE_QUEUE);
+                let (ftx, frx) = crate::supervise::queue::bounded(FILE_QUEUE);
                 let flost = Arc::new(AtomicU64::new(0));
                 (
                     Some(Capturer::new(ftx, flost.clone())),
@@ -361,8 +341,8 @@ struct Served {
 impl Served {
     /// Answers one pending notification.
     fn answer_one(&mut self) {
-        let fd = self.listener.as_raw_fd();
-        let Some(n) = receive(fd) else {
+        let fd = self.listener.as_fd();
+        let Some(n) = sys::seccomp::receive(fd) else {
             return;
         };
         let nr = n.data.nr as libc::c_long;
@@ -454,7 +434,7 @@ struct Slot {
 /// that takes long (the creation guard on a slow file system) holds up only
 /// its own sandbox; threads beyond the first end after [`KEEP_ALIVE`]
 /// without an event. Every thread is prepared for the creation guard once
-/// when it starts ([`crate::guard::prepare_thread`]: its own fs struct,
+/// when it starts ([`crate::supervise::guard::prepare_thread`]: its own fs struct,
 /// umask 0, no effective capabilities); a thread that cannot be prepared
 /// ends before it takes any event.
 struct Pool {
@@ -604,7 +584,7 @@ impl Pool {
             .name("warden-seccomp-notify".into())
             .stack_size(NOTIFIER_STACK)
             .spawn(move || {
-                let prepared = crate::guard::prepare_thread();
+                let prepared = crate::supervise::guard::prepare_thread();
                 if let Some(tx) = ready {
                     let _ = tx.send(prepared);
                 }
@@ -723,44 +703,25 @@ enum Pending {
 
 /// Polls one listener for up to `timeout`.
 fn wait_pending(listener: &OwnedFd, timeout: Duration) -> Pending {
-    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    let ms = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
     loop {
-        let mut pfd = libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd for the duration of the call.
-        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if r < 0 {
-            if Errno::last() == Errno::EINTR {
-                continue;
-            }
-            return Pending::Closed;
+        let mut pfd = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut pfd, ms) {
+            Ok(_) => {}
+            Err(Errno::EINTR) => continue,
+            Err(_) => return Pending::Closed,
         }
-        return if pfd.revents & libc::POLLIN != 0 {
-            Pending::Call
-        } else if pfd.revents != 0 {
-            Pending::Closed
-        } else {
-            Pending::Quiet
+        return match pfd[0].revents() {
+            Some(r) if r.contains(PollFlags::POLLIN) => Pending::Call,
+            Some(r) if r.is_empty() => Pending::Quiet,
+            _ => Pending::Closed,
         };
     }
 }
 
-/// `SECCOMP_IOCTL_NOTIF_RECV`; `None` when the caller died in between
-/// (`ENOENT`) or the call was interrupted.
-fn receive(fd: libc::c_int) -> Option<libc::seccomp_notif> {
-    // SAFETY: seccomp_notif is plain integers; the kernel requires it zeroed.
-    let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
-    // SAFETY: RECV fills the seccomp_notif we own, whose size the ioctl encodes.
-    let r = unsafe { libc::ioctl(fd, libc::SECCOMP_IOCTL_NOTIF_RECV, &mut n) };
-    (r == 0).then_some(n)
-}
-
 /// `SECCOMP_IOCTL_NOTIF_SEND`: the call fails with `errno` (refused calls). `ENOENT` (the
 /// caller died, or a signal interrupted the call) needs nothing more.
-fn respond(fd: libc::c_int, id: u64, errno: i32) {
+fn respond(fd: BorrowedFd<'_>, id: u64, errno: i32) {
     let resp = libc::seccomp_notif_resp {
         id,
         val: 0,
@@ -768,51 +729,33 @@ fn respond(fd: libc::c_int, id: u64, errno: i32) {
         // Never SECCOMP_USER_NOTIF_FLAG_CONTINUE: the call is refused.
         flags: 0,
     };
-    loop {
-        // SAFETY: SEND reads the seccomp_notif_resp we own.
-        let r = unsafe { libc::ioctl(fd, libc::SECCOMP_IOCTL_NOTIF_SEND, &resp) };
-        if r == 0 || Errno::last() != Errno::EINTR {
-            return;
-        }
-    }
+    sys::seccomp::send(fd, &resp);
 }
 
 /// `SECCOMP_IOCTL_NOTIF_SEND`: the call returns `val` (a call the creation
 /// guard performed).
-fn respond_value(fd: libc::c_int, id: u64, val: i64) {
+fn respond_value(fd: BorrowedFd<'_>, id: u64, val: i64) {
     let resp = libc::seccomp_notif_resp {
         id,
         val,
         error: 0,
         flags: 0,
     };
-    loop {
-        // SAFETY: SEND reads the seccomp_notif_resp we own.
-        let r = unsafe { libc::ioctl(fd, libc::SECCOMP_IOCTL_NOTIF_SEND, &resp) };
-        if r == 0 || Errno::last() != Errno::EINTR {
-            return;
-        }
-    }
+    sys::seccomp::send(fd, &resp);
 }
 
 /// `SECCOMP_IOCTL_NOTIF_SEND` with `SECCOMP_USER_NOTIF_FLAG_CONTINUE`: the
 /// kernel runs the call as if the filter had allowed it. `ENOENT` (the
 /// caller died or was interrupted; a restarted call notifies again) needs
 /// nothing more.
-fn respond_continue(fd: libc::c_int, id: u64) {
+fn respond_continue(fd: BorrowedFd<'_>, id: u64) {
     let resp = libc::seccomp_notif_resp {
         id,
         val: 0,
         error: 0,
         flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
     };
-    loop {
-        // SAFETY: SEND reads the seccomp_notif_resp we own.
-        let r = unsafe { libc::ioctl(fd, libc::SECCOMP_IOCTL_NOTIF_SEND, &resp) };
-        if r == 0 || Errno::last() != Errno::EINTR {
-            return;
-        }
-    }
+    sys::seccomp::send(fd, &resp);
 }
 
 #[cfg(test)]
@@ -820,8 +763,7 @@ mod tests {
     use super::*;
 
     fn notif(nr: libc::c_long, args: [u64; 6]) -> libc::seccomp_notif {
-        // SAFETY: plain integers.
-        let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+        let mut n = sys::seccomp::blank_notif();
         n.id = 9;
         n.pid = 4242;
         n.data.nr = nr as i32;

@@ -1,12 +1,19 @@
-//! Files a write grant must not turn into code execution on the host later.
+//! Protected names: files a write grant must not turn into code execution on
+//! the host later. The table and the plan, pure data shared by both halves
+//! and by the daemon's `session.start` record:
+//!
+//! - the names that exist are bound read-only by PID 1
+//!   (`rootfs::protect`);
+//! - the names that are missing are kept from being created by the creation
+//!   guard on the daemon's notifier threads (`supervise::guard`).
 //!
 //! A write grant lets the server change what it was granted. Some names inside
 //! a directory are not data but instructions the host follows on its own, long
 //! after the session: git runs hooks and `core.fsmonitor` on the `git status` of
 //! a shell prompt, a shell sources its start-up files, an editor runs tasks when
 //! a folder is opened, an MCP client starts the servers a project's `.mcp.json`
-//! lists. [`PROTECTED`] is the table of those names, each with its reason, and
-//! [`plan`] turns it into the paths `mounts.rs` binds read-only over themselves
+//! lists. `PROTECTED` is the table of those names, each with its reason, and
+//! [`plan`] turns it into the paths PID 1 binds read-only over themselves
 //! inside each write grant.
 //!
 //! How a name is matched: relative to each write grant *and to each of its
@@ -37,7 +44,7 @@
 //! `.git/info/attributes` it is shared with everyone who clones the project),
 //! credential files such as `.pypirc` or `.netrc` (no code runs from them;
 //! whether the server may read them is the read grants' business). The user's
-//! home directory has a few rows of its own ([`Protected::home_only`]: global
+//! home directory has a few rows of its own (`Protected::home_only`: global
 //! cargo config, the binaries in `~/.cargo/bin`, Warden's own directories),
 //! and the daemon adds the paths Warden really uses
 //! ([`SandboxSpec::warden_paths`]).
@@ -53,7 +60,7 @@ use std::path::{Path, PathBuf};
 
 /// One row: a name relative to a directory, and why the host trusts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Protected {
+pub(crate) struct Protected {
     /// Relative, normalised, no trailing slash. A directory is protected whole.
     pub name: &'static str,
     pub why: &'static str,
@@ -83,7 +90,7 @@ const fn home_row(name: &'static str, why: &'static str) -> Protected {
 }
 
 /// Why Warden's own files ([`SandboxSpec::warden_paths`]) are protected.
-pub const WARDEN_WHY: &str =
+pub(crate) const WARDEN_WHY: &str =
     "Warden's own files (policies, audit store, binaries): what it will do next";
 
 /// Names the host runs or trusts. Directories are protected whole: nothing can
@@ -99,8 +106,8 @@ pub const WARDEN_WHY: &str =
 /// config, hooks and `gitdir`/`commondir` files). Names that turn any
 /// directory into a git dir (`.git`, `HEAD`, `commondir`, `gitdir`) cannot be
 /// created anywhere in a write grant outside an existing git dir: see
-/// [`crate::guard`].
-pub const PROTECTED: &[Protected] = &[
+/// [`crate::supervise::guard`].
+pub(crate) const PROTECTED: &[Protected] = &[
     Protected {
         unless_dir: true,
         ..row(
@@ -262,7 +269,7 @@ pub const PROTECTED: &[Protected] = &[
     ),
 ];
 
-/// What `mounts.rs` does for the write grants of one spec: host paths, all
+/// What PID 1 (`rootfs`) does for the write grants of one spec: host paths, all
 /// absolute, normalised and sorted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
@@ -271,7 +278,7 @@ pub struct Plan {
     /// created, removed, renamed or replaced.
     pub protect: Vec<PathBuf>,
     /// The paths of `protect` that are protected only when they are not a
-    /// directory ([`Protected::unless_dir`]).
+    /// directory (`Protected::unless_dir`).
     pub unless_dir: Vec<PathBuf>,
     /// Directories between a write grant and a protected path, bound over
     /// themselves with the grant's own (read-write) mode: a mount point cannot

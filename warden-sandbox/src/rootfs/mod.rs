@@ -9,19 +9,24 @@
 //!
 //! Inside each write grant, the names the host runs or trusts (`.git`, shell
 //! start-up files, `.vscode`, `.mcp.json`...: the table and its reasons are in
-//! [`crate::protect`]) are then bound read-only over themselves, found from the
+//! [`crate::protected`]) are then bound read-only over themselves, found from the
 //! sandbox's own root with `RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS`: the same fd is
 //! the bind's source and its mount point, so what is protected is exactly what
-//! the server will see there.
+//! the server will see there ([`protect`]).
 
-use crate::protect;
-use crate::proto::Failure;
+mod protect;
+
+use crate::control::Failure;
+use crate::protected;
 use crate::spec::SandboxSpec;
-use crate::sys::{self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
+use crate::sys::{
+    self,
+    mount::{MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY},
+};
 use nix::errno::Errno;
-use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 /// Runtime directories bound read-only (or recreated as symlinks on merged-/usr hosts).
@@ -48,8 +53,8 @@ const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
 /// is harmless: every source is already an open fd).
 const NEWROOT: &str = "/tmp";
 
-const RO: u64 = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-const RW: u64 = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+pub(super) const RO: u64 = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+pub(super) const RW: u64 = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
 
 /// A host path opened for binding, or a host symlink to recreate verbatim.
 enum Source {
@@ -73,11 +78,11 @@ enum Late {
     Tmp,
     Home,
     Grant(Grant),
-    /// A protected path of a write grant ([`protect::Plan::protect`]), and
+    /// A protected path of a write grant ([`protected::Plan::protect`]), and
     /// whether it is left alone when it is a directory
-    /// ([`protect::Plan::unless_dir`]).
+    /// ([`protected::Plan::unless_dir`]).
     Protect(PathBuf, bool),
-    /// A directory between a write grant and a protected path ([`protect::Plan::pin`]).
+    /// A directory between a write grant and a protected path ([`protected::Plan::pin`]).
     Pin(PathBuf),
 }
 
@@ -113,118 +118,13 @@ fn is_dir_fd(fd: &OwnedFd) -> Result<bool, Errno> {
 
 /// The file type bits of what `fd` refers to (`O_PATH|O_NOFOLLOW`: a symlink is
 /// `S_IFLNK`).
-fn kind(fd: &OwnedFd) -> Result<libc::mode_t, Errno> {
+pub(super) fn kind(fd: &OwnedFd) -> Result<libc::mode_t, Errno> {
     nix::sys::stat::fstat(fd).map(|st| st.st_mode & libc::S_IFMT)
 }
 
 /// `/a/b` → `a/b`: a path inside the new root, relative to its fd.
-fn inside(p: &Path) -> &Path {
+pub(super) fn inside(p: &Path) -> &Path {
     p.strip_prefix("/").unwrap_or(p)
-}
-
-/// Binds what `fd` refers to over itself with `attrs` (recursively: a host
-/// submount below stays covered). One fd for both ends, so the object bound and
-/// the mount point are the same; it is never resolved again by name.
-fn bind_over(fd: BorrowedFd<'_>, attrs: u64) -> Result<(), Errno> {
-    let tree = sys::clone_tree(fd)?;
-    sys::set_mount_attr(tree.as_fd(), attrs, true)?;
-    sys::move_mount(tree.as_fd(), fd)
-}
-
-/// Binds a protected path read-only over itself, if it exists in the new root.
-/// The last component is not followed: a symlink is bound as the link itself, so
-/// it cannot be removed, renamed over or replaced, and its path goes to `follow`
-/// (see [`protect_targets`]), as does a path that passes through a (pinned)
-/// symlink.
-fn protect_path(
-    root: BorrowedFd<'_>,
-    p: &Path,
-    unless_dir: bool,
-    follow: &mut Vec<PathBuf>,
-) -> Result<(), Failure> {
-    let stage = || format!("protect {}", p.display());
-    let fd = match sys::open_beneath_nofollow(root, inside(p)) {
-        Ok(fd) => fd,
-        // Absent (or a file where a directory would be): nothing to bind. A name
-        // created later is not covered; see docs/security-model.md.
-        Err(Errno::ENOENT | Errno::ENOTDIR) => return Ok(()),
-        // A symlink on the way: pinned as a `Late::Pin`; its target is handled
-        // with the other links.
-        Err(Errno::ELOOP) => {
-            follow.push(p.to_path_buf());
-            return Ok(());
-        }
-        Err(e) => return Err(Failure::os(stage(), e)),
-    };
-    let k = kind(&fd).map_err(|e| Failure::os(stage(), e))?;
-    if unless_dir && k == libc::S_IFDIR {
-        // A `.git` directory: what inside it runs has rows of its own.
-        return Ok(());
-    }
-    if k == libc::S_IFLNK {
-        follow.push(p.to_path_buf());
-    }
-    bind_over(fd.as_fd(), RO).map_err(|e| Failure::os(stage(), e))
-}
-
-/// Pins what lies between a write grant and a protected path by binding it over
-/// itself: a mount point cannot be renamed or removed (`EBUSY`), so the protected
-/// path cannot be moved away with its parent and recreated. A directory or file
-/// keeps the grant's mode; a symlink is pinned as the link.
-fn pin(root: BorrowedFd<'_>, p: &Path) -> Result<(), Failure> {
-    let stage = || format!("pin {}", p.display());
-    let fd = match sys::open_beneath_nofollow(root, inside(p)) {
-        Ok(fd) => fd,
-        // ELOOP: a shallower pin is a symlink, already pinned.
-        Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => return Ok(()),
-        Err(e) => return Err(Failure::os(stage(), e)),
-    };
-    let attrs = match kind(&fd).map_err(|e| Failure::os(stage(), e))? {
-        libc::S_IFLNK => RO,
-        _ => RW,
-    };
-    bind_over(fd.as_fd(), attrs).map_err(|e| Failure::os(stage(), e))
-}
-
-/// Protected names that are, or pass through, symlinks: the links themselves
-/// are pinned; here their targets, resolved exactly as the server will resolve
-/// them (`RESOLVE_IN_ROOT` from the new root, once every grant is in place), are
-/// bound read-only over themselves too when they are host files the server could
-/// otherwise write (a dotfiles checkout inside a granted `$HOME`). Following can
-/// only add read-only binds of something already visible, never expose anything.
-/// Skipped: targets that do not exist inside (a write through the link fails),
-/// that are read-only already (runtime, read grants), that live on one of the
-/// sandbox's private file systems (`private`: st_dev of /tmp, $HOME...), that are
-/// not regular files or directories (`/dev/null`), and write grants named by
-/// the policy (`granted`: their (st_dev, st_ino)).
-fn protect_targets(
-    root: BorrowedFd<'_>,
-    follow: &[PathBuf],
-    private: &[libc::dev_t],
-    granted: &[(libc::dev_t, libc::ino_t)],
-) -> Result<(), Failure> {
-    for p in follow {
-        let stage = || format!("protect the target of {}", p.display());
-        let fd = match sys::open_in_root(root, inside(p)) {
-            Ok(fd) => fd,
-            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => continue,
-            Err(e) => return Err(Failure::os(stage(), e)),
-        };
-        let st = nix::sys::stat::fstat(&fd).map_err(|e| Failure::os(stage(), e))?;
-        let fmt = st.st_mode & libc::S_IFMT;
-        if fmt != libc::S_IFREG && fmt != libc::S_IFDIR {
-            continue;
-        }
-        if private.contains(&st.st_dev) || granted.contains(&(st.st_dev, st.st_ino)) {
-            continue;
-        }
-        let vfs = nix::sys::statvfs::fstatvfs(&fd).map_err(|e| Failure::os(stage(), e))?;
-        if vfs.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
-            continue;
-        }
-        bind_over(fd.as_fd(), RO).map_err(|e| Failure::os(stage(), e))?;
-    }
-    Ok(())
 }
 
 fn dev_of(fd: &OwnedFd, what: &str) -> Result<libc::dev_t, Failure> {
@@ -236,7 +136,7 @@ fn dev_of(fd: &OwnedFd, what: &str) -> Result<libc::dev_t, Failure> {
 /// st_dev of what is at `p` in the new root (each tmpfs and proc mount is its
 /// own superblock, so this names the file system).
 fn dev_at(root: BorrowedFd<'_>, p: &str) -> Result<libc::dev_t, Failure> {
-    sys::open_path_nofollow(Some(root), Path::new(p))
+    sys::mount::open_path_nofollow(Some(root), Path::new(p))
         .and_then(|fd| nix::sys::stat::fstat(&fd))
         .map(|st| st.st_dev)
         .map_err(|e| Failure::os(format!("stat {p}"), e))
@@ -261,7 +161,7 @@ fn open_system(path: &Path) -> Result<Option<Source>, Failure> {
         }
         Ok(_) => {}
     }
-    let fd = sys::open_path_nofollow(None, path).map_err(|e| Failure::os(stage(), e))?;
+    let fd = sys::mount::open_path_nofollow(None, path).map_err(|e| Failure::os(stage(), e))?;
     let is_dir = is_dir_fd(&fd).map_err(|e| Failure::os(stage(), e))?;
     Ok(Some(Source::Bind { fd, is_dir }))
 }
@@ -270,7 +170,7 @@ fn open_system(path: &Path) -> Result<Option<Source>, Failure> {
 fn open_grant(path: &Path, attrs: u64) -> Result<Grant, Failure> {
     check_abs("grant", path)?;
     let stage = format!("open grant {}", path.display());
-    let fd = sys::open_path_nofollow(None, path).map_err(|e| match e {
+    let fd = sys::mount::open_path_nofollow(None, path).map_err(|e| match e {
         Errno::ELOOP => Failure::Setup {
             stage: stage.clone(),
             errno: Some(e as i32),
@@ -289,46 +189,24 @@ fn open_grant(path: &Path, attrs: u64) -> Result<Grant, Failure> {
     })
 }
 
-fn cpath(p: &Path) -> Result<CString, Errno> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)
-}
-
 fn mkdirat(dir: BorrowedFd<'_>, name: &Path, mode: u32) -> Result<(), Errno> {
-    let c = cpath(name)?;
-    // SAFETY: valid C string; `dir` is a live directory fd.
-    if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode) } < 0 {
-        return Err(Errno::last());
-    }
-    Ok(())
+    nix::sys::stat::mkdirat(dir, name, Mode::from_bits_retain(mode))
 }
 
 fn symlinkat(target: &Path, dir: BorrowedFd<'_>, name: &Path) -> Result<(), Errno> {
-    let t = cpath(target)?;
-    let n = cpath(name)?;
-    // SAFETY: valid C strings; `dir` is a live directory fd.
-    if unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), n.as_ptr()) } < 0 {
-        return Err(Errno::last());
-    }
-    Ok(())
+    nix::unistd::symlinkat(target, dir, name)
 }
 
 /// Creates a file `name` in `dir` with `content` (never following a symlink).
 fn write_file(dir: BorrowedFd<'_>, name: &str, content: &str) -> Result<(), Errno> {
-    let c = CString::new(name).map_err(|_| Errno::EINVAL)?;
-    // SAFETY: valid C string; O_EXCL|O_NOFOLLOW so we only ever create a new file.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            0o644 as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: fd was just returned by openat and is ours.
-    let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // O_EXCL|O_NOFOLLOW so we only ever create a new file.
+    let fd = nix::fcntl::openat(
+        dir,
+        name,
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_retain(0o644),
+    )?;
+    let mut f = std::fs::File::from(fd);
     std::io::Write::write_all(&mut f, content.as_bytes())
         .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
 }
@@ -350,7 +228,7 @@ fn mountpoint(root: BorrowedFd<'_>, target: &Path, is_dir: bool) -> Result<Owned
         let last = i + 1 == comps.len();
         let dir = cur.as_ref().map_or(root, |f| f.as_fd());
         let name = Path::new(name);
-        let next = match sys::open_path_nofollow(Some(dir), name) {
+        let next = match sys::mount::open_path_nofollow(Some(dir), name) {
             Ok(fd) => fd,
             Err(Errno::ENOENT) => {
                 if !last || is_dir {
@@ -361,7 +239,7 @@ fn mountpoint(root: BorrowedFd<'_>, target: &Path, is_dir: bool) -> Result<Owned
                 } else {
                     write_file(dir, &name.to_string_lossy(), "")?;
                 }
-                sys::open_path_nofollow(Some(dir), name)?
+                sys::mount::open_path_nofollow(Some(dir), name)?
             }
             Err(e) => return Err(e),
         };
@@ -370,7 +248,7 @@ fn mountpoint(root: BorrowedFd<'_>, target: &Path, is_dir: bool) -> Result<Owned
     // An empty target means the root itself.
     match cur {
         Some(fd) => Ok(fd),
-        None => sys::open_path_nofollow(Some(root), Path::new(".")),
+        None => sys::mount::open_path_nofollow(Some(root), Path::new(".")),
     }
 }
 
@@ -385,11 +263,11 @@ fn bind(
     let stage = || format!("bind-mount {}", target.display());
     // OPEN_TREE_CLONE|AT_RECURSIVE: a detached copy including submounts (a
     // non-recursive clone of a tree with locked submounts would be refused).
-    let tree = sys::clone_tree(src).map_err(|e| Failure::os(stage(), e))?;
+    let tree = sys::mount::clone_tree(src).map_err(|e| Failure::os(stage(), e))?;
     // Set the flags on the detached copy before it becomes visible anywhere.
-    sys::set_mount_attr(tree.as_fd(), attrs, true).map_err(|e| Failure::os(stage(), e))?;
+    sys::mount::set_mount_attr(tree.as_fd(), attrs, true).map_err(|e| Failure::os(stage(), e))?;
     let mp = mountpoint(root, target, is_dir).map_err(|e| Failure::os(stage(), e))?;
-    sys::move_mount(tree.as_fd(), mp.as_fd()).map_err(|e| Failure::os(stage(), e))
+    sys::mount::move_mount(tree.as_fd(), mp.as_fd()).map_err(|e| Failure::os(stage(), e))
 }
 
 /// Mounts a new tmpfs (or other fs) at `target` inside the new root and returns its
@@ -402,9 +280,9 @@ fn fresh(
     attrs: u64,
 ) -> Result<OwnedFd, Failure> {
     let stage = || format!("mount {} {}", fstype.to_string_lossy(), target.display());
-    let mnt = sys::new_fs(fstype, opts, attrs).map_err(|e| Failure::os(stage(), e))?;
+    let mnt = sys::mount::new_fs(fstype, opts, attrs).map_err(|e| Failure::os(stage(), e))?;
     let mp = mountpoint(root, target, true).map_err(|e| Failure::os(stage(), e))?;
-    sys::move_mount(mnt.as_fd(), mp.as_fd()).map_err(|e| Failure::os(stage(), e))?;
+    sys::mount::move_mount(mnt.as_fd(), mp.as_fd()).map_err(|e| Failure::os(stage(), e))?;
     Ok(mnt)
 }
 
@@ -451,7 +329,7 @@ fn passwd(spec: &SandboxSpec) -> Result<(String, String), Failure> {
 
 /// Builds the root filesystem and pivots into it. Called by PID 1, in its own mount
 /// namespace, before anything of the server runs.
-pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
+pub(crate) fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
     // 1. Nothing we do may propagate back to the host's mounts (and pivot_root
     //    refuses shared mounts anyway).
     nix::mount::mount(
@@ -484,7 +362,7 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
     let mut devs = Vec::new();
     for name in DEVICES {
         let p = Path::new("/dev").join(name);
-        let fd = sys::open_path_nofollow(None, &p)
+        let fd = sys::mount::open_path_nofollow(None, &p)
             .map_err(|e| Failure::os(format!("open {}", p.display()), e))?;
         devs.push((p, fd));
     }
@@ -516,7 +394,7 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
             }
         }
     }
-    let plan = protect::plan(spec);
+    let plan = protected::plan(spec);
     late.extend(plan.pin.into_iter().map(Late::Pin));
     late.extend(plan.protect.into_iter().map(|p| {
         let unless_dir = plan.unless_dir.contains(&p);
@@ -550,15 +428,15 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
     late.sort_by_key(|l| depth(&target_of(l)));
 
     // 3. The new root: a small tmpfs, made read-only once populated.
-    let newroot = sys::open_path_nofollow(None, Path::new(NEWROOT))
+    let newroot = sys::mount::open_path_nofollow(None, Path::new(NEWROOT))
         .map_err(|e| Failure::os(format!("open {NEWROOT}"), e))?;
-    let root = sys::new_fs(
+    let root = sys::mount::new_fs(
         c"tmpfs",
         &[("mode", "0755"), ("size", "1m")],
         MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
     )
     .map_err(|e| Failure::os("mount root tmpfs", e))?;
-    sys::move_mount(root.as_fd(), newroot.as_fd())
+    sys::mount::move_mount(root.as_fd(), newroot.as_fd())
         .map_err(|e| Failure::os("mount root tmpfs", e))?;
     drop(newroot);
     let r = root.as_fd();
@@ -648,7 +526,7 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
     // run a program as host root (found by the escape suite). Read-only over
     // themselves, like Docker and bubblewrap do.
     for name in PROC_READ_ONLY {
-        match sys::open_path_nofollow(Some(proc.as_fd()), Path::new(name)) {
+        match sys::mount::open_path_nofollow(Some(proc.as_fd()), Path::new(name)) {
             Ok(src) => {
                 let is_dir = nix::sys::stat::fstat(&src)
                     .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
@@ -703,27 +581,27 @@ pub fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failure> {
                 private.push(dev_of(&home, "$HOME")?);
             }
             Late::Grant(g) => bind(r, &g.path, g.fd.as_fd(), g.is_dir, g.attrs)?,
-            Late::Protect(p, unless_dir) => protect_path(r, p, *unless_dir, &mut follow)?,
-            Late::Pin(p) => pin(r, p)?,
+            Late::Protect(p, unless_dir) => protect::protect_path(r, p, *unless_dir, &mut follow)?,
+            Late::Pin(p) => protect::pin(r, p)?,
         }
     }
     if let Some(g) = &program {
         bind(r, &g.path, g.fd.as_fd(), g.is_dir, g.attrs)?;
     }
     // Last, with every grant in place: the targets of protected symlinks.
-    protect_targets(r, &follow, &private, &granted)?;
+    protect::protect_targets(r, &follow, &private, &granted)?;
 
     // 7. Seal the skeleton: the server cannot create files in /, /etc or /dev.
     // Non-recursive: binds below keep their own flags (/tmp, /dev/shm, grants).
     for (what, fd) in [("/etc", &etc_mnt), ("/dev", &dev_mnt), ("/", &root)] {
-        sys::set_mount_attr(fd.as_fd(), MOUNT_ATTR_RDONLY, false)
+        sys::mount::set_mount_attr(fd.as_fd(), MOUNT_ATTR_RDONLY, false)
             .map_err(|e| Failure::os(format!("make {what} read-only"), e))?;
     }
 
     // pivot_root(".", "."): the old root ends up stacked on top of the new one at
     // "/", and is then lazily detached, so no host path stays reachable.
     nix::unistd::fchdir(&root).map_err(|e| Failure::os("chdir new root", e))?;
-    sys::pivot_root(c".", c".").map_err(|e| Failure::os("pivot_root", e))?;
+    sys::mount::pivot_root(c".", c".").map_err(|e| Failure::os("pivot_root", e))?;
     nix::mount::umount2(".", nix::mount::MntFlags::MNT_DETACH)
         .map_err(|e| Failure::os("detach old root", e))?;
     nix::unistd::chdir("/").map_err(|e| Failure::os("chdir /", e))?;
@@ -752,7 +630,7 @@ mod tests {
             landlock_min_abi: 0,
             proxy_port: None,
             cgroup: None,
-            audit_files: Default::default(),
+            audit_files: crate::spec::FileWatch::Off,
             warden_paths: vec![],
             allow_git_init: false,
             dangerously_skip_confinement: false,

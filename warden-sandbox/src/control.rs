@@ -5,12 +5,14 @@
 
 use crate::spec::SandboxSpec;
 use nix::errno::Errno;
+use nix::sys::socket::{self, ControlMessage, MsgFlags};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::io::IoSlice;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 /// Daemon → sandbox init.
 #[derive(Debug, Serialize, Deserialize)]
-pub enum ToInit {
+pub(crate) enum ToInit {
     /// First and only once: what to build and run.
     Spec(Box<SandboxSpec>),
     /// Forward this signal to the server process.
@@ -21,7 +23,7 @@ pub enum ToInit {
 
 /// Sandbox init → daemon.
 #[derive(Debug, Serialize, Deserialize)]
-pub enum FromInit {
+pub(crate) enum FromInit {
     /// From the launcher, carrying a pidfd of PID 1 as SCM_RIGHTS, and its host pid.
     Launched { pid: i32 },
     /// From PID 1, before `Started`, carrying the seccomp user-notification
@@ -40,14 +42,14 @@ pub enum FromInit {
 
 /// How the server ended, on the wire.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub enum Exit {
+pub(crate) enum Exit {
     Code(i32),
     Signal(i32),
 }
 
 /// A setup failure: which stage, and the OS error if there was one.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// `unshare(CLONE_NEWUSER)` failed.
     UserNamespace { errno: i32 },
     /// `execve` of the program failed.
@@ -61,7 +63,7 @@ pub enum Failure {
 }
 
 impl Failure {
-    pub fn os(stage: impl Into<String>, e: Errno) -> Failure {
+    pub(crate) fn os(stage: impl Into<String>, e: Errno) -> Failure {
         Failure::Setup {
             stage: stage.into(),
             errno: Some(e as i32),
@@ -69,7 +71,7 @@ impl Failure {
         }
     }
 
-    pub fn msg(stage: impl Into<String>, message: impl Into<String>) -> Failure {
+    pub(crate) fn msg(stage: impl Into<String>, message: impl Into<String>) -> Failure {
         Failure::Setup {
             stage: stage.into(),
             errno: None,
@@ -80,51 +82,29 @@ impl Failure {
 
 /// Sends one message, optionally with one fd attached (SCM_RIGHTS).
 /// `MSG_NOSIGNAL`: a gone peer is an `EPIPE`, not a SIGPIPE.
-pub fn send<T: Serialize>(
+pub(crate) fn send<T: Serialize>(
     sock: BorrowedFd<'_>,
     msg: &T,
     fd: Option<BorrowedFd<'_>>,
 ) -> Result<(), Errno> {
     let bytes = serde_json::to_vec(msg).map_err(|_| Errno::EINVAL)?;
-    let mut iov = libc::iovec {
-        iov_base: bytes.as_ptr() as *mut libc::c_void,
-        iov_len: bytes.len(),
+    let iov = [IoSlice::new(&bytes)];
+    let fds = fd.map(|f| [f.as_raw_fd()]);
+    let cmsg = match &fds {
+        Some(fds) => vec![ControlMessage::ScmRights(fds)],
+        None => vec![],
     };
-    // u64 alignment is enough for cmsghdr.
-    let mut cbuf = [0u64; 8];
-    // SAFETY: zeroed msghdr is a valid "no name, no control" header.
-    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
-    if let Some(fd) = fd {
-        // SAFETY: the buffer is large enough for one cmsg carrying one int (CMSG_SPACE(4) <= 64)
-        // and CMSG_FIRSTHDR returns a pointer into it.
-        unsafe {
-            let space = libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) as usize;
-            hdr.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
-            hdr.msg_controllen = space;
-            let c = libc::CMSG_FIRSTHDR(&hdr);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut i32, fd.as_raw_fd());
-        }
-    }
     loop {
-        // SAFETY: hdr points to live buffers for the duration of the call.
-        let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &hdr, libc::MSG_NOSIGNAL) };
-        if r >= 0 {
-            return Ok(());
-        }
-        let e = Errno::last();
-        if e != Errno::EINTR {
-            return Err(e);
+        match socket::sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None) {
+            Ok(_) => return Ok(()),
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e),
         }
     }
 }
 
 /// Outcome of [`recv`].
-pub enum Recv<T> {
+pub(crate) enum Recv<T> {
     Msg(T, Option<OwnedFd>),
     /// The peer closed (all copies of) its end.
     Eof,
@@ -132,29 +112,23 @@ pub enum Recv<T> {
 
 /// Receives one message of any size (peeking at its length first) and an fd if one
 /// was attached (received close-on-exec).
-pub fn recv<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<Recv<T>, Errno> {
+pub(crate) fn recv<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<Recv<T>, Errno> {
     let len = loop {
-        // SAFETY: MSG_PEEK|MSG_TRUNC with a zero-length buffer only reports the length.
-        let r = unsafe {
-            libc::recv(
-                sock.as_raw_fd(),
-                std::ptr::null_mut(),
-                0,
-                libc::MSG_PEEK | libc::MSG_TRUNC,
-            )
-        };
-        if r >= 0 {
-            break r as usize;
-        }
-        match Errno::last() {
-            Errno::EINTR => {}
+        // MSG_PEEK|MSG_TRUNC with an empty buffer only reports the length.
+        match socket::recv(
+            sock.as_raw_fd(),
+            &mut [],
+            MsgFlags::MSG_PEEK | MsgFlags::MSG_TRUNC,
+        ) {
+            Ok(n) => break n,
+            Err(Errno::EINTR) => {}
             // The peer closed with our message unread: as good as EOF here.
-            Errno::ECONNRESET => return Ok(Recv::Eof),
-            e => return Err(e),
+            Err(Errno::ECONNRESET) => return Ok(Recv::Eof),
+            Err(e) => return Err(e),
         }
     };
     let mut buf = vec![0u8; len.max(1)];
-    let (n, fds) = crate::fdpass::recv_with_fds(sock, &mut buf, false)
+    let (n, fds) = crate::sys::fdpass::recv_with_fds(sock, &mut buf, false)
         .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
     // At most one fd is expected; extra ones are closed when dropped here.
     let fd = fds.into_iter().next();

@@ -2,20 +2,27 @@
 //! Landlock (an independent filesystem and network layer mirroring the grants)
 //! and the seccomp filter. Both are *prepared* in PID 1 before the fork (all
 //! allocation and every error with a message happens there) and *applied* in
-//! the child with syscalls only: raw ones for seccomp, the `landlock` crate's
+//! the child with syscalls only: one `seccomp(2)` for the filter
+//! ([`crate::sys::seccomp::install_filter`]), the `landlock` crate's
 //! `try_clone` and `restrict_self` for Landlock, which make `fcntl`, `prctl`,
-//! `landlock_restrict_self` and `close` and allocate nothing.
+//! `landlock_restrict_self` and `close` and allocate nothing. No `unsafe`
+//! here: what must be raw is in `sys`.
 //!
 //! What is applied is what the spec's [`Layers`](crate::spec::Layers) say:
 //! the Landlock ABI, and whether the filter has a user-notification listener
-//! (see [`crate::notify`]), watches file accesses, guards creations. With a
+//! (see [`crate::supervise::notify`]), watches file accesses, guards creations. With a
 //! listener, `apply` returns its fd, which the child passes to PID 1 and
 //! closes before execve.
 
-use crate::proto::Failure;
+pub(crate) mod landlock;
+pub(crate) mod seccomp;
+
+use crate::control::Failure;
+use crate::init::Stage;
 use crate::spec::SandboxSpec;
-use landlock::{RulesetCreated, RulesetStatus};
-use std::os::fd::RawFd;
+use crate::sys;
+use ::landlock::{RulesetCreated, RulesetStatus};
+use std::os::fd::OwnedFd;
 
 /// What [`apply`](Confinement::apply) installs.
 pub(crate) struct Confinement {
@@ -34,12 +41,6 @@ pub(crate) struct Confinement {
     /// (`mkdir` answering EEXIST the second time).
     pub wait_killable: bool,
 }
-
-/// Stage numbers reported by [`Confinement::apply`] (see init.rs `STAGES`).
-pub(crate) const STAGE_LANDLOCK: u32 = 8;
-pub(crate) const STAGE_SECCOMP: u32 = 9;
-pub(crate) const STAGE_SECCOMP_LISTENER: u32 = 12;
-pub(crate) const STAGE_SECCOMP_WAIT_KILLABLE: u32 = 13;
 
 impl Confinement {
     /// Builds both layers for `spec`, as its [`Layers`](crate::spec::Layers)
@@ -61,8 +62,8 @@ impl Confinement {
             return Err(Failure::msg("check the sandbox's layers", why));
         }
         Ok(Confinement {
-            landlock: crate::landlock::ruleset(spec)?,
-            seccomp: Some(crate::seccomp::program(
+            landlock: crate::confine::landlock::ruleset(spec)?,
+            seccomp: Some(crate::confine::seccomp::program(
                 layers.notify,
                 layers.watch_files,
                 layers.guard,
@@ -74,13 +75,13 @@ impl Confinement {
     }
 
     /// Applies Landlock, then seccomp (last, so that nothing after it needs a
-    /// call it refuses). Requires `no_new_privs` already set. Returns the
-    /// listener fd (close-on-exec) when the filter has one; the caller owns it.
+    /// call it refuses), to the calling thread. Requires `no_new_privs`
+    /// already set. Returns the listener (close-on-exec) when the filter has
+    /// one; a failure names its [`Stage`].
     ///
-    /// # Safety
-    /// Syscalls only, no allocation; for the forked server child just before
-    /// execve.
-    pub(crate) unsafe fn apply(&self) -> Result<Option<RawFd>, (u32, i32)> {
+    /// System calls only, no allocation: for the forked server child just
+    /// before execve ([`crate::init`]).
+    pub(crate) fn apply(&self) -> Result<Option<OwnedFd>, (Stage, i32)> {
         if let Some(ruleset) = &self.landlock {
             // `restrict_self` consumes its ruleset; a duplicate of the fd
             // (F_DUPFD_CLOEXEC) keeps `apply` on `&self`. Then no_new_privs
@@ -88,53 +89,33 @@ impl Confinement {
             // 0) and close. Errors carry the io::Error of the failed call.
             let status = ruleset
                 .try_clone()
-                .map_err(|e| (STAGE_LANDLOCK, e.raw_os_error().unwrap_or(libc::EBADF)))?
+                .map_err(|e| (Stage::Landlock, e.raw_os_error().unwrap_or(libc::EBADF)))?
                 .restrict_self()
-                .map_err(|e| (STAGE_LANDLOCK, *landlock::Errno::from(e)))?;
+                .map_err(|e| (Stage::Landlock, *::landlock::Errno::from(e)))?;
             // Every right was asked for as a hard requirement, so anything but
             // full enforcement means the kernel applies less than the table.
             if status.ruleset != RulesetStatus::FullyEnforced {
-                return Err((STAGE_LANDLOCK, libc::EOPNOTSUPP));
+                return Err((Stage::Landlock, libc::EOPNOTSUPP));
             }
         }
         if let Some(prog) = &self.seccomp {
-            let fprog = libc::sock_fprog {
-                len: prog.len() as libc::c_ushort,
-                filter: prog.as_ptr() as *mut libc::sock_filter,
-            };
             // NEW_LISTENER: the kernel returns a new fd (always O_CLOEXEC) on
             // which the Notify rules' calls wait for an answer. A flag the
             // kernel lacks fails the install (EINVAL) and with it the start:
             // the layers said it would be there. The stage names the flags.
             let (flags, stage) = match (self.notify, self.wait_killable) {
-                (false, _) => (0, STAGE_SECCOMP),
+                (false, _) => (0, Stage::Seccomp),
                 (true, false) => (
                     libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
-                    STAGE_SECCOMP_LISTENER,
+                    Stage::SeccompListener,
                 ),
                 (true, true) => (
                     libc::SECCOMP_FILTER_FLAG_NEW_LISTENER
                         | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
-                    STAGE_SECCOMP_WAIT_KILLABLE,
+                    Stage::SeccompWaitKillable,
                 ),
             };
-            // SAFETY: seccomp(SECCOMP_SET_MODE_FILTER) with a valid program that
-            // outlives the call (the kernel copies it).
-            let r = unsafe {
-                libc::syscall(
-                    libc::SYS_seccomp,
-                    libc::SECCOMP_SET_MODE_FILTER,
-                    flags,
-                    &fprog as *const libc::sock_fprog,
-                )
-            };
-            if r < 0 {
-                // SAFETY: reading errno.
-                return Err((stage, unsafe { *libc::__errno_location() }));
-            }
-            if self.notify {
-                return Ok(Some(r as RawFd));
-            }
+            return sys::seccomp::install_filter(prog, flags).map_err(|e| (stage, e as i32));
         }
         Ok(None)
     }

@@ -7,7 +7,7 @@
 //! mean to expose), the other still holds.
 //!
 //! The rules are data: [`rules`] turns a [`SandboxSpec`] into a table of
-//! (path, access) mirroring what `mounts.rs` put in the sandbox root; [`ruleset`]
+//! (path, access) mirroring what `rootfs` put in the sandbox root; [`ruleset`]
 //! masks the table with what the running kernel's ABI can handle and builds the
 //! ruleset with the `landlock` crate. [`Confinement::apply`] then calls the
 //! crate's `restrict_self` in the server child, after `no_new_privs`.
@@ -23,12 +23,12 @@
 //! write grant (or in `/tmp`) inherits the write rights of its parent here. That case
 //! stays read-only thanks to the mount layer (the grant is a read-only bind).
 //! For the same reason the names a write grant keeps read-only because the host
-//! trusts them ([`crate::protect`]: `.git`, `.bashrc`...) have no rule here: a
+//! trusts them ([`crate::protected`]: `.git`, `.bashrc`...) have no rule here: a
 //! read-only rule beneath the grant's read-write one would remove nothing.
 //!
 //! [`Confinement::apply`]: crate::confine::Confinement::apply
 
-use crate::proto::Failure;
+use crate::control::Failure;
 use crate::spec::SandboxSpec;
 use crate::sys;
 use landlock::{
@@ -97,7 +97,7 @@ pub(crate) const READ_WRITE: Fs = READ_EXEC.union_c(make_bitflags!(AccessFs::{
         | Refer
         | Truncate
 }));
-/// What the creation guard ([`crate::guard`]) takes away from every rule: with
+/// What the creation guard ([`crate::supervise::guard`]) takes away from every rule: with
 /// the guard on, the daemon makes new files, directories, symlinks and FIFOs
 /// on the server's behalf after checking their names, so a call that reaches
 /// the kernel itself (one that raced its own path buffer past the check)
@@ -108,7 +108,7 @@ pub(crate) const GUARDED_MAKE: Fs =
 /// What the guard also takes away from the rules of write grants and of
 /// whatever lies above one (the private `/tmp` or `$HOME` a grant is mounted
 /// in): opening an existing file for writing. The daemon performs those opens
-/// on the name it checked ([`crate::guard`]), so a file git runs deep in a
+/// on the name it checked ([`crate::supervise::guard`]), so a file git runs deep in a
 /// granted tree cannot be written, whatever the caller's path says when the
 /// kernel reads it again. Writes through fds already open are not opens.
 pub(crate) const GUARDED_WRITE: Fs = make_bitflags!(AccessFs::{WriteFile});
@@ -275,22 +275,7 @@ pub(crate) fn effective(access: Fs, abi: u32, is_dir: bool) -> Fs {
 /// [`crate::kernel::Kernel`] (the audit trail, `wardenctl status`) and
 /// [`planned_abi`] need the number and the errno, so this one call stays.
 pub(crate) fn probe() -> Result<u32, Errno> {
-    /// `LANDLOCK_CREATE_RULESET_VERSION`.
-    const VERSION: u32 = 1 << 0;
-    // SAFETY: landlock_create_ruleset(NULL, 0, VERSION) only returns an integer.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<u8>(),
-            0usize,
-            VERSION,
-        )
-    };
-    if r < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(r as u32)
-    }
+    sys::landlock::abi_version()
 }
 
 /// The ABI to apply: the one the spec's layers name, once the kernel is seen
@@ -457,7 +442,7 @@ pub(crate) fn ruleset(spec: &SandboxSpec) -> Result<Option<RulesetCreated>, Fail
                 nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
                 nix::sys::stat::Mode::empty(),
             ),
-            Open::Required | Open::Optional => sys::open_path_nofollow(None, &r.path),
+            Open::Required | Open::Optional => sys::mount::open_path_nofollow(None, &r.path),
         };
         let path_fd = match opened {
             Ok(f) => f,
@@ -920,6 +905,7 @@ mod tests {
 /// the host, with no namespace and no mount layer at all. Every denial seen here
 /// is Landlock's; the control runs the same operations unrestricted.
 #[cfg(test)]
+#[allow(unsafe_code)] // forks, and probes with raw calls in the child
 mod host_tests {
     use super::*;
     use crate::confine::Confinement;
@@ -1054,7 +1040,7 @@ mod host_tests {
                 .create()
                 .unwrap()
         };
-        let fd = || sys::open_path_nofollow(None, file.path()).unwrap();
+        let fd = || sys::mount::open_path_nofollow(None, file.path()).unwrap();
         let refused = |e: RulesetError| match failure("landlock rule f".into(), e) {
             Failure::Setup {
                 stage,
