@@ -722,7 +722,7 @@ async def main():
             for path in cfg["paths"]:
                 r = await session.call_tool("read_text_file", {"path": path})
                 texts = [c.text for c in r.content if c.type == "text"]
-                out["calls"].append({"path": path, "is_error": bool(r.isError), "text": texts})
+                out["calls"].append({"path": path, "is_error": bool(r.is_error), "text": texts})
     print(json.dumps(out), flush=True)
 
 anyio.run(main)

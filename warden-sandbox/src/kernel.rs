@@ -123,7 +123,7 @@ impl Kernel {
             return Layers::NONE;
         }
         let notify = self.user_notif;
-        let watch_files = notify && !spec.audit_files.is_off();
+        let watch_files = notify && (!spec.audit_files.is_off() || spec.hold_files);
         let guard = !spec.write.is_empty() && self.guard_available();
         Layers {
             landlock_abi: self.landlock_abi(),
@@ -234,6 +234,7 @@ mod tests {
             proxy_port: None,
             cgroup: None,
             audit_files,
+            hold_files: false,
             warden_paths: vec![],
             allow_git_init: false,
             dangerously_skip_confinement: false,
@@ -268,6 +269,11 @@ mod tests {
         let mut skip = spec(true, FileWatch::All);
         skip.dangerously_skip_confinement = true;
         assert_eq!(k.layers(&skip), Layers::NONE);
+        // Approvals watch file accesses whatever audit.files says.
+        let mut held = spec(false, FileWatch::Off);
+        held.hold_files = true;
+        let l = k.layers(&held);
+        assert!(l.watch_files && l.sync_wake_up && !l.guard, "{l:?}");
     }
 
     #[test]

@@ -184,6 +184,18 @@ impl Sandbox {
         spec: &SandboxSpec,
         stdio: [OwnedFd; 3],
     ) -> Result<Spawned, SandboxError> {
+        Self::spawn_with(exe, spec, stdio, None)
+    }
+
+    /// [`Sandbox::spawn`], with approvals: the opens the sandbox would deny
+    /// are handed to `holder` ([`crate::supervise::hold`]); needs the spec's
+    /// file watching ([`SandboxSpec::hold_files`]).
+    pub fn spawn_with(
+        exe: &Path,
+        spec: &SandboxSpec,
+        stdio: [OwnedFd; 3],
+        holder: Option<std::sync::Arc<dyn crate::supervise::FileHolder>>,
+    ) -> Result<Spawned, SandboxError> {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
         // SEQPACKET: message boundaries and EOF when the other side is gone.
         // CLOEXEC on both ends: only the dup2'd fd 3 reaches the init.
@@ -256,7 +268,14 @@ impl Sandbox {
                         .layers
                         .guard
                         .then(|| crate::supervise::guard::Guard::new(spec));
-                    match Notifier::start(fd, Watch::from_spec(spec), g, spec.layers.sync_wake_up) {
+                    let h = holder.clone().filter(|_| spec.layers.watch_files);
+                    match Notifier::start(
+                        fd,
+                        Watch::from_spec(spec),
+                        g,
+                        h,
+                        spec.layers.sync_wake_up,
+                    ) {
                         Ok((n, calls, f, w)) => {
                             notifier = Some((n, calls));
                             wake = Some(w);

@@ -379,6 +379,28 @@ pub fn plan(spec: &SandboxSpec) -> Plan {
     }
 }
 
+/// Why `path` (absolute, normalised) can never be approved
+/// (docs/approvals.md): it is, or is inside, a name of [`PROTECTED`] relative
+/// to a directory above it (the home-only rows under `home` only; `.git`
+/// itself, not what is inside it), or one of Warden's own paths.
+pub fn never_approved(path: &Path, home: &Path, warden_paths: &[PathBuf]) -> Option<&'static str> {
+    if warden_paths.iter().any(|w| path.starts_with(w)) {
+        return Some(WARDEN_WHY);
+    }
+    for base in path.ancestors().skip(1) {
+        for row in PROTECTED {
+            if row.home_only && base != home {
+                continue;
+            }
+            let c = base.join(row.name);
+            if path == c || (!row.unless_dir && path.starts_with(&c)) {
+                return Some(row.why);
+            }
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,6 +427,24 @@ mod tests {
 
     fn paths(v: &[PathBuf]) -> Vec<&str> {
         v.iter().map(|p| p.to_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn protected_names_and_wardens_files_are_never_approved() {
+        let home = Path::new("/home/ana");
+        let warden = [PathBuf::from("/home/ana/.config/warden")];
+        let never = |p: &str| never_approved(Path::new(p), home, &warden).is_some();
+        assert!(never("/home/ana/.bashrc"));
+        assert!(never("/home/ana/src/p/.git/config"));
+        assert!(never("/home/ana/src/p/.git/hooks/pre-commit"));
+        assert!(never("/home/ana/src/p/.git"));
+        assert!(never("/home/ana/.config/warden/policies/fetch.yaml"));
+        assert!(never("/home/ana/.cargo/bin/cargo"));
+        assert!(!never("/home/ana/src/p/.git/objects/ab/cdef"));
+        assert!(!never("/home/ana/notes/todo.txt"));
+        assert!(!never("/srv/data/report.csv"));
+        // Home-only rows are not matched elsewhere.
+        assert!(!never("/srv/x/.cargo/bin/tool"));
     }
 
     #[test]

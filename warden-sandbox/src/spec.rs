@@ -65,6 +65,11 @@ pub struct SandboxSpec {
     /// sandbox's.
     #[serde(default = "FileWatch::off", skip_serializing_if = "FileWatch::is_off")]
     pub audit_files: FileWatch,
+    /// Approvals: the opens the sandbox would deny are held for a person
+    /// ([`crate::supervise::hold`]); the file accesses are then watched
+    /// whatever `audit_files` says (which still decides what is recorded).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hold_files: bool,
     /// Warden's own files and directories (the daemon's policy and state
     /// directories, the policy file, the installed binaries): protected like
     /// `protected::PROTECTED` names wherever a write grant covers them.

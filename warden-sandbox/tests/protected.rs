@@ -109,6 +109,7 @@ impl Fixture {
             proxy_port: None,
             cgroup: None,
             audit_files: warden_sandbox::spec::FileWatch::Off,
+            hold_files: false,
             warden_paths: vec![],
             allow_git_init: false,
             dangerously_skip_confinement: false,

@@ -415,6 +415,26 @@ impl Broker {
         }
     }
 
+    /// Records that `req` was denied without asking (`approval.refuse`, once
+    /// per request and cause in a session).
+    pub fn refuse(&self, session: &str, req: &Request, cause: &'static str) {
+        let first = {
+            let mut st = self.lock();
+            st.sessions
+                .get_mut(session)
+                .is_some_and(|s| s.refused.insert((req.clone(), cause)))
+        };
+        if first {
+            self.audit.record(ApprovalRefuse {
+                session: session.to_owned(),
+                resource: req.resource.clone(),
+                kind: req.kind.as_str().to_owned(),
+                operation: req.operation.clone(),
+                cause: cause.to_owned(),
+            });
+        }
+    }
+
     /// The receiver of the outcome of `req`, or the outcome at once.
     fn raise(
         self: &Arc<Self>,
@@ -786,4 +806,49 @@ pub fn policy_editor() -> PolicyEditor {
             already_present: done.already_present,
         })
     })
+}
+
+/// Asks the session's approvals about the opens its sandbox would deny
+/// (`warden_sandbox::supervise::hold`). Called on a notifier thread: never
+/// blocks there; the question is asked on the daemon's event loop.
+pub struct FileApprover {
+    pub broker: Arc<Broker>,
+    pub session: String,
+    pub runtime: tokio::runtime::Handle,
+    /// The user's home and Warden's own paths: what can never be approved.
+    pub home: PathBuf,
+    pub warden_paths: Vec<PathBuf>,
+}
+
+impl warden_sandbox::supervise::FileHolder for FileApprover {
+    fn hold(&self, call: warden_sandbox::supervise::HeldOpen) {
+        let req = Request {
+            kind: Kind::File,
+            resource: call.path.display().to_string(),
+            operation: call.op.as_str().to_owned(),
+        };
+        if warden_sandbox::protected::never_approved(&call.path, &self.home, &self.warden_paths)
+            .is_some()
+        {
+            self.broker.refuse(&self.session, &req, "protected");
+            call.refuse();
+            return;
+        }
+        let broker = self.broker.clone();
+        let session = self.session.clone();
+        self.runtime.spawn(async move {
+            match broker.ask(&session, req, None).await {
+                Outcome::Allowed { .. } => {
+                    // The open and the answer are quick system calls.
+                    let _ = tokio::task::spawn_blocking(move || {
+                        if let Err(e) = call.allow() {
+                            tracing::debug!(error = %e, "a held open's caller is gone");
+                        }
+                    })
+                    .await;
+                }
+                Outcome::Denied => call.refuse(),
+            }
+        });
+    }
 }

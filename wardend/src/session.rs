@@ -309,7 +309,13 @@ impl Daemon {
         plan::fit(&mut policy, &host)?;
         let warden_paths = self.warden_paths(policy.source.as_deref());
         let approve = plan::approvals(id, req, &policy)?;
-        let (spec, env_names) = plan::spec(id, &policy, &req.env, ctx.home, &host, warden_paths);
+        let (mut spec, env_names) =
+            plan::spec(id, &policy, &req.env, ctx.home, &host, warden_paths);
+        if approve.is_some() {
+            // Opens the sandbox would deny are held for a person.
+            spec.hold_files = true;
+            spec.layers = host.kernel.layers(&spec);
+        }
         Ok(Prepared {
             id: id.to_string(),
             policy,
@@ -400,13 +406,26 @@ impl Daemon {
                 }
             }
         }
-        let result = self.launch(&spec, stdio).await;
+        // Approvals are on before the server runs: its first opens may be held.
+        let holder: Option<Arc<dyn warden_sandbox::supervise::FileHolder>> =
+            approve.clone().map(|cfg| {
+                self.approvals.open_session(cfg);
+                Arc::new(crate::approvals::FileApprover {
+                    broker: self.approvals.clone(),
+                    session: id.clone(),
+                    runtime: tokio::runtime::Handle::current(),
+                    home: spec.home.clone(),
+                    warden_paths: spec.warden_paths.clone(),
+                }) as Arc<dyn warden_sandbox::supervise::FileHolder>
+            });
+        let result = self.launch(&spec, stdio, holder).await;
         let (spawned, relay) = match result {
             Ok(v) => v,
             Err(e) => {
                 if let Some(dir) = spec.cgroup.clone() {
                     tokio::spawn(crate::cgroup::remove_session(dir));
                 }
+                self.approvals.close_session(&id, "session-ended");
                 self.audit_exit(&id, started, None, None, &e.to_string());
                 return Err(e);
             }
@@ -419,8 +438,7 @@ impl Daemon {
         } = spawned;
         let sandbox = Arc::new(sandbox);
         let net = Arc::new(crate::egress::NetCounters::default());
-        let approver: Option<Arc<dyn warden_proxy::Approver>> = approve.map(|cfg| {
-            self.approvals.open_session(cfg);
+        let approver: Option<Arc<dyn warden_proxy::Approver>> = approve.map(|_| {
             Arc::new(crate::egress::NetApprover {
                 broker: self.approvals.clone(),
                 session: id.clone(),
@@ -507,6 +525,7 @@ impl Daemon {
         &self,
         spec: &SandboxSpec,
         stdio: [OwnedFd; 3],
+        holder: Option<Arc<dyn warden_sandbox::supervise::FileHolder>>,
     ) -> Result<(Spawned, Relay), DaemonError> {
         let io = |e: std::io::Error| DaemonError::Internal(format!("stdio pipes: {e}"));
         let (in_r, in_w) = pipe().map_err(io)?;
@@ -514,11 +533,12 @@ impl Daemon {
         let (err_r, err_w) = pipe().map_err(io)?;
         let exe = self.config.sandbox_exe.clone();
         let spec2 = spec.clone();
-        let spawned =
-            tokio::task::spawn_blocking(move || Sandbox::spawn(&exe, &spec2, [in_r, out_w, err_w]))
-                .await
-                .map_err(|e| DaemonError::Internal(e.to_string()))?
-                .map_err(|e| DaemonError::Sandbox(e.to_string()))?;
+        let spawned = tokio::task::spawn_blocking(move || {
+            Sandbox::spawn_with(&exe, &spec2, [in_r, out_w, err_w], holder)
+        })
+        .await
+        .map_err(|e| DaemonError::Internal(e.to_string()))?
+        .map_err(|e| DaemonError::Sandbox(e.to_string()))?;
         // The server's ends now live only in the sandbox; ours are closed, so
         // EOF travels both ways.
         let relay = Relay::start(stdio, [in_w, out_r, err_r]);

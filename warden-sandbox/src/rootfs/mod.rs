@@ -631,6 +631,7 @@ mod tests {
             proxy_port: None,
             cgroup: None,
             audit_files: crate::spec::FileWatch::Off,
+            hold_files: false,
             warden_paths: vec![],
             allow_git_init: false,
             dangerously_skip_confinement: false,

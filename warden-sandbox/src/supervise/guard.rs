@@ -501,7 +501,7 @@ impl Guard {
             Err(Errno::EEXIST) if flags & libc::O_EXCL == 0 => return Answer::Continue,
             Err(e) => return Answer::Error(e as i32),
         };
-        match send_fd(listener, n, &fd, flags) {
+        match send_fd(listener, n.id, &fd, flags) {
             Ok(()) => Answer::Answered,
             Err(e) => {
                 // The caller did not get it: take the new file back (a
@@ -607,7 +607,7 @@ impl Guard {
                 FcntlArg::F_SETFL(OFlag::from_bits_retain(flags & !libc::O_NONBLOCK)),
             );
         }
-        match send_fd(listener, n, &fd, flags) {
+        match send_fd(listener, n.id, &fd, flags) {
             Ok(()) | Err(Errno::ENOENT) => Answer::Answered,
             Err(e) => Answer::Error(e as i32),
         }
@@ -651,7 +651,7 @@ impl Guard {
             Ok(fd) => fd,
             Err(e) => return Answer::Error(e as i32),
         };
-        match send_fd(listener, n, &fd, c.flags as libc::c_int) {
+        match send_fd(listener, n.id, &fd, c.flags as libc::c_int) {
             Ok(()) | Err(Errno::ENOENT) => Answer::Answered,
             Err(e) => Answer::Error(e as i32),
         }
@@ -1039,14 +1039,14 @@ pub(crate) fn opens_for_writing(flags: u64) -> bool {
 
 /// Hands `fd` to the caller as the result of its call (`ADDFD` with `SEND`),
 /// close-on-exec if its `flags` asked for it.
-fn send_fd(
+pub(crate) fn send_fd(
     listener: BorrowedFd<'_>,
-    n: &libc::seccomp_notif,
+    id: u64,
     fd: &OwnedFd,
     flags: libc::c_int,
 ) -> Result<(), Errno> {
     let addfd = libc::seccomp_notif_addfd {
-        id: n.id,
+        id,
         flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
         srcfd: fd.as_raw_fd() as u32,
         newfd: 0,

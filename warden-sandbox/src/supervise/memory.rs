@@ -18,6 +18,15 @@ fn page_size() -> usize {
 
 /// Reads up to `buf.len()` bytes at `addr` in `pid`'s memory; returns how
 /// many were read (fewer when an unmapped page follows).
+/// A native-endian `u64` at `addr` in `pid`'s memory.
+pub(crate) fn read_u64(pid: u32, addr: u64) -> Result<u64, Errno> {
+    let mut b = [0u8; 8];
+    match read_memory(pid, addr, &mut b)? {
+        8 => Ok(u64::from_ne_bytes(b)),
+        _ => Err(Errno::EFAULT),
+    }
+}
+
 pub(crate) fn read_memory(pid: u32, addr: u64, buf: &mut [u8]) -> Result<usize, Errno> {
     if buf.is_empty() {
         return Ok(0);

@@ -8,6 +8,7 @@
 //! | `capture` | the notifier pool, while the caller waits | reads what an observed call names |
 //! | `memory` | the notifier pool | `process_vm_readv` of the caller's path arguments |
 //! | `guard` | the notifier pool | performs or refuses the calls that create in write grants |
+//! | [`hold`] | the notifier pool, then whoever answers | held opens: a denied open kept waiting for a person's answer (approvals), completed by the daemon |
 //! | [`classify`] | the consumer (the daemon's recorder, on tokio's blocking pool) | judges each captured access |
 //! | `resolve` | the consumer and the guard | paths in the sandbox's own view |
 //! | `layout` | the consumer and the guard | what the sandbox's layout says about an access |
@@ -69,6 +70,7 @@
 pub(crate) mod capture;
 pub mod classify;
 pub(crate) mod guard;
+pub mod hold;
 pub(crate) mod layout;
 pub(crate) mod memory;
 pub mod mountinfo;
@@ -77,5 +79,6 @@ pub(crate) mod queue;
 pub(crate) mod resolve;
 
 pub use classify::{Action, FileAccess, FileAccesses, BATCH_INTERVAL};
+pub use hold::{FileHolder, HeldOp, HeldOpen};
 pub use layout::AccessVerdict;
 pub use notify::{RefusedCall, RefusedCalls, Wake, WakeWaiter};

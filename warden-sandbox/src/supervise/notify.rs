@@ -52,6 +52,8 @@ use crate::confine::seccomp;
 use crate::supervise::capture::Capturer;
 use crate::supervise::classify::{FileAccesses, Watch};
 use crate::supervise::guard::{Answer, Guard};
+use crate::supervise::hold::FileHolder;
+use crate::supervise::layout::Layout;
 use crate::supervise::queue::{QueueRx, QueueTx};
 use crate::sys;
 use nix::errno::Errno;
@@ -270,6 +272,7 @@ impl Notifier {
         listener: OwnedFd,
         watch: Option<Watch>,
         guard: Option<Guard>,
+        holder: Option<Arc<dyn FileHolder>>,
         sync_wake_up: bool,
     ) -> std::io::Result<(Notifier, RefusedCalls, Option<FileAccesses>, Arc<Wake>)> {
         let (tx, rx) = crate::supervise::queue::bounded(QUEUE);
@@ -286,6 +289,10 @@ impl Notifier {
                 ));
             }
         }
+        let hold = match (&watch, holder) {
+            (Some(w), Some(h)) => Some((h, w.layout.clone())),
+            _ => None,
+        };
         let (capturer, files) = match watch {
             Some(w) => {
                 let (ftx, frx) = crate::supervise::queue::bounded(FILE_QUEUE);
@@ -298,11 +305,12 @@ impl Notifier {
             None => (None, None),
         };
         let served = Served {
-            listener,
+            listener: Arc::new(listener),
             tx,
             lost: lost.clone(),
             capturer,
             guard,
+            hold,
             wake: wake.clone(),
         };
         let slot = Pool::get()?.add(served)?;
@@ -330,11 +338,16 @@ impl Drop for Notifier {
 
 /// One sandbox's listener and what answering it needs.
 struct Served {
-    listener: OwnedFd,
+    /// Shared with the opens held for an answer ([`crate::supervise::hold::HeldOpen`]), which answer
+    /// later from other threads.
+    listener: Arc<OwnedFd>,
     tx: QueueTx<RefusedCall>,
     lost: Arc<AtomicU64>,
     capturer: Option<Capturer>,
     guard: Option<Guard>,
+    /// Approvals: who is given the opens the sandbox would deny, and the
+    /// layout that judges them.
+    hold: Option<(Arc<dyn FileHolder>, Layout)>,
     wake: Arc<Wake>,
 }
 
@@ -355,6 +368,16 @@ impl Served {
             // Continued even if nobody captures (cannot happen: the filter
             // watches only when asked to).
             let mut captured = self.capturer.as_mut().and_then(|c| c.capture(fd, &n, w));
+            // Approvals: an open the sandbox would deny waits for a person
+            // (answered later, from another thread); it is recorded by the
+            // approval records, not queued as a file access.
+            if let (Some((holder, layout)), Some(c)) = (&self.hold, &captured) {
+                if let Some((path, op)) = crate::supervise::hold::holdable(c, layout) {
+                    let call = crate::supervise::hold::held(&self.listener, &n, path, op, c);
+                    holder.hold(call);
+                    return;
+                }
+            }
             // The creation guard answers the calls that create; the rest
             // (and everything when it is off) continue.
             let answer = match (&mut self.guard, &captured) {
@@ -402,10 +425,11 @@ impl Served {
             tx,
             capturer,
             guard,
+            hold,
             wake,
             ..
         } = self;
-        drop((capturer, guard, tx));
+        drop((capturer, guard, hold, tx));
         wake.ring();
         drop(listener);
     }
@@ -721,7 +745,7 @@ fn wait_pending(listener: &OwnedFd, timeout: Duration) -> Pending {
 
 /// `SECCOMP_IOCTL_NOTIF_SEND`: the call fails with `errno` (refused calls). `ENOENT` (the
 /// caller died, or a signal interrupted the call) needs nothing more.
-fn respond(fd: BorrowedFd<'_>, id: u64, errno: i32) {
+pub(crate) fn respond(fd: BorrowedFd<'_>, id: u64, errno: i32) {
     let resp = libc::seccomp_notif_resp {
         id,
         val: 0,
@@ -748,7 +772,7 @@ fn respond_value(fd: BorrowedFd<'_>, id: u64, val: i64) {
 /// kernel runs the call as if the filter had allowed it. `ENOENT` (the
 /// caller died or was interrupted; a restarted call notifies again) needs
 /// nothing more.
-fn respond_continue(fd: BorrowedFd<'_>, id: u64) {
+pub(crate) fn respond_continue(fd: BorrowedFd<'_>, id: u64) {
     let resp = libc::seccomp_notif_resp {
         id,
         val: 0,

@@ -275,6 +275,7 @@ pub fn spec(
         proxy_port: Some(crate::egress::PROXY_PORT),
         cgroup: None,
         audit_files: file_watch(policy.audit.files),
+        hold_files: false,
         warden_paths,
         allow_git_init: policy.allow_git_init,
         // Never skipped by the daemon: the field exists for benchmarks only.
@@ -671,6 +672,7 @@ mod tests {
                 proxy_port: Some(crate::egress::PROXY_PORT),
                 cgroup: None,
                 audit_files: FileWatch::All,
+                hold_files: false,
                 warden_paths: vec!["/state".into()],
                 allow_git_init: true,
                 dangerously_skip_confinement: false,
