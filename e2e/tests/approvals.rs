@@ -809,3 +809,134 @@ impl World {
         v.as_array().cloned().unwrap_or_default()
     }
 }
+
+/// Runs `script` with /bin/sh inside, with approvals and `policy`.
+fn sh(w: &World, policy: &Path, script: &str) -> Child {
+    w.spawn(policy, &["/bin/sh", "-c", script], &["--approve", "--approve-timeout", "60s"])
+}
+
+/// A policy granting `read` read-only.
+fn fs_policy(w: &World, name: &str, read: &[&Path]) -> PathBuf {
+    let list: Vec<String> = read.iter().map(|p| format!("{:?}", p.display().to_string())).collect();
+    w.env.policy(
+        &format!("{name}.yaml"),
+        &format!(
+            "version: 1\nname: approvals-{name}\nfilesystem:\n  read: [{}]\n",
+            list.join(", ")
+        ),
+    )
+}
+
+#[test]
+fn file_writes_and_creates_outside_the_grants_are_done_by_the_daemon_once_approved() {
+    let Some(w) = World::new() else { return };
+    let granted = w.env.mkdir("files/granted");
+    let hidden = w.env.mkdir("files/hidden");
+    std::fs::write(granted.join("notes.txt"), "old\n").unwrap();
+    let policy = fs_policy(&w, "writes", &[&granted]);
+    let notes = granted.join("notes.txt");
+    let new = hidden.join("new.txt");
+    let script = format!(
+        "echo changed > {} && echo made > {} && cat {}",
+        notes.display(),
+        new.display(),
+        new.display()
+    );
+    let child = sh(&w, &policy, &script);
+    let notes_s = notes.display().to_string();
+    let p = w.wait_pending(&notes_s, &[]);
+    assert_eq!(p["operation"], "write", "{p}");
+    w.answer_ok(p["id"].as_str().unwrap(), "once");
+    let new_s = new.display().to_string();
+    let q = w.wait_pending(&new_s, &[]);
+    assert_eq!(q["operation"], "create", "{q}");
+    w.answer_ok(q["id"].as_str().unwrap(), "session");
+    // The cat of the new file is a read: the --session grant was for create.
+    let r = w.wait_pending(&new_s, &[q["id"].as_str().unwrap().to_string()]);
+    assert_eq!(r["operation"], "read", "{r}");
+    w.answer_ok(r["id"].as_str().unwrap(), "once");
+    let (code, stdout, stderr) = finish(child);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "made\n");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "changed\n");
+    assert_eq!(std::fs::read_to_string(&new).unwrap(), "made\n");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&new).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode & 0o022, 0, "the caller's umask applies: {mode:o}");
+}
+
+#[test]
+fn file_session_grants_repeat_without_asking_and_always_writes_a_read_grant() {
+    let Some(w) = World::new() else { return };
+    let data = w.env.mkdir("files/data");
+    std::fs::write(data.join("a.txt"), "alpha\n").unwrap();
+    let a = data.join("a.txt");
+    let policy = fs_policy(&w, "session", &[]);
+    let child = sh(&w, &policy, &format!("cat {0} {0} {0}", a.display()));
+    let a_s = a.display().to_string();
+    let p = w.wait_pending(&a_s, &[]);
+    w.answer_ok(p["id"].as_str().unwrap(), "session");
+    let (code, stdout, stderr) = finish(child);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "alpha\nalpha\nalpha\n");
+    assert_eq!(w.approval_records("request", 1).len(), 1);
+
+    // --always: the exact file (not its directory) goes to filesystem.read.
+    let child = sh(&w, &policy, &format!("cat {}", a.display()));
+    let p = w.wait_pending(&a_s, &[]);
+    w.answer_ok(p["id"].as_str().unwrap(), "always");
+    let (_, stdout, _) = finish(child);
+    assert_eq!(stdout, "alpha\n");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    assert!(text.contains(&a_s), "{text}");
+    let compiled = w.env.ctl_json(&["policy", "check", policy.to_str().unwrap()]);
+    let read: Vec<String> = compiled["read"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    assert_eq!(read, vec![a_s.clone()], "{compiled}");
+    // A new session reads it without asking; its neighbour stays hidden.
+    std::fs::write(data.join("b.txt"), "beta\n").unwrap();
+    let mut cmd = w.env.shim([
+        "--policy",
+        policy.to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        &format!("cat {}; cat {}", a.display(), data.join("b.txt").display()),
+    ]);
+    let out = run(&mut cmd, Duration::from_secs(60));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "alpha\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("No such file"));
+}
+
+#[test]
+fn protected_files_symlinks_and_wardens_own_files_are_never_asked_about() {
+    let Some(w) = World::new() else { return };
+    let data = w.env.mkdir("files/links");
+    std::fs::write(data.join("real.txt"), "real\n").unwrap();
+    std::os::unix::fs::symlink(data.join("real.txt"), data.join("link.txt")).unwrap();
+    let policy = fs_policy(&w, "never", &[]);
+    let before = std::fs::read_to_string(&policy).unwrap();
+    // The server tries to rewrite its own policy, to read through a
+    // symlink, and to read a hidden dot file: each refused at once.
+    std::fs::write(w.env.home.join(".netrc-like"), "x").unwrap();
+    let script = format!(
+        "echo 'network: {{allow: [\"*\"]}}' >> {}; cat {}; cat {}; echo done",
+        policy.display(),
+        data.join("link.txt").display(),
+        w.env.home.join(".netrc-like").display()
+    );
+    let child = sh(&w, &policy, &script);
+    let (code, stdout, _) = finish(child);
+    assert_eq!(code, 0);
+    assert_eq!(stdout, "done\n");
+    assert_eq!(std::fs::read_to_string(&policy).unwrap(), before);
+    assert!(w.approval_records("request", 1).is_empty());
+    let refused = w.approval_records("refuse", 1);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["details"]["cause"], "protected");
+    assert_eq!(refused[0]["resource"], policy.display().to_string());
+}
