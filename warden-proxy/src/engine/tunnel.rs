@@ -11,9 +11,9 @@ use tokio::net::TcpStream;
 use warden_core::policy::net::{parse_host, Host, TunnelUse};
 
 use super::decide::Opened;
-use super::{allowed_reason, decide_event, read_more, splice, Link};
+use super::{decide_event, read_more, splice, Link};
 use crate::events::printable;
-use crate::events::Protocol;
+use crate::events::{Protocol, RefusalCode};
 use crate::tls::{self, Sniff, MAX_CLIENT_HELLO};
 use crate::ProxyConfig;
 
@@ -24,7 +24,7 @@ pub(crate) enum End {
     Done,
     /// The client's first bytes were refused (nothing of them was forwarded):
     /// the decision code (`sni-mismatch`, `no-sni`, `plain-tunnel`) and why.
-    Refused(&'static str, String),
+    Refused(RefusalCode, String),
 }
 
 /// What the first bytes of a CONNECT or SOCKS5 tunnel must be: a TLS ClientHello
@@ -80,7 +80,7 @@ async fn pump(
 
 enum Up {
     Done,
-    Refused(&'static str, String),
+    Refused(RefusalCode, String),
 }
 
 /// An allowed tunnel (CONNECT or SOCKS5) from its allow decision to its end:
@@ -101,19 +101,18 @@ pub(crate) async fn serve_allowed(
     client_prefix: Vec<u8>,
     reply: &[u8],
 ) {
-    let allowed = |ok: bool, reason: &str| {
+    let decided = |refusal: Option<RefusalCode>| {
         decide_event(
             cfg,
             protocol,
             shown,
             port,
             Some(opened.addr),
-            ok,
-            reason,
+            refusal,
             Some(&opened.rule),
         )
     };
-    allowed(true, &allowed_reason(&opened.rule));
+    decided(None);
     let link = Link::new(cfg, protocol, shown, port, opened.addr);
     if client.write_all(reply).await.is_err() {
         return;
@@ -133,8 +132,8 @@ pub(crate) async fn serve_allowed(
     )
     .await;
     if let End::Refused(code, why) = end {
-        allowed(false, code);
-        tracing::debug!(session = %cfg.session, host = %shown, port, code, why = %why, "proxy: tunnel refused");
+        decided(Some(code));
+        tracing::debug!(session = %cfg.session, host = %shown, port, code = code.as_str(), why = %why, "proxy: tunnel refused");
     }
 }
 
@@ -172,7 +171,7 @@ pub(crate) async fn run(
             allowed,
         }) = expect
         {
-            const SNI: &str = "sni-mismatch";
+            const SNI: RefusalCode = RefusalCode::SniMismatch;
             loop {
                 match tls::sniff(&prefix) {
                     Ok(Sniff::NeedMore) => {
@@ -192,7 +191,7 @@ pub(crate) async fn run(
                     Ok(Sniff::NotTls) if allowed.plain => break,
                     Ok(Sniff::NotTls) => {
                         return Ok(Up::Refused(
-                            "plain-tunnel",
+                            RefusalCode::PlainTunnel,
                             format!(
                                 "the tunnel to {expected} carries no TLS, and no network.allow \
                                  entry lists this port for it explicitly"
@@ -202,7 +201,7 @@ pub(crate) async fn run(
                     Ok(Sniff::ClientHello { sni: None, .. }) if allowed.no_sni => break,
                     Ok(Sniff::ClientHello { sni: None, .. }) => {
                         return Ok(Up::Refused(
-                            "no-sni",
+                            RefusalCode::NoSni,
                             format!("the TLS ClientHello to {expected} names no server"),
                         ))
                     }
