@@ -8,8 +8,9 @@
 //! - [`TestEnv`] is a private home, runtime dir, state dir and socket in a tempdir;
 //!   it starts a [`Daemon`] and builds shim and `wardenctl` commands that use them.
 //! - [`McpClient`] speaks newline-delimited JSON-RPC to a spawned shim, with timeouts.
-//! - [`audit_records`], [`pids_with_marker`] and [`require_test_deps`] are the checks
-//!   and preconditions tests share.
+//! - [`audit_records`], [`pids_with_marker`], [`send_signal`], [`is_root`] and
+//!   [`require_test_deps`] are the checks and preconditions tests share (no
+//!   `unsafe`: `nix` for the system calls).
 //! - [`net`]: upstream HTTP(S) servers, a CA and a recording DNS server for the egress
 //!   tests, and `wardend --dns`.
 //!
