@@ -208,6 +208,25 @@ fn metadata(root: &Path) -> Value {
     serde_json::from_slice(&out.stdout).expect("cargo metadata's JSON")
 }
 
+/// The source tree and what `cargo metadata` says of it.
+struct Tree {
+    root: PathBuf,
+    meta: Value,
+    members: Vec<Member>,
+}
+
+/// The tree, or None when this runs from phase 2's copy (see [`repo`]).
+fn tree() -> Option<Tree> {
+    let root = repo()?;
+    let meta = metadata(&root);
+    let members = members(&root, &meta);
+    Some(Tree {
+        root,
+        meta,
+        members,
+    })
+}
+
 /// A workspace member as `cargo metadata` describes it.
 #[derive(Debug)]
 struct Member {
@@ -335,11 +354,9 @@ fn unsafe_code_level(manifest: &toml::Table, workspace: &toml::Table) -> Option<
 
 #[test]
 fn unsafe_code_lives_only_in_the_crates_dev_md_names() {
-    let Some(root) = repo() else {
+    let Some(Tree { root, members, .. }) = tree() else {
         return;
     };
-    let meta = metadata(&root);
-    let members = members(&root, &meta);
     let allowed = allowed_unsafe(&std::fs::read_to_string(root.join("docs/dev.md")).unwrap());
     assert!(
         allowed.len() <= MAX_UNSAFE_CRATES,
@@ -463,10 +480,9 @@ fn closure(meta: &Value, from: &str) -> BTreeMap<String, Vec<String>> {
 
 #[test]
 fn warden_core_depends_on_no_runtime_transport_or_kernel_crate() {
-    let Some(root) = repo() else {
+    let Some(Tree { meta, .. }) = tree() else {
         return;
     };
-    let meta = metadata(&root);
     // Controls: the walk reaches them from the daemon, and goes past the first
     // step (mio only through tokio).
     let daemon = closure(&meta, "wardend");
@@ -579,11 +595,9 @@ fn the_crate_table_is_read_as_written() {
 
 #[test]
 fn the_architecture_crate_table_matches_cargo_metadata() {
-    let Some(root) = repo() else {
+    let Some(Tree { root, members, .. }) = tree() else {
         return;
     };
-    let meta = metadata(&root);
-    let members = members(&root, &meta);
     let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
     let rows = crate_table(&doc);
     let listed: BTreeSet<&str> = rows.iter().map(|r| r.dir.as_str()).collect();
