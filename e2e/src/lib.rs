@@ -8,14 +8,16 @@
 //! - [`TestEnv`] is a private home, runtime dir, state dir and socket in a tempdir;
 //!   it starts a [`Daemon`] and builds shim and `wardenctl` commands that use them.
 //! - [`McpClient`] speaks newline-delimited JSON-RPC to a spawned shim, with timeouts.
-//! - [`audit_records`], [`pids_with_marker`] and [`require_test_deps`] are the checks
-//!   and preconditions tests share.
+//! - [`audit_records`], [`pids_with_marker`], [`send_signal`], [`is_root`] and
+//!   [`require_test_deps`] are the checks and preconditions tests share (no
+//!   `unsafe`: `nix` for the system calls).
 //! - [`net`]: upstream HTTP(S) servers, a CA and a recording DNS server for the egress
 //!   tests, and `wardend --dns`.
 //!
 //! Tests must not read the source tree at run time: `scripts/test` also runs the test
 //! executables as an unprivileged user from a copy, with only `WARDEN_BIN_DIR`,
 //! `WARDEN_TEST_DEPS`, `WARDEN_REQUIRE_DEPS` and `WARDEN_UNPRIVILEGED_RUN` set.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test harness: a failed step is a panic
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -30,6 +32,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use serde_json::{json, Value};
 
 pub mod net;
@@ -217,10 +221,22 @@ pub fn cmdline_of(pid: i32) -> String {
         .unwrap_or_default()
 }
 
-/// Sends `signal` to `pid`; false if it failed (e.g. no such process).
+/// Sends `signal` to `pid` (0: only checks that it exists); false if it failed
+/// (e.g. no such process, or a signal number nix does not name).
 pub fn send_signal(pid: i32, signal: i32) -> bool {
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    unsafe { libc::kill(pid, signal) == 0 }
+    let signal = match signal {
+        0 => None,
+        n => match Signal::try_from(n) {
+            Ok(s) => Some(s),
+            Err(_) => return false,
+        },
+    };
+    kill(Pid::from_raw(pid), signal).is_ok()
+}
+
+/// True when the tests run as root (effective uid 0).
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
 }
 
 /// The exit code a shell would report: the code, or 128+N for death by signal N.
@@ -310,8 +326,7 @@ impl TestEnv {
         // A root daemon refuses sessions unless told to run servers as root
         // (review F8): the root phase of the suite runs them so, and
         // `e2e/tests/daemon.rs` tests the refusal.
-        // SAFETY: geteuid cannot fail.
-        if unsafe { libc::geteuid() } == 0 {
+        if is_root() {
             cmd.env("WARDEN_DANGEROUSLY_RUN_SERVERS_AS_ROOT", "1");
         }
         cmd.env_remove("WARDEN_SOCKET");

@@ -8,6 +8,7 @@
 //! loopback address as a listed exact address does. A *name* that resolves to
 //! loopback stays refused after approval (address classes apply to approved
 //! hosts as to listed ones), which one test shows.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -812,16 +813,23 @@ impl World {
 
 /// Runs `script` with /bin/sh inside, with approvals and `policy`.
 fn sh(w: &World, policy: &Path, script: &str) -> Child {
-    w.spawn(policy, &["/bin/sh", "-c", script], &["--approve", "--approve-timeout", "60s"])
+    w.spawn(
+        policy,
+        &["/bin/sh", "-c", script],
+        &["--approve", "--approve-timeout", "60s"],
+    )
 }
 
 /// A policy granting `read` read-only.
 fn fs_policy(w: &World, name: &str, read: &[&Path]) -> PathBuf {
-    let list: Vec<String> = read.iter().map(|p| format!("{:?}", p.display().to_string())).collect();
+    let list: Vec<String> = read
+        .iter()
+        .map(|p| format!("{:?}", p.display().to_string()))
+        .collect();
     w.env.policy(
         &format!("{name}.yaml"),
         &format!(
-            "version: 1\nname: approvals-{name}\nfilesystem:\n  read: [{}]\n",
+            "version: 1\nname: approvals-{name}\ncommand: [\"/bin/true\"]\nfilesystem:\n  read: [{}]\n",
             list.join(", ")
         ),
     )
@@ -889,7 +897,9 @@ fn file_session_grants_repeat_without_asking_and_always_writes_a_read_grant() {
     assert_eq!(stdout, "alpha\n");
     let text = std::fs::read_to_string(&policy).unwrap();
     assert!(text.contains(&a_s), "{text}");
-    let compiled = w.env.ctl_json(&["policy", "check", policy.to_str().unwrap()]);
+    let compiled = w
+        .env
+        .ctl_json(&["policy", "check", policy.to_str().unwrap()]);
     let read: Vec<String> = compiled["read"]
         .as_array()
         .unwrap()

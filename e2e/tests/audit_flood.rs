@@ -3,6 +3,7 @@
 //! session, with what is left out counted in summary records, and (tested in
 //! `wardend`'s audit unit tests) retention never deletes a live session's
 //! `session.start`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::time::Duration;
 

@@ -10,6 +10,7 @@
 //! The daemon is started through `sh`, which joins the test cgroup and then
 //! execs `wardend`, so the daemon is born alone in it (a cgroup shared with
 //! other processes is never taken over).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -1,5 +1,6 @@
 //! `wardenctl`, daemon autostart and Warden's own errors (exit 125 with one `warden:`
 //! line on stderr, DESIGN.md §4; policy errors name file:line:col, §10).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -12,6 +12,7 @@
 //! from inside and print one JSON line; the tests check it together with what
 //! the host sees afterwards: no process left, no session in `wardenctl ps`, the
 //! session's `session.exit` in the audit store.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,6 +1,7 @@
 //! The daemon's own contracts (DESIGN.md §3): single instance, socket and
 //! directory checks, the peer-uid check, sd_notify, SIGTERM shutdown, refused
 //! spawns on record, and the systemd unit.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
@@ -21,11 +22,6 @@ fn assert_typed(records: &[serde_json::Value]) {
             panic!("{e}: {r}");
         }
     }
-}
-
-fn is_root() -> bool {
-    // SAFETY: getuid has no preconditions.
-    unsafe { libc::getuid() == 0 }
 }
 
 #[test]

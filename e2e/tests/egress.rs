@@ -9,6 +9,7 @@
 //! `api.github.test` → 127.0.0.2, and every name no policy here allows → 127.0.0.3,
 //! where the upstreams also listen: a connection there is a denial that failed.
 //! Denials before DNS are asserted by the DNS server's record of queries.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::ffi::OsString;
 use std::net::IpAddr;

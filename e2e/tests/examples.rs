@@ -1,6 +1,7 @@
 //! The policies in `examples/` stay valid and do what their comments say. They are
 //! embedded at build time (the tests also run from a copy without the source tree) and
 //! written into a temporary `examples/` layout.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -8,6 +8,7 @@
 //! canary `~/.ssh/id_rsa`, writes into a read-only grant, lists `/home` and
 //! executes a binary outside its grants, each paired with an allowed control
 //! (its own read grant, its write grant, its write grant's listing, `/bin/true`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,6 @@
 //! The fixture MCP server on its own, without Warden: it must behave exactly as the
 //! other e2e tests assume, and these runs are the unsandboxed controls for them.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -5,6 +5,7 @@
 //! stay the host's: the server cannot change them (the escape suite's
 //! `escape/tests/git.rs` has the attacks); this is the legitimate use next to
 //! them.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::path::Path;
 use std::process::Command;

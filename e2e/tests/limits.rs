@@ -2,6 +2,7 @@
 //! daemon samples the resident memory of the whole sandbox every 25 ms; a
 //! breach ends the tree (SIGTERM, SIGKILL after 750 ms), is audited as
 //! `limit.breach`, and the shim exits 137.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::time::Duration;
 
@@ -86,11 +87,6 @@ fn sh_session(
         marker.into(),
     ]);
     run(&mut cmd, Duration::from_secs(60))
-}
-
-fn is_root() -> bool {
-    // SAFETY: getuid has no preconditions.
-    unsafe { libc::getuid() == 0 }
 }
 
 /// Forks until fork fails (at most 200), children sleeping; prints how many

@@ -9,6 +9,7 @@
 //! default `audit.files` and with `audit.files: off` alike. Controls: an
 //! ordinary file beside them is created and leaves no record; without
 //! Warden the same tool calls create the names.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

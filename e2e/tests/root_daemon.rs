@@ -6,17 +6,13 @@
 //! same name), and then says so in `session.start` (`details.sandbox.host_root`).
 //! As a normal user nothing changes (every other test runs so in the
 //! unprivileged phase). Root only.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::time::Duration;
 
 use warden_e2e::*;
 
 const VAR: &str = "WARDEN_DANGEROUSLY_RUN_SERVERS_AS_ROOT";
-
-fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
 
 fn session_of(env: &TestEnv, policy: &std::path::Path) -> std::process::Output {
     let mut cmd = env.shim(["--policy", policy.to_str().unwrap(), "--", "/bin/true"]);

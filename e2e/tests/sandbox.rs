@@ -1,6 +1,7 @@
 //! The sandbox as a server sees it: files, environment and limits (DESIGN.md §5).
 //! Each refusal is paired with a control showing the same access works without Warden
 //! (the fixture run directly), so a refusal is not just a broken fixture.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::os::unix::fs::MetadataExt;
 use std::process::Command;
@@ -54,7 +55,7 @@ fn ssh_key_in_home_is_not_visible() {
 #[test]
 fn etc_shadow_is_not_readable() {
     let env = TestEnv::new();
-    if !unprivileged_run() && unsafe_is_root() {
+    if !unprivileged_run() && is_root() {
         // Control: as root, /etc/shadow is readable without Warden.
         let mut control = direct_fixture(&env);
         let r = control.call_tool("read_file", json!({"path": "/etc/shadow"}));
@@ -70,11 +71,6 @@ fn etc_shadow_is_not_readable() {
     let r = c.call_tool("read_file", json!({"path": "/etc/shadow"}));
     assert!(is_tool_error(&r), "/etc/shadow readable inside: {r}");
     finish(c);
-}
-
-fn unsafe_is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
 }
 
 #[test]
@@ -149,8 +145,7 @@ fn write_grant_changes_land_on_the_host() {
     );
     assert_eq!(std::fs::read_to_string(&new).unwrap(), "from the sandbox");
     // The user namespace maps only the caller's own uid: host files are owned by them.
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = nix::unistd::geteuid().as_raw();
     assert_eq!(std::fs::metadata(&new).unwrap().uid(), me);
     std::fs::write(out.join("from-host.txt"), "from the host").unwrap();
     assert_eq!(
@@ -210,8 +205,7 @@ fn server_runs_in_its_own_pid_namespace_as_the_caller() {
     let who = c.tool_json("whoami", json!({}));
     let pid = who["pid"].as_i64().unwrap();
     assert!(pid < 100, "pid {pid}: not in a fresh pid namespace");
-    // SAFETY: getuid cannot fail.
-    let me = unsafe { libc::getuid() };
+    let me = nix::unistd::getuid().as_raw();
     assert_eq!(who["uid"], me, "only the caller's own uid is mapped");
     assert!(who["home"].is_string(), "HOME should have a default: {who}");
     finish(c);

@@ -3,6 +3,7 @@
 //! (docs/security-model.md, "Write grants and files the host trusts"). The
 //! refusal is paired with controls: the fixture run directly changes the hook,
 //! and inside Warden an ordinary file of the same grant is writable.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::process::Command;
 use std::time::Duration;

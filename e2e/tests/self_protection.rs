@@ -2,6 +2,7 @@
 //! paths (F2, F3), and the refusal of write grants when a protection they
 //! rely on is missing (F7). Every refusal is paired with a control that
 //! shows the legitimate case works.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::ffi::OsString;
 use std::path::Path;

@@ -1,5 +1,6 @@
 //! Real third-party MCP servers (installed by `scripts/test` into `$WARDEN_TEST_DEPS`)
 //! run with `node` through the shim.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

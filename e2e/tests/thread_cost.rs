@@ -6,6 +6,7 @@
 //! idle; waiting for the sandbox's exit and recording its refused calls and
 //! file accesses take no thread of their own (event loop, blocking pool only
 //! while working): a thread per session for any of them would add 20 here.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};

@@ -31,11 +31,6 @@ fn probe_bin() -> PathBuf {
     bin("warden-escape-probe")
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// One JSON line from the probe.
 #[derive(Debug)]
 struct Probe {

@@ -37,7 +37,35 @@ pub enum ClientError {
     #[error("gRPC channel: {0}")]
     Channel(#[from] tonic::transport::Error),
     #[error("cannot start wardend: {0}")]
-    Autostart(String),
+    Autostart(#[from] AutostartError),
+}
+
+/// Why [`autostart`] could not start a daemon that answers.
+#[derive(Debug, thiserror::Error)]
+pub enum AutostartError {
+    #[error("wardend not found next to this program or on PATH")]
+    NotFound,
+    /// The state directory, where the daemon's log goes.
+    #[error(transparent)]
+    StateDir(#[from] warden_core::paths::PathError),
+    #[error("{}: {source}", path.display())]
+    Log { path: PathBuf, source: io::Error },
+    #[error("{}: {source}", daemon.display())]
+    Spawn { daemon: PathBuf, source: io::Error },
+    /// It exited; `last` is the last line of its log.
+    #[error("{} exited with {status}: {last}", daemon.display())]
+    Exited {
+        daemon: PathBuf,
+        status: std::process::ExitStatus,
+        last: String,
+    },
+    #[error("{} did not answer on {} within {timeout:?} (log: {})", daemon.display(), socket.display(), log.display())]
+    NoAnswer {
+        daemon: PathBuf,
+        socket: PathBuf,
+        timeout: Duration,
+        log: PathBuf,
+    },
 }
 
 /// Connects a blocking Unix stream after checking the socket's owner and mode.
@@ -174,19 +202,18 @@ const DAEMON_ENV: &[&str] = &[
 /// /dev/null, log in the state directory) and waits until it accepts
 /// connections. Another client may win the race to start it: that is fine.
 pub fn autostart(socket: &Path, timeout: Duration) -> Result<(), ClientError> {
-    let daemon = find_daemon().ok_or_else(|| {
-        ClientError::Autostart("wardend not found next to this program or on PATH".into())
-    })?;
-    let state = warden_core::paths::default_state_dir()
-        .map_err(|e| ClientError::Autostart(e.to_string()))?;
-    warden_core::paths::ensure_private_dir(&state)
-        .map_err(|e| ClientError::Autostart(e.to_string()))?;
+    let daemon = find_daemon().ok_or(AutostartError::NotFound)?;
+    let state = warden_core::paths::default_state_dir().map_err(AutostartError::from)?;
+    warden_core::paths::ensure_private_dir(&state).map_err(AutostartError::from)?;
     let log_path = state.join("wardend.log");
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&log_path)
-        .map_err(|e| ClientError::Autostart(format!("{}: {e}", log_path.display())))?;
+        .map_err(|source| AutostartError::Log {
+            path: log_path.clone(),
+            source,
+        })?;
     let mut cmd = Command::new(&daemon);
     cmd.arg("--socket")
         .arg(socket)
@@ -200,9 +227,10 @@ pub fn autostart(socket: &Path, timeout: Duration) -> Result<(), ClientError> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(log));
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| ClientError::Autostart(format!("{}: {e}", daemon.display())))?;
+    let mut child = cmd.spawn().map_err(|source| AutostartError::Spawn {
+        daemon: daemon.clone(),
+        source,
+    })?;
     let deadline = Instant::now() + timeout;
     loop {
         if let Ok(s) = connect_raw(socket) {
@@ -219,21 +247,64 @@ pub fn autostart(socket: &Path, timeout: Duration) -> Result<(), ClientError> {
             if !status.success() && Instant::now() + Duration::from_millis(500) > deadline {
                 let tail = std::fs::read_to_string(&log_path).unwrap_or_default();
                 let last = tail.lines().last().unwrap_or("").to_string();
-                return Err(ClientError::Autostart(format!(
-                    "{} exited with {status}: {last}",
-                    daemon.display()
-                )));
+                return Err(AutostartError::Exited {
+                    daemon,
+                    status,
+                    last,
+                }
+                .into());
             }
         }
         if Instant::now() >= deadline {
-            return Err(ClientError::Autostart(format!(
-                "{} did not answer on {} within {:?} (log: {})",
-                daemon.display(),
-                socket.display(),
+            return Err(AutostartError::NoAnswer {
+                daemon,
+                socket: socket.to_path_buf(),
                 timeout,
-                log_path.display()
-            )));
+                log: log_path,
+            }
+            .into());
         }
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The messages are the ones the shim printed when the reason was a string.
+    #[test]
+    fn autostart_errors_keep_their_messages_and_sources() {
+        let e = ClientError::from(AutostartError::NotFound);
+        assert_eq!(
+            e.to_string(),
+            "cannot start wardend: wardend not found next to this program or on PATH"
+        );
+        let e = ClientError::from(AutostartError::NoAnswer {
+            daemon: "/usr/bin/wardend".into(),
+            socket: "/run/user/1000/warden/wardend.sock".into(),
+            timeout: Duration::from_secs(10),
+            log: "/home/u/.local/state/warden/wardend.log".into(),
+        });
+        assert_eq!(
+            e.to_string(),
+            "cannot start wardend: /usr/bin/wardend did not answer on \
+             /run/user/1000/warden/wardend.sock within 10s (log: \
+             /home/u/.local/state/warden/wardend.log)"
+        );
+        let e = ClientError::from(AutostartError::Spawn {
+            daemon: "/usr/bin/wardend".into(),
+            source: io::Error::from_raw_os_error(2),
+        });
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "cannot start wardend: /usr/bin/wardend: {}",
+                io::Error::from_raw_os_error(2)
+            )
+        );
+        // The chain: ClientError -> AutostartError -> io::Error.
+        let inner = std::error::Error::source(&e).expect("the autostart error");
+        assert!(std::error::Error::source(inner).is_some());
     }
 }

@@ -1,9 +1,12 @@
-//! What the proxy reports: one [`Decision`] per decision taken, one [`Closed`] per
-//! upstream connection that was opened and has ended.
+//! What the proxy reports: one [`ConnDecision`] per decision taken (a refusal
+//! names its [`RefusalCode`]), one [`Closed`] per upstream connection that was
+//! opened and has ended.
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
+
+use warden_core::policy::net::Denial;
 
 /// How the client asked for the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -33,14 +36,134 @@ impl fmt::Display for Protocol {
     }
 }
 
-/// One decision about one request, tunnel or SOCKS connection.
+/// Why the proxy refused a request, a tunnel or a SOCKS5 connection: the `code`
+/// of its `network.connect` record (`docs/audit-format.md`, where each is
+/// explained) and of an HTTP refusal's `X-Warden-Denied` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefusalCode {
+    /// No `network.allow` entry matches (decided before any DNS lookup).
+    NotAllowed,
+    /// The address, or every address the name resolved to, is of a class the
+    /// matching entry does not open.
+    PrivateAddress,
+    BadHost,
+    /// A malformed or ambiguous request (smuggling attempts, over-long heads...).
+    BadRequest,
+    /// The `Host` header does not match the request target.
+    HostMismatch,
+    /// A tunnel's ClientHello named another server, or was malformed.
+    SniMismatch,
+    /// A tunnel's ClientHello named no server (to a name whose entry has no
+    /// `insecure-no-sni` option).
+    NoSni,
+    /// A tunnel's first bytes were not TLS, and no entry lists the port.
+    PlainTunnel,
+    /// `TRACE`, `TRACK`: answered 405.
+    MethodRefused,
+    /// A method the forward proxy does not forward: answered 501.
+    MethodUnknown,
+    DnsFailed,
+    ConnectFailed,
+    SocksIpNotListed,
+    /// SOCKS5 `BIND` and `UDP ASSOCIATE`.
+    SocksCommandRefused,
+    /// A SOCKS5 greeting that does not offer "no authentication".
+    SocksAuthRefused,
+}
+
+impl RefusalCode {
+    /// Every code, in the order `docs/audit-format.md` lists them.
+    pub const ALL: [RefusalCode; 15] = [
+        RefusalCode::NotAllowed,
+        RefusalCode::PrivateAddress,
+        RefusalCode::BadHost,
+        RefusalCode::BadRequest,
+        RefusalCode::HostMismatch,
+        RefusalCode::SniMismatch,
+        RefusalCode::NoSni,
+        RefusalCode::PlainTunnel,
+        RefusalCode::MethodRefused,
+        RefusalCode::MethodUnknown,
+        RefusalCode::DnsFailed,
+        RefusalCode::ConnectFailed,
+        RefusalCode::SocksIpNotListed,
+        RefusalCode::SocksCommandRefused,
+        RefusalCode::SocksAuthRefused,
+    ];
+
+    /// The code as recorded and sent: `not-allowed`, `sni-mismatch`...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalCode::NotAllowed => "not-allowed",
+            RefusalCode::PrivateAddress => "private-address",
+            RefusalCode::BadHost => "bad-host",
+            RefusalCode::BadRequest => "bad-request",
+            RefusalCode::HostMismatch => "host-mismatch",
+            RefusalCode::SniMismatch => "sni-mismatch",
+            RefusalCode::NoSni => "no-sni",
+            RefusalCode::PlainTunnel => "plain-tunnel",
+            RefusalCode::MethodRefused => "method-refused",
+            RefusalCode::MethodUnknown => "method-unknown",
+            RefusalCode::DnsFailed => "dns-failed",
+            RefusalCode::ConnectFailed => "connect-failed",
+            RefusalCode::SocksIpNotListed => "socks-ip-not-listed",
+            RefusalCode::SocksCommandRefused => "socks-command-refused",
+            RefusalCode::SocksAuthRefused => "socks-auth-refused",
+        }
+    }
+
+    /// The code spelled `s`, if it is one.
+    pub fn parse(s: &str) -> Option<RefusalCode> {
+        RefusalCode::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
+    /// The status of the HTTP response a refusal gets: 400 for what cannot be
+    /// parsed, 405 and 501 for methods, 502 when DNS or the upstream failed,
+    /// else 403 (the policy).
+    pub fn http_status(self) -> u16 {
+        match self {
+            RefusalCode::BadRequest | RefusalCode::BadHost => 400,
+            RefusalCode::MethodRefused => 405,
+            RefusalCode::MethodUnknown => 501,
+            RefusalCode::DnsFailed | RefusalCode::ConnectFailed => 502,
+            RefusalCode::NotAllowed
+            | RefusalCode::PrivateAddress
+            | RefusalCode::HostMismatch
+            | RefusalCode::SniMismatch
+            | RefusalCode::NoSni
+            | RefusalCode::PlainTunnel
+            | RefusalCode::SocksIpNotListed
+            | RefusalCode::SocksCommandRefused
+            | RefusalCode::SocksAuthRefused => 403,
+        }
+    }
+}
+
+impl From<&Denial> for RefusalCode {
+    fn from(d: &Denial) -> RefusalCode {
+        match d {
+            Denial::NotAllowed { .. } => RefusalCode::NotAllowed,
+            Denial::PrivateAddress { .. } => RefusalCode::PrivateAddress,
+            Denial::BadHost(_) => RefusalCode::BadHost,
+        }
+    }
+}
+
+impl fmt::Display for RefusalCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One decision about one connection: a request, a tunnel or a SOCKS5
+/// connection.
 ///
 /// `allowed` is true exactly when the proxy opened (or, for a keep-alive HTTP
 /// request to the same host and port, reused) an upstream connection for it; every
 /// upstream connection is later reported once by [`EventSink::closed`]. A refused
 /// SNI (`sni-mismatch`) is a second decision on a tunnel that was allowed first.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
+pub struct ConnDecision {
     pub protocol: Protocol,
     /// The normalised host (`Host`'s `Display`: IPv6 in brackets), or for input
     /// that could not be parsed, a printable, escaped form of at most 255
@@ -51,10 +174,10 @@ pub struct Decision {
     /// The vetted address connected to (or, for `connect-failed`, tried first).
     pub address: Option<SocketAddr>,
     pub allowed: bool,
-    /// ``allowed by `ENTRY` `` (the entry as written in the policy), or a short
-    /// code: `not-allowed`, `private-address`, `bad-host`, `bad-request`,
-    /// `host-mismatch`, `sni-mismatch`, `dns-failed`, `connect-failed`,
-    /// `socks-ip-not-listed`, `socks-command-refused`, `socks-auth-refused`.
+    /// Why it was refused; `None` exactly when `allowed`.
+    pub refusal: Option<RefusalCode>,
+    /// ``allowed by `ENTRY` `` (the entry as written in the policy), or the
+    /// refusal's code ([`RefusalCode::as_str`]).
     pub reason: String,
     /// The `network.allow` entry that matched, as written in the policy (for
     /// an approved host, the entry the approval stands for).
@@ -63,15 +186,10 @@ pub struct Decision {
     pub approval: Option<crate::approve::Approval>,
 }
 
-impl Decision {
-    /// The machine code of the reason: `"allowed"` for allowed decisions, else
-    /// [`Decision::reason`].
-    pub fn code(&self) -> &str {
-        if self.allowed {
-            "allowed"
-        } else {
-            &self.reason
-        }
+impl ConnDecision {
+    /// The machine code of the decision: `"allowed"`, or the refusal's code.
+    pub fn code(&self) -> &'static str {
+        self.refusal.map_or("allowed", RefusalCode::as_str)
     }
 }
 
@@ -111,7 +229,7 @@ pub struct AcceptFailure {
 /// Where decisions and closed connections go (the daemon's audit writer). Called
 /// from the proxy's tasks: keep it quick and non-blocking.
 pub trait EventSink: Send + Sync {
-    fn decision(&self, d: &Decision);
+    fn decision(&self, d: &ConnDecision);
     fn closed(&self, c: &Closed);
     /// The listener could not accept (see [`AcceptFailure`]); ignored by default.
     fn accept_failed(&self, _f: &AcceptFailure) {}
@@ -122,7 +240,7 @@ pub trait EventSink: Send + Sync {
 pub struct NullSink;
 
 impl EventSink for NullSink {
-    fn decision(&self, _: &Decision) {}
+    fn decision(&self, _: &ConnDecision) {}
     fn closed(&self, _: &Closed) {}
 }
 
@@ -170,5 +288,87 @@ mod tests {
         let long = printable(&[0u8; 1000]);
         assert!(long.len() <= MAX_PRINTABLE && long.ends_with("..."));
         assert!(long.bytes().all(|b| b.is_ascii_graphic()));
+    }
+
+    /// The `code` row of `network.connect` in docs/audit-format.md, as its
+    /// codes: the backticked names outside parentheses (which hold the
+    /// explanations).
+    fn documented_codes() -> Vec<String> {
+        const DOC: &str = include_str!("../../docs/audit-format.md");
+        let section = DOC
+            .split("### `network.connect`")
+            .nth(1)
+            .expect("a network.connect section");
+        let row = section
+            .lines()
+            .find(|l| l.starts_with("| `code` |"))
+            .expect("a code row");
+        let cell = row.trim_start_matches("| `code` |").trim_end_matches('|');
+        let mut top = String::new();
+        let mut depth = 0usize;
+        for c in cell.chars() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth = depth.saturating_sub(1),
+                _ if depth == 0 => top.push(c),
+                _ => {}
+            }
+        }
+        top.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn every_documented_code_is_a_variant_and_every_variant_is_documented() {
+        let documented = documented_codes();
+        assert_eq!(documented.first().map(String::as_str), Some("allowed"));
+        let ours: Vec<&str> = RefusalCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(documented[1..], ours, "docs/audit-format.md vs RefusalCode");
+        for c in RefusalCode::ALL {
+            assert_eq!(RefusalCode::parse(c.as_str()), Some(c));
+        }
+        assert_eq!(RefusalCode::parse("allowed"), None);
+    }
+
+    #[test]
+    fn denials_of_the_policy_keep_their_codes() {
+        let denials = [
+            Denial::NotAllowed {
+                host: "example.com".into(),
+                port: 80,
+            },
+            Denial::PrivateAddress {
+                host: "example.com".into(),
+                addr: std::net::Ipv4Addr::LOCALHOST.into(),
+                class: "loopback",
+                hint: "",
+            },
+            Denial::BadHost("x".into()),
+        ];
+        for d in &denials {
+            assert_eq!(RefusalCode::from(d).as_str(), d.code());
+        }
+    }
+
+    #[test]
+    fn refusals_are_answered_with_the_statuses_of_before() {
+        let status = |c: &str| RefusalCode::parse(c).map(RefusalCode::http_status);
+        assert_eq!(status("bad-request"), Some(400));
+        assert_eq!(status("bad-host"), Some(400));
+        assert_eq!(status("method-refused"), Some(405));
+        assert_eq!(status("method-unknown"), Some(501));
+        assert_eq!(status("dns-failed"), Some(502));
+        assert_eq!(status("connect-failed"), Some(502));
+        for c in [
+            "not-allowed",
+            "private-address",
+            "host-mismatch",
+            "sni-mismatch",
+        ] {
+            assert_eq!(status(c), Some(403), "{c}");
+        }
     }
 }

@@ -54,8 +54,8 @@
 //!
 //! # Events
 //!
-//! Every decision is reported once to [`EventSink::decision`] (codes listed on
-//! [`Decision::reason`]); every upstream connection, once it ends, to
+//! Every decision is reported once to [`EventSink::decision`] as a
+//! [`ConnDecision`] (a refusal with its [`RefusalCode`]); every upstream connection, once it ends, to
 //! [`EventSink::closed`] with the bytes each way and its duration — also when
 //! [`serve`] is shut down while it is open.
 //!
@@ -108,7 +108,7 @@ use warden_core::policy::net::NetworkPolicy;
 
 pub use approve::{Answer, Approval, Approver, Ask};
 pub use dns::DnsResolver;
-pub use events::{AcceptFailure, Closed, Decision, EventSink, NullSink, Protocol};
+pub use events::{AcceptFailure, Closed, ConnDecision, EventSink, NullSink, Protocol, RefusalCode};
 pub use resolve::{BoxFuture, Connector, Resolver, SystemResolver, TcpConnector};
 
 /// The default of [`Limits::max_connections`].

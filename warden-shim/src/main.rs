@@ -7,6 +7,10 @@
 //!
 //! The shim never writes to stdout: stdout carries the server's bytes only.
 //! Its own messages are single lines on stderr starting with `warden:`.
+//!
+//! Errors are `anyhow` errors with context; [`message`] prints each chain once
+//! (the library errors already name their sources in their own messages), one
+//! `warden:` line per line of it, and the exit code is `ShimExit::WardenError`.
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout)]
 
@@ -18,6 +22,7 @@ use std::time::Duration;
 
 mod prompt;
 
+use anyhow::{anyhow, bail, Context};
 use clap::Parser;
 use tokio::signal::unix::{signal, SignalKind};
 use warden_client::pb;
@@ -70,15 +75,6 @@ struct Args {
     command: Vec<String>,
 }
 
-/// A failure of Warden itself: exit 125 with one `warden:` line per message line.
-struct Fail(String);
-
-impl<E: std::fmt::Display> From<E> for Fail {
-    fn from(e: E) -> Fail {
-        Fail(e.to_string())
-    }
-}
-
 /// `--approve-timeout`: a duration from 1 s to 1 h.
 fn approve_timeout(s: &str) -> Result<Duration, String> {
     let d = warden_core::duration::parse(s)
@@ -117,8 +113,9 @@ fn main() -> ExitCode {
     };
     let exit = match rt.block_on(run(args)) {
         Ok(exit) => exit,
-        Err(Fail(msg)) => {
-            for line in msg.lines().filter(|l| !l.trim().is_empty()) {
+        Err(e) => {
+            // A failure of Warden itself: exit 125, one `warden:` line per line.
+            for line in message(&e).lines().filter(|l| !l.trim().is_empty()) {
                 eprintln!("warden: {line}");
             }
             ShimExit::WardenError
@@ -135,25 +132,41 @@ fn absolute(p: &Path, cwd: &Path) -> PathBuf {
     }
 }
 
-async fn run(args: Args) -> Result<ShimExit, Fail> {
-    let cwd = std::env::current_dir()
-        .map_err(|e| Fail(format!("cannot read the working directory: {e}")))?;
+/// The whole chain of `e`, outermost first, joined by `: ` (what `{:#}`
+/// prints), leaving out a source whose text the message before it already ends
+/// with: most of Warden's errors name their source in their own message.
+fn message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut last = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if last.ends_with(&text) {
+            last = text;
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+        last = text;
+    }
+    out
+}
+
+async fn run(args: Args) -> anyhow::Result<ShimExit> {
+    let cwd = std::env::current_dir().context("cannot read the working directory")?;
     let policy_path = match (&args.policy, &args.profile) {
         (Some(p), _) => Some(absolute(p, &cwd)),
         (None, Some(name)) => {
             if name.is_empty() || name.contains('/') || name.starts_with('.') {
-                return Err(Fail(format!(
-                    "--profile `{name}`: a profile is a plain name (no `/`)"
-                )));
+                bail!("--profile `{name}`: a profile is a plain name (no `/`)");
             }
             Some(warden_core::paths::profiles_dir()?.join(format!("{name}.yaml")))
         }
         (None, None) => None,
     };
     if policy_path.is_none() && args.command.is_empty() {
-        return Err(Fail(
-            "nothing to run: give --policy FILE, --profile NAME, or a command after --".into(),
-        ));
+        bail!("nothing to run: give --policy FILE, --profile NAME, or a command after --");
     }
     let text = match &policy_path {
         Some(p) => policy::load_file(p)?,
@@ -194,7 +207,7 @@ async fn run(args: Args) -> Result<ShimExit, Fail> {
             warden_client::connect_raw(&socket)?
         }
         Err(e @ warden_client::ClientError::NotRunning { .. }) => {
-            return Err(Fail(format!("{e} (autostart is off: start wardend first)")))
+            bail!("{e} (autostart is off: start wardend first)")
         }
         Err(e) => return Err(e.into()),
     };
@@ -267,7 +280,7 @@ async fn run(args: Args) -> Result<ShimExit, Fail> {
     let mut events = client
         .spawn(req)
         .await
-        .map_err(|s| Fail(s.message().to_string()))?
+        .map_err(|s| anyhow!("{}", s.message()))?
         .into_inner();
     let mut session: Option<String> = None;
     let mut pending: Vec<i32> = Vec::new();
@@ -276,8 +289,8 @@ async fn run(args: Args) -> Result<ShimExit, Fail> {
             ev = events.message() => {
                 let ev = match ev {
                     Ok(Some(ev)) => ev,
-                    Ok(None) => return Err(Fail("wardend closed the session without an exit status".into())),
-                    Err(s) => return Err(Fail(format!("lost the session: {}", s.message()))),
+                    Ok(None) => bail!("wardend closed the session without an exit status"),
+                    Err(s) => bail!("lost the session: {}", s.message()),
                 };
                 match ev.event {
                     Some(pb::spawn_event::Event::Started(s)) => {
@@ -357,5 +370,66 @@ fn exit_of(x: pb::Exited) -> ShimExit {
             eprintln!("warden: the session ended without an exit status");
             ShimExit::WardenError
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enoent() -> std::io::Error {
+        std::io::Error::from_raw_os_error(2)
+    }
+
+    #[test]
+    fn a_context_and_its_source_are_one_line() {
+        let e = anyhow::Error::new(enoent()).context("cannot read the working directory");
+        assert_eq!(
+            message(&e),
+            format!("cannot read the working directory: {}", enoent())
+        );
+    }
+
+    #[test]
+    fn a_source_the_message_already_names_is_not_repeated() {
+        let e = anyhow::Error::new(warden_client::ClientError::NotRunning {
+            socket: "/run/user/1000/warden/wardend.sock".into(),
+            source: enoent(),
+        });
+        assert_eq!(
+            message(&e),
+            format!(
+                "no daemon is listening on /run/user/1000/warden/wardend.sock: {}",
+                enoent()
+            )
+        );
+        let e = anyhow::Error::new(warden_client::ClientError::from(
+            warden_client::AutostartError::Spawn {
+                daemon: "/usr/bin/wardend".into(),
+                source: enoent(),
+            },
+        ));
+        assert_eq!(
+            message(&e),
+            format!("cannot start wardend: /usr/bin/wardend: {}", enoent())
+        );
+    }
+
+    #[test]
+    fn every_diagnostic_of_a_policy_is_its_own_line() {
+        let input = PolicyInput {
+            path: None,
+            text: "version: 1\nnetwork:\n  alow: []\nlimits:\n  memori_mb: 1\n",
+        };
+        let ctx = CompileContext {
+            home: "/home/u".into(),
+            cwd: "/tmp".into(),
+            path_env: None,
+            reserved: Vec::new(),
+        };
+        let e = policy::compile(&input, &Overrides::default(), &ctx).expect_err("unknown keys");
+        let lines = e.to_string().lines().count();
+        assert!(lines >= 2, "{e}");
+        assert_eq!(message(&anyhow::Error::new(e)).lines().count(), lines);
     }
 }

@@ -176,7 +176,7 @@ impl Drop for Sink {
 }
 
 impl warden_proxy::EventSink for Sink {
-    fn decision(&self, d: &warden_proxy::Decision) {
+    fn decision(&self, d: &warden_proxy::ConnDecision) {
         let resource = format!("{}:{}", d.host, d.port);
         if d.allowed {
             self.counters.allowed.fetch_add(1, Ordering::Relaxed);
@@ -242,40 +242,40 @@ impl warden_proxy::EventSink for Sink {
 
 /// The audit reason: the proxy's own words for an allowed decision, a sentence
 /// for a denial (the short code stays in `details.code`).
-fn reason_text(d: &warden_proxy::Decision) -> String {
-    if d.allowed {
+fn reason_text(d: &warden_proxy::ConnDecision) -> String {
+    use warden_proxy::RefusalCode as C;
+    let Some(code) = d.refusal else {
         return d.reason.clone();
-    }
+    };
     let what = format!("{}:{}", d.host, d.port);
-    match d.reason.as_str() {
-        "not-allowed" => format!("{what} is not in network.allow"),
-        "private-address" => format!(
+    match code {
+        C::NotAllowed => format!("{what} is not in network.allow"),
+        C::PrivateAddress => format!(
             "{what} is, or resolved only to, loopback, private, link-local or metadata \
              addresses that its network.allow entry does not open"
         ),
-        "bad-host" => "the host name is not valid".into(),
-        "bad-request" => "malformed or ambiguous request".into(),
-        "host-mismatch" => "the Host header does not match the request target".into(),
-        "sni-mismatch" => "the TLS server name does not match the tunnel's target".into(),
-        "no-sni" => format!(
+        C::BadHost => "the host name is not valid".into(),
+        C::BadRequest => "malformed or ambiguous request".into(),
+        C::HostMismatch => "the Host header does not match the request target".into(),
+        C::SniMismatch => "the TLS server name does not match the tunnel's target".into(),
+        C::NoSni => format!(
             "the TLS ClientHello through the tunnel to {what} names no server \
              (its network.allow entry has no `insecure-no-sni` option)"
         ),
-        "plain-tunnel" => format!(
+        C::PlainTunnel => format!(
             "the tunnel to {what} carries no TLS, and no network.allow entry lists port {} \
              for it explicitly (plain HTTP goes through the forward proxy)",
             d.port
         ),
-        "method-refused" => "TRACE and TRACK are not forwarded".into(),
-        "method-unknown" => "the request method is not one the proxy forwards".into(),
-        "dns-failed" => format!("cannot resolve {}", d.host),
-        "connect-failed" => format!("cannot connect to {what}"),
-        "socks-ip-not-listed" => {
+        C::MethodRefused => "TRACE and TRACK are not forwarded".into(),
+        C::MethodUnknown => "the request method is not one the proxy forwards".into(),
+        C::DnsFailed => format!("cannot resolve {}", d.host),
+        C::ConnectFailed => format!("cannot connect to {what}"),
+        C::SocksIpNotListed => {
             format!("{what}: SOCKS5 IP addresses must be listed in network.allow")
         }
-        "socks-command-refused" => "SOCKS5 BIND and UDP ASSOCIATE are not supported".into(),
-        "socks-auth-refused" => "SOCKS5 authentication methods other than none are refused".into(),
-        other => other.to_string(),
+        C::SocksCommandRefused => "SOCKS5 BIND and UDP ASSOCIATE are not supported".into(),
+        C::SocksAuthRefused => "SOCKS5 authentication methods other than none are refused".into(),
     }
 }
 

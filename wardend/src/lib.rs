@@ -9,21 +9,30 @@
 //! - [`conn`]: accepting connections and the stdio preamble (fd passing).
 //! - [`service`]: the gRPC methods and the peer checks (uid; [`peer`]: not
 //!   inside a sandbox).
-//! - [`session`]: policy → audit → sandbox → stdio pumps → exit.
+//! - [`session`]: policy → audit → sandbox → stdio pumps → exit; what a
+//!   session's sandbox gets from the request, the policy and the host is
+//!   planned in `session/plan.rs`, a pure module.
+//! - [`features`]: the daemon's one kernel probe as `wardenctl status` shows
+//!   it, and what it means for write grants.
 //! - [`stdio`]: the stdio relay between the client's fds (passed by the shim)
 //!   and the server's pipes, on daemon threads.
 //! - [`egress`]: the per-session egress proxy (crate `warden-proxy`) wired to
 //!   the session's listener, the audit store and the `ps` counters.
-//! - [`limits`]: memory limit by sampling the sandbox's resident memory.
+//! - [`cgroup`]: limits through a delegated cgroup v2 subtree (a cgroup per
+//!   session), when the daemon runs in one; [`limits`]: otherwise, the memory
+//!   limit by sampling the sandbox's resident memory.
 //! - [`syscalls`]: refused system calls → rate-limited `policy.syscall` records;
 //!   [`files`]: observed file accesses → `file` records; [`recorder`]: drains
-//!   both queues of every session on the event loop (no thread per session).
+//!   both queues of every session on the event loop (no thread per session);
+//!   [`ratelimit`]: the one rate limit of every record a server can cause at
+//!   will (those two, network decisions, refused peers).
 //! - The audit store and the type of every record are in `warden_audit`;
 //!   the modules above decide what to record and build it from those types.
 //! - [`approvals`]: held accesses, the people asked about them, their
 //!   answers and what they grant.
 //! - [`logs`]: the `Logs` stream (stored records, then live ones).
-//! - [`error`]: errors and their one mapping to gRPC statuses.
+//! - [`error`]: errors, with their sources, and their one mapping to gRPC
+//!   statuses.
 #![forbid(unsafe_code)]
 
 pub mod approvals;

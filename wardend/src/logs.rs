@@ -93,7 +93,7 @@ pub fn stream(
                                 Err(_) => break,
                             }
                         }
-                        let _ = tx.send(Err(Status::unavailable("wardend is shutting down"))).await;
+                        let _ = tx.send(Err(DaemonError::ShuttingDown.into())).await;
                         return;
                     }
                 }
@@ -155,7 +155,7 @@ async fn replay(
     let (dir, filter, tx) = (dir.to_path_buf(), filter.clone(), tx.clone());
     tokio::task::spawn_blocking(move || replay_blocking(dir, from, upto, &filter, &tx))
         .await
-        .map_err(|e| Status::internal(e.to_string()))?
+        .map_err(DaemonError::from)?
 }
 
 fn replay_blocking(
@@ -165,7 +165,7 @@ fn replay_blocking(
     filter: &Filter,
     tx: &Tx,
 ) -> Result<u64, Status> {
-    let snap = store::snapshot(&dir).map_err(|e| Status::internal(e.to_string()))?;
+    let snap = store::snapshot(&dir).map_err(DaemonError::from)?;
     let mut next = from;
     for (i, f) in snap.files.iter().enumerate() {
         // Skip whole files that end before `from`.
@@ -174,9 +174,9 @@ fn replay_blocking(
                 continue;
             }
         }
-        let lines = f.lines().map_err(|e| Status::internal(e.to_string()))?;
+        let lines = f.lines().map_err(DaemonError::AuditRead)?;
         for line in lines {
-            let line = line.map_err(|e| Status::internal(e.to_string()))?;
+            let line = line.map_err(DaemonError::AuditRead)?;
             if !line.complete {
                 break; // being written: it comes live
             }

@@ -37,7 +37,7 @@ pub struct Service {
 /// once per connection when it was accepted ([`audit_refused_peer`]).
 pub fn check_peer(daemon: &Daemon, req: &Request<()>) -> Result<(), Status> {
     let Some(info) = req.extensions().get::<ConnInfo>() else {
-        return Err(DaemonError::Internal("connection without credentials".into()).into());
+        return Err(DaemonError::NoCredentials.into());
     };
     if info.uid == daemon.uid {
         if let Some(r) = &info.refused {
@@ -309,7 +309,7 @@ impl Warden for Service {
         let mut sessions: Vec<pb::Session> =
             tokio::task::spawn_blocking(move || live.iter().map(|s| s.to_proto()).collect())
                 .await
-                .map_err(|e| Status::internal(e.to_string()))?;
+                .map_err(DaemonError::from)?;
         sessions.sort_by_key(|s| s.started_at_ms);
         Ok(Response::new(pb::ListSessionsResponse { sessions }))
     }

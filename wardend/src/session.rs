@@ -96,9 +96,7 @@ impl Session {
     }
 
     pub fn signal(&self, sig: i32) -> Result<(), DaemonError> {
-        self.sandbox
-            .signal(sig)
-            .map_err(|e| DaemonError::Sandbox(e.to_string()))
+        Ok(self.sandbox.signal(sig)?)
     }
 
     pub fn to_proto(&self) -> pb::Session {
@@ -297,8 +295,7 @@ impl Daemon {
             path: policy_path.as_deref(),
             text: &req.policy_text,
         };
-        let mut policy = policy::compile(&input, &overrides, &ctx)
-            .map_err(|e| DaemonError::Policy(e.to_string()))?;
+        let mut policy = policy::compile(&input, &overrides, &ctx)?;
         let host = plan::Host {
             uid: self.uid,
             gid: warden_core::paths::current_gid(),
@@ -400,9 +397,9 @@ impl Daemon {
             match crate::cgroup::create_session(d, &id, &l) {
                 Ok(dir) => spec.cgroup = Some(dir),
                 Err(e) => {
-                    let why = format!("cannot create the session's cgroup: {e}");
-                    self.audit_exit(&id, started, None, None, &why);
-                    return Err(DaemonError::Sandbox(why));
+                    let e = DaemonError::Cgroup(e);
+                    self.audit_exit(&id, started, None, None, &e.to_string());
+                    return Err(e);
                 }
             }
         }
@@ -459,17 +456,17 @@ impl Daemon {
         }) {
             Some(Ok(p)) => p,
             failed => {
-                let why = match failed {
-                    Some(Err(e)) => format!("cannot serve the egress proxy: {e}"),
-                    _ => "the sandbox did not hand over the egress proxy listener".to_string(),
+                let e = match failed {
+                    Some(Err(e)) => DaemonError::Proxy(e),
+                    _ => DaemonError::NoProxyListener,
                 };
                 let _ = sandbox.kill_tree();
                 let sb = sandbox.clone();
                 let _ = tokio::task::spawn_blocking(move || sb.wait()).await;
                 let _ = tokio::task::spawn_blocking(move || relay.finish(DRAIN_GRACE)).await;
                 self.approvals.close_session(&id, "session-ended");
-                self.audit_exit(&id, started, None, None, &why);
-                return Err(DaemonError::Sandbox(why));
+                self.audit_exit(&id, started, None, None, &e.to_string());
+                return Err(e);
             }
         };
         // Refused escape and kernel-attack calls and observed file accesses,
@@ -527,18 +524,16 @@ impl Daemon {
         stdio: [OwnedFd; 3],
         holder: Option<Arc<dyn warden_sandbox::supervise::FileHolder>>,
     ) -> Result<(Spawned, Relay), DaemonError> {
-        let io = |e: std::io::Error| DaemonError::Internal(format!("stdio pipes: {e}"));
-        let (in_r, in_w) = pipe().map_err(io)?;
-        let (out_r, out_w) = pipe().map_err(io)?;
-        let (err_r, err_w) = pipe().map_err(io)?;
+        let (in_r, in_w) = pipe().map_err(DaemonError::StdioPipes)?;
+        let (out_r, out_w) = pipe().map_err(DaemonError::StdioPipes)?;
+        let (err_r, err_w) = pipe().map_err(DaemonError::StdioPipes)?;
         let exe = self.config.sandbox_exe.clone();
         let spec2 = spec.clone();
         let spawned = tokio::task::spawn_blocking(move || {
             Sandbox::spawn_with(&exe, &spec2, [in_r, out_w, err_w], holder)
         })
         .await
-        .map_err(|e| DaemonError::Internal(e.to_string()))?
-        .map_err(|e| DaemonError::Sandbox(e.to_string()))?;
+        .map_err(DaemonError::LaunchTask)??;
         // The server's ends now live only in the sandbox; ours are closed, so
         // EOF travels both ways.
         let relay = Relay::start(stdio, [in_w, out_r, err_r]);
@@ -547,7 +542,7 @@ impl Daemon {
             Err(e) => {
                 let _ = spawned.sandbox.kill_tree();
                 let _ = spawned.sandbox.wait();
-                Err(io(e))
+                Err(DaemonError::StdioPipes(e))
             }
         }
     }

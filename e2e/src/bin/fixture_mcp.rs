@@ -8,44 +8,91 @@
 //! - `--ignore-sigterm`: SIGTERM is ignored entirely. Without it, a SIGTERM handler
 //!   writes `warden-fixture: received SIGTERM` to stderr and exits with code 42, so a
 //!   test can tell that SIGTERM arrived as SIGTERM (and not as a kill).
-//! - `--marker VALUE`: ignored; lets a test find this process (and children it forks,
-//!   which share its argv) on the host by scanning `/proc/*/cmdline`.
+//! - `--marker VALUE`: ignored; lets a test find this process (and children it spawns,
+//!   which carry its argv) on the host by scanning `/proc/*/cmdline`.
 //!
 //! Tools: `echo`, `big`, `read_file`, `write_file`, `list_dir`, `getenv`, `stderr`,
 //! `exit`, `kill_self`, `spawn_child`, `sleep`, `whoami`, `tcp_exchange` (see
 //! [`tools`]).
 //!
-//! The process is single-threaded, which keeps `fork` in `spawn_child` simple.
+//! No `unsafe`, so no `fork` and no hand-written signal handler:
+//! - Without `--ignore-sigterm`, SIGTERM is caught by `signal-hook` (its handler only
+//!   wakes a thread of ours), and that thread writes the line and `_exit`s 42,
+//!   whatever the main thread is doing. A caught signal is reset to its default by
+//!   `execve`, so the programs the fixture runs get SIGTERM's default action, as
+//!   before.
+//! - With `--ignore-sigterm`, SIGTERM is blocked (before any thread exists, so in
+//!   every thread): never delivered, it interrupts no call, and like an ignored
+//!   signal it stays so in the programs the fixture runs (the signal mask survives
+//!   `fork` and `execve`).
+//! - `spawn_child` runs this binary again (`/proc/self/exe`) with the hidden first
+//!   argument [`SLEEPER`] and the rest of our argv (see [`sleeper`]).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fixture: a failed step is a panic
 
-use std::io::{BufRead, Write};
+use std::ffi::OsString;
+use std::io::{BufRead, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use nix::sys::signal::{kill, SigSet, Signal};
 use serde_json::{json, Value};
 
 const PROTOCOL_VERSION: &str = "2025-06-18";
 const SIGTERM_MESSAGE: &[u8] = b"warden-fixture: received SIGTERM\n";
+/// The hidden first argument of the children `spawn_child` starts.
+const SLEEPER: &str = "__warden-fixture-sleeper";
 
-extern "C" fn on_sigterm(_: libc::c_int) {
-    // SAFETY: write(2) and _exit(2) are async-signal-safe; the buffer is a static.
-    unsafe {
-        libc::write(
-            2,
-            SIGTERM_MESSAGE.as_ptr().cast(),
-            SIGTERM_MESSAGE.len() as libc::size_t,
-        );
-        libc::_exit(42);
+/// True when our SIGTERM thread ends the process on SIGTERM (no `--ignore-sigterm`).
+static SIGTERM_HANDLED: AtomicBool = AtomicBool::new(false);
+
+fn sigterm_set() -> SigSet {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set
+}
+
+/// Blocks SIGTERM in this thread and so in every thread started after it.
+fn block_sigterm() {
+    if let Err(e) = sigterm_set().thread_block() {
+        eprintln!("warden-fixture: cannot block SIGTERM: {e}");
+        std::process::exit(1);
     }
 }
 
-fn set_sigterm(disposition: libc::sighandler_t) {
-    // SAFETY: installing a handler that only calls async-signal-safe functions, or
-    // SIG_IGN / SIG_DFL; the process is single-threaded.
-    unsafe {
-        libc::signal(libc::SIGTERM, disposition);
+/// Catches SIGTERM and takes it on a thread of its own: the line on stderr, then
+/// `_exit(42)`.
+fn handle_sigterm() {
+    let mut signals = match signal_hook::iterator::Signals::new([libc::SIGTERM]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("warden-fixture: cannot catch SIGTERM: {e}");
+            std::process::exit(1);
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("sigterm".into())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            if signals.forever().next().is_some() {
+                let mut err = std::io::stderr().lock();
+                let _ = err.write_all(SIGTERM_MESSAGE).and_then(|()| err.flush());
+            }
+            signal_hook::low_level::exit(42);
+        });
+    if let Err(e) = spawned {
+        eprintln!("warden-fixture: cannot start the SIGTERM thread: {e}");
+        std::process::exit(1);
     }
+    SIGTERM_HANDLED.store(true, Ordering::SeqCst);
 }
 
 fn main() {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == SLEEPER) {
+        sleeper(&argv);
+    }
     let mut ignore_sigterm = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -63,9 +110,9 @@ fn main() {
         }
     }
     if ignore_sigterm {
-        set_sigterm(libc::SIG_IGN);
+        block_sigterm();
     } else {
-        set_sigterm(on_sigterm as extern "C" fn(libc::c_int) as libc::sighandler_t);
+        handle_sigterm();
     }
 
     let stdin = std::io::stdin();
@@ -352,11 +399,16 @@ fn call_tool(params: &Value) -> CallResult {
             std::process::exit(code as i32);
         }
         "kill_self" => {
-            let signal = arg_i64(args, "signal")? as libc::c_int;
-            // SAFETY: plain syscalls on our own pid.
-            let rc = unsafe { libc::kill(libc::getpid(), signal) };
-            if rc != 0 {
-                return Ok(tool_error(std::io::Error::last_os_error().to_string()));
+            let signal = arg_i64(args, "signal")? as i32;
+            if let Err(e) = kill_self(signal) {
+                return Ok(tool_error(std::io::Error::from(e).to_string()));
+            }
+            if signal == Signal::SIGTERM as i32 && SIGTERM_HANDLED.load(Ordering::SeqCst) {
+                // Our SIGTERM thread is writing its line and ending the process: no
+                // reply, as when a handler ran before kill(2) returned.
+                loop {
+                    std::thread::park();
+                }
             }
             // Still here: the signal was ignored, handled or is non-fatal.
             Ok(text(format!("survived signal {signal}")))
@@ -488,132 +540,136 @@ fn tcp_exchange(addr: &str, bytes: &[u8], timeout: Duration) -> Value {
 }
 
 fn whoami() -> Value {
-    let mut host = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; the id getters cannot fail.
-    let (uid, gid, pid, ppid, rc) = unsafe {
-        (
-            libc::getuid(),
-            libc::getgid(),
-            libc::getpid(),
-            libc::getppid(),
-            libc::gethostname(host.as_mut_ptr().cast(), host.len()),
-        )
+    let hostname = match nix::unistd::gethostname() {
+        Ok(h) => Value::String(h.to_string_lossy().into_owned()),
+        Err(_) => Value::Null,
     };
-    let hostname = if rc == 0 {
-        let end = host.iter().position(|&c| c == 0).unwrap_or(host.len());
-        Value::String(String::from_utf8_lossy(&host[..end]).into_owned())
-    } else {
-        Value::Null
-    };
+    let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
+    let (pid, ppid) = (nix::unistd::getpid(), nix::unistd::getppid());
     json!({
-        "uid": uid,
-        "gid": gid,
-        "pid": pid,
-        "ppid": ppid,
+        "uid": uid.as_raw(),
+        "gid": gid.as_raw(),
+        "pid": pid.as_raw(),
+        "ppid": ppid.as_raw(),
         "hostname": hostname,
         "cwd": std::env::current_dir().ok().map(|p| p.to_string_lossy().into_owned()),
         "home": std::env::var("HOME").ok(),
     })
 }
 
-/// Forks a child that sleeps forever and returns its pid (as seen by this process).
+/// kill(2) of our own pid with signal number `signal` (0: only the check).
+fn kill_self(signal: i32) -> nix::Result<()> {
+    let signal = match signal {
+        0 => None,
+        n => Some(Signal::try_from(n)?),
+    };
+    kill(nix::unistd::getpid(), signal)
+}
+
+/// Starts a child that sleeps forever and returns its pid (as seen by this process).
 ///
-/// With `setsid`, the child starts a new session and forks again (the classic daemon
-/// double fork), so the sleeper is re-parented away from us and outlives us unless the
-/// sandbox kills its whole tree. With `ignore_term`, the sleeper ignores SIGTERM, so only
-/// SIGKILL ends it. The sleeper's stdin and stdout point at /dev/null (so it never holds
-/// the MCP channel), stderr stays. It keeps our argv, so `--marker` finds it.
-fn spawn_child(ignore_term: bool, setsid: bool) -> std::io::Result<libc::pid_t> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: fds is a valid array of two ints.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let (read_fd, write_fd) = (fds[0], fds[1]);
-    // SAFETY: this process is single-threaded, so the child may run ordinary code.
-    let child = unsafe { libc::fork() };
-    if child < 0 {
-        let e = std::io::Error::last_os_error();
-        // SAFETY: closing fds we own.
-        unsafe {
-            libc::close(read_fd);
-            libc::close(write_fd);
-        }
-        return Err(e);
-    }
-    if child == 0 {
-        // SAFETY: only the forked child runs this; it never returns.
-        unsafe { child_main(read_fd, write_fd, ignore_term, setsid) }
-    }
-    // SAFETY: closing our copy of the write end; reading into a valid buffer.
-    unsafe { libc::close(write_fd) };
+/// With `setsid`, the child starts a new session and starts the sleeper from there,
+/// then exits (the classic daemon double fork), so the sleeper is re-parented away
+/// from us and outlives us unless the sandbox kills its whole tree. With
+/// `ignore_term`, the sleeper ignores SIGTERM, so only SIGKILL ends it. The sleeper's
+/// stdin and stdout point at /dev/null (so it never holds the MCP channel), stderr
+/// stays. It carries our argv after the hidden argument, so `--marker` finds it.
+///
+/// The pid comes back on the child's stdout, a pipe: the sleeper writes it once
+/// its SIGTERM disposition is in place, then points its stdout at /dev/null.
+fn spawn_child(ignore_term: bool, setsid: bool) -> std::io::Result<i32> {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let mut child = sleeper_command(
+        argv.first(),
+        argv.get(1..).unwrap_or_default(),
+        ignore_term,
+        setsid,
+    )
+    .stdout(Stdio::piped())
+    .spawn()?;
     let mut buf = [0u8; 4];
     let mut got = 0;
-    while got < buf.len() {
-        // SAFETY: the pointer and length stay within buf.
-        let n = unsafe { libc::read(read_fd, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
-        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-            continue;
+    if let Some(mut out) = child.stdout.take() {
+        while got < buf.len() {
+            match out.read(&mut buf[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
         }
-        if n <= 0 {
-            break;
-        }
-        got += n as usize;
     }
-    // SAFETY: closing an fd we own.
-    unsafe { libc::close(read_fd) };
     if setsid {
-        // Reap the intermediate process, which exits right after the second fork.
-        let mut status = 0;
-        // SAFETY: waiting for our own child.
-        unsafe { libc::waitpid(child, &mut status, 0) };
+        // Reap the intermediate process, which exits right after starting the sleeper.
+        let _ = child.wait();
     }
     if got != buf.len() {
         return Err(std::io::Error::other("child did not report its pid"));
     }
-    Ok(libc::pid_t::from_ne_bytes(buf))
+    Ok(i32::from_ne_bytes(buf))
 }
 
-/// # Safety
-/// Must only be called in a freshly forked child of a single-threaded process.
-unsafe fn child_main(
-    read_fd: libc::c_int,
-    write_fd: libc::c_int,
+/// This binary again, as a [`sleeper`] that carries `args` (our argv without
+/// `argv[0]`): `ARGV0 SLEEPER IGNORE_TERM SETSID ARGS...` (the flags as `1` or
+/// `0`), stdin on /dev/null, stderr ours.
+fn sleeper_command(
+    argv0: Option<&OsString>,
+    args: &[OsString],
     ignore_term: bool,
     setsid: bool,
-) -> ! {
-    libc::close(read_fd);
-    libc::signal(
-        libc::SIGTERM,
-        if ignore_term {
-            libc::SIG_IGN
-        } else {
-            libc::SIG_DFL
-        },
-    );
-    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-    if null >= 0 {
-        libc::dup2(null, 0);
-        libc::dup2(null, 1);
-        if null > 2 {
-            libc::close(null);
-        }
-    } else {
-        libc::close(0);
-        libc::close(1);
+) -> Command {
+    let mut cmd = Command::new("/proc/self/exe");
+    if let Some(argv0) = argv0 {
+        cmd.arg0(argv0);
     }
+    let flag = |b: bool| if b { "1" } else { "0" };
+    cmd.arg(SLEEPER)
+        .args([flag(ignore_term), flag(setsid)])
+        .args(args)
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// A child of `spawn_child` (`argv`: `ARGV0 SLEEPER IGNORE_TERM SETSID ARGS...`).
+/// Never returns.
+fn sleeper(argv: &[OsString]) -> ! {
+    let ignore_term = argv.get(2).is_some_and(|a| a == "1");
+    let setsid = argv.get(3).is_some_and(|a| a == "1");
     if setsid {
-        libc::setsid();
-        match libc::fork() {
-            -1 => libc::_exit(1),
-            0 => {}
-            _ => libc::_exit(0),
-        }
+        // The intermediate: a new session, the sleeper in it (its stdout, the pipe,
+        // is inherited), and gone.
+        let _ = nix::unistd::setsid();
+        let args = argv.get(4..).unwrap_or_default();
+        let code = match sleeper_command(argv.first(), args, ignore_term, false).spawn() {
+            Ok(_) => 0,
+            Err(_) => 1,
+        };
+        std::process::exit(code);
     }
-    let pid = libc::getpid().to_ne_bytes();
-    libc::write(write_fd, pid.as_ptr().cast(), pid.len());
-    libc::close(write_fd);
+    // SIGTERM blocked (never delivered), or its default action: execve reset a
+    // caught SIGTERM, and a mask inherited from an `--ignore-sigterm` fixture is
+    // cleared here.
+    let mask = sigterm_set();
+    let masked = if ignore_term {
+        mask.thread_block()
+    } else {
+        mask.thread_unblock()
+    };
+    if masked.is_err() {
+        std::process::exit(1);
+    }
+    let pid = nix::unistd::getpid().as_raw().to_ne_bytes();
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(&pid).and_then(|()| out.flush());
+    drop(out);
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        let _ = nix::unistd::dup2_stdout(&null);
+    }
     loop {
-        libc::pause();
+        nix::unistd::pause();
     }
 }

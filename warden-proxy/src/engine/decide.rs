@@ -9,7 +9,7 @@ use tokio::time::timeout;
 use warden_core::policy::net::{Denial, Host, NetworkPolicy};
 
 use crate::approve::{Answer, Approval, Ask};
-use crate::events::Protocol;
+use crate::events::{Protocol, RefusalCode};
 use crate::ProxyConfig;
 
 /// How many vetted addresses of one lookup are tried, in order.
@@ -48,7 +48,7 @@ pub(crate) struct Opened {
 #[derive(Debug)]
 pub(crate) struct Refusal {
     /// `not-allowed`, `private-address`, `bad-host`, `dns-failed`, `connect-failed`.
-    pub code: &'static str,
+    pub code: RefusalCode,
     /// For the client and the logs (no control characters).
     pub message: String,
     pub rule: Option<String>,
@@ -58,22 +58,11 @@ pub(crate) struct Refusal {
 impl Refusal {
     pub(crate) fn denial(d: &Denial, rule: Option<String>) -> Refusal {
         Refusal {
-            code: d.code(),
+            code: RefusalCode::from(d),
             message: super::clean_message(&d.to_string()),
             rule,
             address: None,
         }
-    }
-}
-
-/// The HTTP status for a refusal code.
-pub(crate) fn status_of(code: &str) -> u16 {
-    match code {
-        "bad-request" | "bad-host" => 400,
-        "method-refused" => 405,
-        "method-unknown" => 501,
-        "dns-failed" | "connect-failed" => 502,
-        _ => 403,
     }
 }
 
@@ -137,7 +126,7 @@ pub(crate) async fn open(
         Host::Name(name) => {
             let lookup = cfg.resolver.resolve(name, port);
             let failed = |why: String| Refusal {
-                code: "dns-failed",
+                code: RefusalCode::DnsFailed,
                 message: super::clean_message(&format!("cannot resolve {name}: {why}")),
                 rule: Some(rule.clone()),
                 address: None,
@@ -190,7 +179,7 @@ pub(crate) async fn open(
         }
     }
     Err(Refusal {
-        code: "connect-failed",
+        code: RefusalCode::ConnectFailed,
         message: super::clean_message(&format!("cannot connect to {host}:{port} ({last_error})")),
         rule: Some(rule),
         address: Some(SocketAddr::new(vetted[0], port)),

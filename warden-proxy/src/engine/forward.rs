@@ -12,7 +12,7 @@ use warden_core::policy::net::{parse_host, Host};
 use super::decide::{self, Refusal};
 use super::splice;
 use super::{allowed_event, decide_event, read_idle, read_more, reply_and_close, tunnel, Link};
-use crate::events::{printable, Protocol};
+use crate::events::{printable, Protocol, RefusalCode};
 use crate::http::{self, BodyLength, ChunkedDecoder, HttpError, MethodUse, RequestHead};
 use crate::ProxyConfig;
 
@@ -51,7 +51,7 @@ struct Deny {
     protocol: Protocol,
     host: String,
     port: u16,
-    code: &'static str,
+    code: RefusalCode,
     message: String,
     rule: Option<String>,
     address: Option<SocketAddr>,
@@ -63,7 +63,7 @@ impl Deny {
             protocol,
             host,
             port,
-            code: "bad-request",
+            code: RefusalCode::BadRequest,
             message: format!("malformed request: {e}"),
             rule: None,
             address: None,
@@ -83,7 +83,7 @@ impl Deny {
     }
 
     fn status(&self) -> u16 {
-        decide::status_of(self.code)
+        self.code.http_status()
     }
 }
 
@@ -115,11 +115,11 @@ fn vet_method(method: &str, host: &str, port: u16) -> Option<Deny> {
     let (code, message) = match http::method_use(method) {
         MethodUse::Forward | MethodUse::Connect => return None,
         MethodUse::Refused => (
-            "method-refused",
+            RefusalCode::MethodRefused,
             format!("{method} is not forwarded (it reflects the request back)"),
         ),
         MethodUse::Unknown => (
-            "method-unknown",
+            RefusalCode::MethodUnknown,
             format!(
                 "method {} is not one the proxy forwards",
                 printable(method.as_bytes())
@@ -144,11 +144,11 @@ async fn refuse(client: &mut TcpStream, cfg: &ProxyConfig, d: Deny) {
         &d.host,
         d.port,
         d.address,
-        false,
-        d.code,
+        Some(d.code),
         d.rule.as_deref(),
     );
-    reply_and_close(client, &denial_response(d.status(), d.code, &d.message)).await;
+    let response = denial_response(d.status(), d.code.as_str(), &d.message);
+    reply_and_close(client, &response).await;
 }
 
 enum HeadRead {
@@ -224,7 +224,7 @@ fn vet_request(head: &RequestHead) -> Result<(Host, u16, String, BodyLength), Bo
         protocol: Protocol::Http,
         host: shown.clone(),
         port,
-        code: "host-mismatch",
+        code: RefusalCode::HostMismatch,
         message: what,
         rule: None,
         address: None,
@@ -399,7 +399,7 @@ async fn exchange(
                     // The rest of the body was refused; what was forwarded was valid.
                     let d = Deny::bad_request(Protocol::Http, shown, port, &e);
                     if started {
-                        decide_event(cfg, d.protocol, &d.host, port, None, false, d.code, None);
+                        decide_event(cfg, d.protocol, &d.host, port, None, Some(d.code), None);
                     } else {
                         refuse(client, cfg, d).await;
                     }
@@ -687,7 +687,7 @@ async fn connect(mut client: TcpStream, buf: Vec<u8>, head: RequestHead, cfg: &P
                 protocol: p,
                 host: shown.clone(),
                 port,
-                code: "host-mismatch",
+                code: RefusalCode::HostMismatch,
                 message: format!(
                     "Host header {} does not name the CONNECT target {shown}:{port}",
                     printable(raw)

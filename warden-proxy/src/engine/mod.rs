@@ -19,7 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::events::{AcceptFailure, Closed, Decision, EventSink, Protocol};
+use crate::events::{AcceptFailure, Closed, ConnDecision, EventSink, Protocol, RefusalCode};
 use crate::ProxyConfig;
 
 pub(crate) async fn serve<F: Future>(listener: TcpListener, cfg: Arc<ProxyConfig>, shutdown: F) {
@@ -255,29 +255,34 @@ pub(crate) async fn read_idle<R: AsyncRead + Unpin>(
     }
 }
 
-/// Reports one decision.
-#[allow(clippy::too_many_arguments)]
+/// Reports one decision: allowed by `rule` when `refusal` is `None`, else
+/// refused with that code (`rule`: the entry that matched, if one did).
 pub(crate) fn decide_event(
     cfg: &ProxyConfig,
     protocol: Protocol,
     host: &str,
     port: u16,
     address: Option<SocketAddr>,
-    allowed: bool,
-    reason: &str,
+    refusal: Option<RefusalCode>,
     rule: Option<&str>,
 ) {
+    let reason = match refusal {
+        None => allowed_reason(rule.unwrap_or_default()),
+        Some(code) => code.as_str().to_owned(),
+    };
+    let allowed = refusal.is_none();
     tracing::debug!(
         session = %cfg.session, %protocol, host, port, ?address, allowed, reason,
         "proxy: decision"
     );
-    cfg.events.decision(&Decision {
+    cfg.events.decision(&ConnDecision {
         protocol,
         host: host.to_string(),
         port,
         address,
         allowed,
-        reason: reason.to_string(),
+        refusal,
+        reason,
         rule: rule.map(str::to_string),
         approval: None,
     });
@@ -297,12 +302,13 @@ pub(crate) fn allowed_event(
         session = %cfg.session, %protocol, host, port, %address, reason,
         "proxy: decision"
     );
-    cfg.events.decision(&Decision {
+    cfg.events.decision(&ConnDecision {
         protocol,
         host: host.to_string(),
         port,
         address: Some(address),
         allowed: true,
+        refusal: None,
         reason,
         rule: Some(grant.rule.clone()),
         approval: grant.approval.clone(),
@@ -310,7 +316,7 @@ pub(crate) fn allowed_event(
 }
 
 /// The reason of an allowed decision.
-pub(crate) fn allowed_reason(rule: &str) -> String {
+fn allowed_reason(rule: &str) -> String {
     format!("allowed by `{rule}`")
 }
 

@@ -6,7 +6,7 @@ use warden_core::policy::net::{parse_host, Denial, Host};
 
 use super::decide::{self, Refusal};
 use super::{decide_event, read_more, reply_and_close, tunnel};
-use crate::events::{printable, Protocol};
+use crate::events::{printable, Protocol, RefusalCode};
 use crate::socks::{self, SocksAddr, SocksError, SocksRequest};
 use crate::ProxyConfig;
 
@@ -37,8 +37,8 @@ async fn read_message<T>(
     }
 }
 
-fn refuse_event(cfg: &ProxyConfig, host: &str, port: u16, reason: &str, rule: Option<&str>) {
-    decide_event(cfg, P, host, port, None, false, reason, rule);
+fn refuse_event(cfg: &ProxyConfig, host: &str, port: u16, code: RefusalCode, rule: Option<&str>) {
+    decide_event(cfg, P, host, port, None, Some(code), rule);
 }
 
 pub(crate) async fn serve(mut client: TcpStream, mut buf: Vec<u8>, cfg: &ProxyConfig) {
@@ -54,13 +54,13 @@ pub(crate) async fn serve(mut client: TcpStream, mut buf: Vec<u8>, cfg: &ProxyCo
     {
         Some(Ok(g)) => g,
         Some(Err(_)) => {
-            refuse_event(cfg, "", 0, "bad-request", None);
+            refuse_event(cfg, "", 0, RefusalCode::BadRequest, None);
             return;
         }
         None => return,
     };
     if !greeting.offers_no_auth() {
-        refuse_event(cfg, "", 0, "socks-auth-refused", None);
+        refuse_event(cfg, "", 0, RefusalCode::SocksAuthRefused, None);
         let reply = [socks::VERSION, socks::METHOD_NONE_ACCEPTABLE];
         return reply_and_close(&mut client, &reply).await;
     }
@@ -82,7 +82,7 @@ pub(crate) async fn serve(mut client: TcpStream, mut buf: Vec<u8>, cfg: &ProxyCo
     {
         Some(Ok(r)) => r,
         Some(Err(e)) => {
-            refuse_event(cfg, "", 0, "bad-request", None);
+            refuse_event(cfg, "", 0, RefusalCode::BadRequest, None);
             let code = match e {
                 SocksError::AddressType(_) => socks::REP_ADDRESS_TYPE_NOT_SUPPORTED,
                 _ => socks::REP_GENERAL_FAILURE,
@@ -111,14 +111,14 @@ pub(crate) async fn serve(mut client: TcpStream, mut buf: Vec<u8>, cfg: &ProxyCo
         Err((raw, _)) => raw.clone(),
     };
     if command != socks::CMD_CONNECT {
-        refuse_event(cfg, &shown, port, "socks-command-refused", None);
+        refuse_event(cfg, &shown, port, RefusalCode::SocksCommandRefused, None);
         let reply = socks::reply(socks::REP_COMMAND_NOT_SUPPORTED, None);
         return reply_and_close(&mut client, &reply).await;
     }
     let host = match host {
         Ok(h) => h,
         Err((_, d)) => {
-            refuse_event(cfg, &shown, port, d.code(), None);
+            refuse_event(cfg, &shown, port, RefusalCode::from(&d), None);
             let reply = socks::reply(socks::REP_NOT_ALLOWED, None);
             return reply_and_close(&mut client, &reply).await;
         }
@@ -132,21 +132,14 @@ pub(crate) async fn serve(mut client: TcpStream, mut buf: Vec<u8>, cfg: &ProxyCo
             ..
         }) => {
             let (reason, reply) = match code {
-                "not-allowed" if by_ip => ("socks-ip-not-listed", socks::REP_NOT_ALLOWED),
-                "dns-failed" => (code, socks::REP_HOST_UNREACHABLE),
-                "connect-failed" => (code, socks::REP_REFUSED),
+                RefusalCode::NotAllowed if by_ip => {
+                    (RefusalCode::SocksIpNotListed, socks::REP_NOT_ALLOWED)
+                }
+                RefusalCode::DnsFailed => (code, socks::REP_HOST_UNREACHABLE),
+                RefusalCode::ConnectFailed => (code, socks::REP_REFUSED),
                 _ => (code, socks::REP_NOT_ALLOWED),
             };
-            decide_event(
-                cfg,
-                P,
-                &shown,
-                port,
-                address,
-                false,
-                reason,
-                rule.as_deref(),
-            );
+            decide_event(cfg, P, &shown, port, address, Some(reason), rule.as_deref());
             return reply_and_close(&mut client, &socks::reply(reply, None)).await;
         }
     };

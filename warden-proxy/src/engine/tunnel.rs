@@ -13,7 +13,7 @@ use warden_core::policy::net::{parse_host, Host, TunnelUse};
 use super::decide::Opened;
 use super::{allowed_event, decide_event, read_more, splice, Link};
 use crate::events::printable;
-use crate::events::Protocol;
+use crate::events::{Protocol, RefusalCode};
 use crate::tls::{self, Sniff, MAX_CLIENT_HELLO};
 use crate::ProxyConfig;
 
@@ -24,7 +24,7 @@ pub(crate) enum End {
     Done,
     /// The client's first bytes were refused (nothing of them was forwarded):
     /// the decision code (`sni-mismatch`, `no-sni`, `plain-tunnel`) and why.
-    Refused(&'static str, String),
+    Refused(RefusalCode, String),
 }
 
 /// What the first bytes of a CONNECT or SOCKS5 tunnel must be: a TLS ClientHello
@@ -80,7 +80,7 @@ async fn pump(
 
 enum Up {
     Done,
-    Refused(&'static str, String),
+    Refused(RefusalCode, String),
 }
 
 /// An allowed tunnel (CONNECT or SOCKS5) from its allow decision to its end:
@@ -127,11 +127,10 @@ pub(crate) async fn serve_allowed(
             shown,
             port,
             Some(opened.addr),
-            false,
-            code,
+            Some(code),
             Some(&opened.grant.rule),
         );
-        tracing::debug!(session = %cfg.session, host = %shown, port, code, why = %why, "proxy: tunnel refused");
+        tracing::debug!(session = %cfg.session, host = %shown, port, code = code.as_str(), why = %why, "proxy: tunnel refused");
     }
 }
 
@@ -169,7 +168,7 @@ pub(crate) async fn run(
             allowed,
         }) = expect
         {
-            const SNI: &str = "sni-mismatch";
+            const SNI: RefusalCode = RefusalCode::SniMismatch;
             loop {
                 match tls::sniff(&prefix) {
                     Ok(Sniff::NeedMore) => {
@@ -189,7 +188,7 @@ pub(crate) async fn run(
                     Ok(Sniff::NotTls) if allowed.plain => break,
                     Ok(Sniff::NotTls) => {
                         return Ok(Up::Refused(
-                            "plain-tunnel",
+                            RefusalCode::PlainTunnel,
                             format!(
                                 "the tunnel to {expected} carries no TLS, and no network.allow \
                                  entry lists this port for it explicitly"
@@ -199,7 +198,7 @@ pub(crate) async fn run(
                     Ok(Sniff::ClientHello { sni: None, .. }) if allowed.no_sni => break,
                     Ok(Sniff::ClientHello { sni: None, .. }) => {
                         return Ok(Up::Refused(
-                            "no-sni",
+                            RefusalCode::NoSni,
                             format!("the TLS ClientHello to {expected} names no server"),
                         ))
                     }

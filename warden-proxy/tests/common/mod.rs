@@ -15,7 +15,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use warden_core::policy::net::NetworkPolicy;
 use warden_proxy::{
-    AcceptFailure, BoxFuture, Closed, Connector, Decision, EventSink, Limits, ProxyConfig, Resolver,
+    AcceptFailure, BoxFuture, Closed, ConnDecision, Connector, EventSink, Limits, ProxyConfig,
+    Resolver,
 };
 
 /// A generous bound that only catches hangs.
@@ -23,13 +24,13 @@ pub const HANG: Duration = Duration::from_secs(20);
 
 #[derive(Default)]
 pub struct Sink {
-    pub decisions: Mutex<Vec<Decision>>,
+    pub decisions: Mutex<Vec<ConnDecision>>,
     pub closed: Mutex<Vec<Closed>>,
     pub accept_failures: Mutex<Vec<AcceptFailure>>,
 }
 
 impl EventSink for Sink {
-    fn decision(&self, d: &Decision) {
+    fn decision(&self, d: &ConnDecision) {
         assert!(
             d.host.len() <= 255 && d.host.bytes().all(|b| b.is_ascii_graphic()),
             "unprintable host in {d:?}"
@@ -45,7 +46,7 @@ impl EventSink for Sink {
 }
 
 impl Sink {
-    pub fn decisions(&self) -> Vec<Decision> {
+    pub fn decisions(&self) -> Vec<ConnDecision> {
         self.decisions.lock().unwrap().clone()
     }
     pub fn closed(&self) -> Vec<Closed> {
@@ -64,7 +65,7 @@ impl Sink {
         .await
         .expect("closed events")
     }
-    pub async fn wait_decisions(&self, n: usize) -> Vec<Decision> {
+    pub async fn wait_decisions(&self, n: usize) -> Vec<ConnDecision> {
         tokio::time::timeout(HANG, async {
             loop {
                 if self.decisions.lock().unwrap().len() >= n {
