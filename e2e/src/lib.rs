@@ -36,6 +36,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
 
+pub mod approvals;
 pub mod net;
 
 /// The MCP protocol version the tests speak.
@@ -332,6 +333,10 @@ impl TestEnv {
         cmd.env_remove("WARDEN_SOCKET");
         cmd.env_remove("NOTIFY_SOCKET");
         cmd.env_remove("JOURNAL_STREAM");
+        // A daemon shows approvals on the desktop only when a test gives it a
+        // bus of its own (e2e/tests/approvals_desktop.rs), never the
+        // developer's.
+        cmd.env_remove("DBUS_SESSION_BUS_ADDRESS");
         cmd.envs(self.env_vars());
         cmd.current_dir(&self.root);
     }

@@ -81,21 +81,11 @@ impl World {
     }
 
     fn ctl(&self, args: &[&str]) -> Output {
-        run(&mut self.env.ctl(args), Duration::from_secs(30))
+        approvals::ctl(&self.env, args)
     }
 
-    /// The pending approvals (`wardenctl approve --json`: one object a line).
     fn pending(&self) -> Vec<Value> {
-        let out = self.ctl(&["approve", "--json"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-            .collect()
+        approvals::pending(&self.env)
     }
 
     /// Waits for a pending approval of `resource` not among `seen`.
@@ -118,30 +108,16 @@ impl World {
     }
 
     fn answer(&self, id: &str, scope: &str) -> Output {
-        self.ctl(&["approve", id, &format!("--{scope}")])
+        approvals::answer(&self.env, id, scope)
     }
 
     #[track_caller]
     fn answer_ok(&self, id: &str, scope: &str) -> String {
-        let out = self.answer(id, scope);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "approve {id} --{scope}: {stderr}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        approvals::answer_ok(&self.env, id, scope)
     }
 
-    /// Waits (group commit) until `n` records of `approval` `action` exist.
     fn approval_records(&self, action: &str, n: usize) -> Vec<Value> {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let r: Vec<Value> = audit_records(&self.env)
-                .into_iter()
-                .filter(|r| r["type"] == "approval" && r["action"] == action)
-                .collect();
-            if r.len() >= n || Instant::now() >= deadline {
-                return r;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        approvals::approval_records(&self.env, action, n)
     }
 }
 

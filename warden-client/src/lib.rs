@@ -194,6 +194,8 @@ const DAEMON_ENV: &[&str] = &[
     "XDG_RUNTIME_DIR",
     "XDG_STATE_HOME",
     "XDG_CONFIG_HOME",
+    // The session bus, for the desktop notifications of approvals.
+    "DBUS_SESSION_BUS_ADDRESS",
     "WARDEN_LOG",
     "WARDEN_DANGEROUSLY_RUN_SERVERS_AS_ROOT",
 ];

@@ -26,6 +26,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -281,6 +282,9 @@ pub struct Broker {
     state: Mutex<State>,
     events: broadcast::Sender<Event>,
     editor: PolicyEditor,
+    /// The desktop notifier is connected to a notification server
+    /// ([`Broker::set_desktop`]).
+    desktop: AtomicBool,
 }
 
 impl std::fmt::Debug for Broker {
@@ -314,7 +318,15 @@ impl Broker {
             state: Mutex::new(State::default()),
             events,
             editor,
+            desktop: AtomicBool::new(false),
         }
+    }
+
+    /// Whether new approvals are also shown as desktop notifications (set by
+    /// `desktop.rs` while it is connected to a notification server): the
+    /// `desktop` entry of their `approval.request` records.
+    pub fn set_desktop(&self, offered: bool) {
+        self.desktop.store(offered, Ordering::SeqCst);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -501,12 +513,13 @@ impl Broker {
             remaining: timeout,
             policy_path: sess.cfg.policy.as_ref().map(|p| p.path.clone()),
         };
+        // Where the question is put besides `wardenctl approve` (always there).
         let mut channels = Vec::new();
         if sess.cfg.terminal {
             channels.push("terminal".to_owned());
         }
-        if self.events.receiver_count() > 0 {
-            channels.push("watchers".to_owned());
+        if self.desktop.load(Ordering::SeqCst) {
+            channels.push("desktop".to_owned());
         }
         let (tx, rx) = watch::channel(None);
         pending.insert(

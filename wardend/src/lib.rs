@@ -29,7 +29,8 @@
 //! - The audit store and the type of every record are in `warden_audit`;
 //!   the modules above decide what to record and build it from those types.
 //! - [`approvals`]: held accesses, the people asked about them, their
-//!   answers and what they grant.
+//!   answers and what they grant; [`desktop`]: the desktop notifications
+//!   that ask them on the session bus.
 //! - [`logs`]: the `Logs` stream (stored records, then live ones).
 //! - [`error`]: errors, with their sources, and their one mapping to gRPC
 //!   statuses.
@@ -38,6 +39,7 @@
 pub mod approvals;
 pub mod cgroup;
 pub mod conn;
+pub mod desktop;
 pub mod egress;
 pub mod error;
 pub mod features;
@@ -203,6 +205,9 @@ pub async fn run(
         audit.clone(),
         approvals::policy_editor(),
     ));
+    // In the background: a missing or failing bus only means no desktop
+    // notifications.
+    let desktop = desktop::Desktop::start(approvals.clone(), std::env::var(desktop::BUS_ENV).ok());
     let daemon = Arc::new(Daemon {
         config,
         audit,
@@ -246,6 +251,7 @@ pub async fn run(
         tracing::info!("shutting down");
         d2.shutting_down.store(true, Ordering::SeqCst);
         d2.end_all(EndCause::Shutdown).await;
+        desktop.close_all().await;
         stopped2.notify_one();
     };
     ready();

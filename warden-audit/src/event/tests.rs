@@ -486,7 +486,7 @@ fn approval_request() -> ApprovalRequest {
         operation: s("connect"),
         server: Some(s("fetch")),
         timeout_ms: 60000,
-        channels: strings(&["terminal", "watchers"]),
+        channels: strings(&["terminal", "desktop"]),
     }
 }
 
