@@ -4,6 +4,7 @@
 //! every call and clicks what the test says), the real daemon pointed at the
 //! bus with `DBUS_SESSION_BUS_ADDRESS`, and curl in the sandbox held on a
 //! connection to `127.0.0.2:PORT` (as in `approvals.rs`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};

@@ -16,6 +16,7 @@
 //! its own (not the server's), emits `ActionInvoked(ID, KEY)` as a broadcast
 //! signal, the way any bus client can.
 #![forbid(unsafe_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fixture: a failed step is a panic
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
