@@ -926,3 +926,182 @@ fn protected_files_symlinks_and_wardens_own_files_are_never_asked_about() {
     assert_eq!(refused[0]["details"]["cause"], "protected");
     assert_eq!(refused[0]["resource"], policy.display().to_string());
 }
+
+/// A server cannot answer its own approval: even with the socket directory
+/// exposed to it (`dangerously_expose`) and the real id in hand, its
+/// `wardenctl approve ID --session` is refused (a peer inside a sandbox),
+/// nothing is granted, and the held connection gets the person's answer.
+/// Control: the same command on the host answers (every other test here).
+#[test]
+fn a_server_cannot_answer_its_own_approval() {
+    let Some(w) = World::new() else { return };
+    let target = format!("127.0.0.2:{}", w.http());
+    let ctl = warden_e2e::bin("wardenctl");
+    let ctl_dir = ctl.parent().unwrap().to_path_buf();
+    let socket_dir = w.env.socket.parent().unwrap().to_path_buf();
+    let bx = w.env.mkdir("selfanswer");
+    let curl = w.clients.curl.display().to_string();
+    let script = format!(
+        "{curl} -s -o /dev/null -w '%{{http_code}}\\n' --max-time 100 http://{target}/hello > {b}/curl.out &\n\
+         while [ ! -s {b}/id ]; do sleep 0.1; done\n\
+         {c} --socket {s} approve \"$(cat {b}/id)\" --session 2> {b}/ctl.err; echo \"ctl $?\" > {b}/ctl.rc\n\
+         wait\ncat {b}/curl.out\n",
+        b = bx.display(),
+        c = ctl.display(),
+        s = w.env.socket.display()
+    );
+    let policy = w.env.policy(
+        "self.yaml",
+        &format!(
+            "version: 1\nname: approvals-self\nfilesystem:\n  read: [{socket_dir:?}, {ctl_dir:?}]\n  \
+             write: [{bx:?}]\n  dangerously_expose: [{socket_dir:?}]\n"
+        ),
+    );
+    let child = w.spawn(&policy, &["/bin/sh", "-c", &script], &["--approve"]);
+    let p = w.wait_pending(&target, &[]);
+    let id = p["id"].as_str().unwrap().to_string();
+    std::fs::write(bx.join("id.tmp"), &id).unwrap();
+    std::fs::rename(bx.join("id.tmp"), bx.join("id")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !bx.join("ctl.rc").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the sandboxed wardenctl never ran"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let rc = std::fs::read_to_string(bx.join("ctl.rc")).unwrap();
+    let err = std::fs::read_to_string(bx.join("ctl.err")).unwrap_or_default();
+    assert_eq!(rc.trim(), "ctl 1", "{err}");
+    assert!(err.contains("inside a sandbox"), "{err}");
+    // Nothing was granted: still pending; the person denies it.
+    assert!(w.pending().iter().any(|q| q["id"] == id.as_str()));
+    assert!(w.approval_records("answer", 1).is_empty());
+    w.answer_ok(&id, "deny");
+    let (_, stdout, stderr) = finish(child);
+    assert_eq!(stdout, "403\n", "{stderr}");
+    let answers = w.approval_records("answer", 1);
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0]["details"]["scope"], "deny");
+    let peers: Vec<Value> = audit_records(&w.env)
+        .into_iter()
+        .filter(|r| r["type"] == "daemon" && r["action"] == "peer")
+        .collect();
+    assert!(!peers.is_empty(), "the refused peer is audited");
+}
+
+#[test]
+fn always_refuses_an_unwritable_policy_and_grants_nothing() {
+    if is_root() {
+        println!("skipping: root writes through any permission; the unprivileged phase of scripts/test runs this");
+        return;
+    }
+    let Some(w) = World::new() else { return };
+    let dir = w.env.mkdir("ro-policy");
+    let h = w.http();
+    let policy = dir.join("p.yaml");
+    std::fs::write(
+        &policy,
+        format!(
+            "version: 1\nname: approvals-ro\nnetwork:\n  allow: [\"allowed.test:{h} private\"]\n"
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let target = format!("127.0.0.2:{h}");
+    let child = w.curls(&policy, &[format!("http://{target}/hello")], &["--approve"]);
+    let p = w.wait_pending(&target, &[]);
+    let id = p["id"].as_str().unwrap().to_string();
+    let out = w.answer(&id, "always");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(exit_code(out.status), 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("nothing was granted"), "{err}");
+    assert!(w.pending().iter().any(|q| q["id"] == id.as_str()));
+    w.answer_ok(&id, "deny");
+    let (_, stdout, _) = finish(child);
+    assert_eq!(stdout, "403\n");
+}
+
+/// `wardenctl approve` on a terminal: the numbered picker; `1 o` answers the
+/// first, `q` leaves.
+const PICKER_DRIVER: &str = r#"
+import os, pty, sys, select, time
+transcript = sys.argv[1]
+argv = sys.argv[2:]
+pid, master = pty.fork()
+if pid == 0:
+    os.execv(argv[0], argv)
+seen = b""
+step = 0
+deadline = time.time() + 60
+with open(transcript, "wb") as out:
+    while time.time() < deadline:
+        r, _, _ = select.select([master], [], [], 0.1)
+        if r:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out.write(chunk); out.flush()
+            seen += chunk
+        if step == 0 and b"WANTS" in seen and b"> " in seen:
+            os.write(master, b"1 o\n"); step = 1
+        elif step == 1 and b"allowed" in seen:
+            os.write(master, b"q\n"); step = 2
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"#;
+
+#[test]
+fn the_picker_answers_on_a_terminal_and_watch_streams_both_events() {
+    let Some(w) = World::new() else { return };
+    let policy = w.policy("picker");
+    let target = format!("127.0.0.2:{}", w.http());
+    // --watch --json, started before anything is pending.
+    let mut watch = w.env.ctl(["approve", "--watch", "--json"]);
+    watch
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut watch = watch.spawn().unwrap();
+    let child = w.curls(&policy, &[format!("http://{target}/hello")], &["--approve"]);
+    let p = w.wait_pending(&target, &[]);
+    let transcript = w.env.root.join("picker.log");
+    let mut cmd = std::process::Command::new("/usr/bin/python3");
+    cmd.arg("-c")
+        .arg(PICKER_DRIVER)
+        .arg(&transcript)
+        .arg(warden_e2e::bin("wardenctl"))
+        .arg("--socket")
+        .arg(&w.env.socket)
+        .arg("approve");
+    w.env.apply_env(&mut cmd);
+    let out = run(&mut cmd, Duration::from_secs(90));
+    let tty = std::fs::read_to_string(&transcript).unwrap_or_default();
+    assert!(out.status.success(), "{tty}");
+    assert!(tty.contains(p["id"].as_str().unwrap()), "{tty}");
+    assert!(tty.contains(&format!("connect {target}")), "{tty}");
+    let (_, stdout, _) = finish(child);
+    assert_eq!(stdout, "200\n", "{tty}");
+    // The watcher saw it raised and resolved.
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = watch.kill();
+    let out = watch.wait_with_output().unwrap();
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0]["event"], "raised");
+    assert_eq!(lines[0]["id"], p["id"]);
+    assert_eq!(lines[0]["kind"], "network");
+    assert_eq!(lines[1]["event"], "resolved");
+    assert_eq!(lines[1]["outcome"], "once");
+    assert_eq!(lines[1]["channel"], "cli");
+}
