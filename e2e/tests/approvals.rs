@@ -170,6 +170,15 @@ fn once_then_held_again_then_session_lets_the_rest_through() {
     let id1 = first["id"].as_str().unwrap().to_string();
     assert!(id1.starts_with("ap-") && id1.len() == 35, "{id1}");
     assert!(w.up.http.requests_to(IP_SECOND).is_empty());
+    // `wardenctl ps` shows the session waiting.
+    let ps = w.ctl_ps();
+    assert_eq!(ps[0]["approve"], true, "{ps:?}");
+    assert_eq!(ps[0]["approvals_pending"], 1, "{ps:?}");
+    let table = String::from_utf8_lossy(&w.ctl(&["ps"]).stdout).into_owned();
+    assert!(
+        table.contains("1 waiting for `wardenctl approve`"),
+        "{table}"
+    );
     let msg = w.answer_ok(&id1, "once");
     assert!(msg.contains("once"), "{msg}");
 
@@ -255,6 +264,18 @@ fn deny_and_timeout_give_the_normal_refusal() {
 
     // Without --approve nothing is ever held.
     let child = w.curls(&policy, &[url], &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ps = loop {
+        let ps = w.ctl_ps();
+        if !ps.is_empty() || Instant::now() >= deadline {
+            break ps;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if let Some(s) = ps.first() {
+        assert_eq!(s["approve"], false, "{ps:?}");
+        assert_eq!(s["approvals_pending"], 0, "{ps:?}");
+    }
     let (_, stdout, _) = finish(child);
     assert_eq!(stdout, "403\n");
     assert_eq!(w.approval_records("request", 3).len(), 2);

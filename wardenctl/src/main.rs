@@ -83,6 +83,9 @@ struct SessionRow {
     stdin_bytes: u64,
     stdout_bytes: u64,
     stderr_bytes: u64,
+    /// Approvals are on; how many accesses wait for an answer.
+    approve: bool,
+    approvals_pending: u32,
 }
 
 #[derive(Serialize)]
@@ -169,6 +172,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         stdin_bytes: s.stdin_bytes,
                         stdout_bytes: s.stdout_bytes,
                         stderr_bytes: s.stderr_bytes,
+                        approve: s.approve,
+                        approvals_pending: s.approvals_pending,
                     })
                     .collect();
                 if cli.json {
@@ -275,7 +280,7 @@ fn print_ps(rows: &[SessionRow]) {
         "MEM",
         "STDIO",
         "NET",
-        "LAST DENIAL",
+        "LAST DENIAL / APPROVALS",
         "COMMAND",
     ];
     let cells: Vec<Vec<String>> = rows
@@ -301,10 +306,11 @@ fn print_ps(rows: &[SessionRow]) {
                     human_bytes(r.stdout_bytes)
                 ),
                 format!("{}/{}", r.network_allowed, r.network_denied),
-                r.last_denial
-                    .as_deref()
-                    .map(cell)
-                    .unwrap_or_else(|| "-".into()),
+                match (r.approvals_pending, &r.last_denial) {
+                    (n @ 1.., _) => format!("{n} waiting for `wardenctl approve`"),
+                    (_, Some(d)) => cell(d),
+                    (_, None) => "-".into(),
+                },
                 cell(&r.command.join(" ")),
             ]
         })

@@ -311,6 +311,11 @@ impl Warden for Service {
                 .await
                 .map_err(DaemonError::from)?;
         sessions.sort_by_key(|s| s.started_at_ms);
+        let approvals = &self.daemon.approvals;
+        for s in &mut sessions {
+            s.approve = approvals.enabled(&s.id);
+            s.approvals_pending = approvals.list(Some(&s.id)).len() as u32;
+        }
         Ok(Response::new(pb::ListSessionsResponse { sessions }))
     }
 

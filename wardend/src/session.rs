@@ -119,6 +119,8 @@ impl Session {
             stdin_bytes: self.stdio[0].load(Ordering::Relaxed),
             stdout_bytes: self.stdio[1].load(Ordering::Relaxed),
             stderr_bytes: self.stdio[2].load(Ordering::Relaxed),
+            approve: false,
+            approvals_pending: 0,
         }
     }
 }
