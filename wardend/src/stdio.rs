@@ -760,6 +760,12 @@ mod tests {
         // The server's stdout ended: the pump ends and closes its tty fd.
         assert!(stdout.wait_for(Duration::from_secs(5)));
         assert_eq!(stdout.bytes(), data.len() as u64);
+        // The stdin pump counts a chunk after its write returned, which the
+        // server may read first: wait for the count to catch up.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while stdin.bytes() < data.len() as u64 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         assert_eq!(stdin.bytes(), data.len() as u64);
         stdin.stop(Duration::from_secs(1));
     }

@@ -203,6 +203,12 @@ pub(crate) fn holdable(c: &Captured, layout: &Layout) -> Option<(PathBuf, HeldOp
     if n.name.ends_with(b"/") {
         return None;
     }
+    // The cheap test first: most opens (a runtime's libraries, its config
+    // probes) are of system paths or hidden names and never held, so they
+    // cost no lookup on the notifier thread.
+    if !worth_asking(&normalize(&abs)) {
+        return None;
+    }
     let follow = f & libc::O_NOFOLLOW == 0;
     let res = resolve(root, &abs, follow);
     if res.proc || res.looped || res.is_dir {
