@@ -437,13 +437,7 @@ impl Broker {
                 .is_some_and(|s| s.refused.insert((req.clone(), cause)))
         };
         if first {
-            self.audit.record(ApprovalRefuse {
-                session: session.to_owned(),
-                resource: req.resource.clone(),
-                kind: req.kind.as_str().to_owned(),
-                operation: req.operation.clone(),
-                cause: cause.to_owned(),
-            });
+            self.audit.record(refusal(session, req, cause));
         }
     }
 
@@ -472,14 +466,9 @@ impl Broker {
             });
         }
         let refuse = |sess: &mut SessionState, cause: &'static str| {
+            // Once per request and cause in a session, as `refuse` does.
             if sess.refused.insert((req.clone(), cause)) {
-                audit.record(ApprovalRefuse {
-                    session: session.to_owned(),
-                    resource: req.resource.clone(),
-                    kind: req.kind.as_str().to_owned(),
-                    operation: req.operation.clone(),
-                    cause: cause.to_owned(),
-                });
+                audit.record(refusal(session, &req, cause));
             }
             Err(Outcome::Denied)
         };
@@ -784,6 +773,17 @@ impl Broker {
             scope,
             message,
         })
+    }
+}
+
+/// The `approval.refuse` record of `req` denied without asking.
+fn refusal(session: &str, req: &Request, cause: &str) -> ApprovalRefuse {
+    ApprovalRefuse {
+        session: session.to_owned(),
+        resource: req.resource.clone(),
+        kind: req.kind.as_str().to_owned(),
+        operation: req.operation.clone(),
+        cause: cause.to_owned(),
     }
 }
 
