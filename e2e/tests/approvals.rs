@@ -700,8 +700,9 @@ fn the_policy_key_turns_approvals_on() {
 }
 
 /// The Python MCP SDK's client: initialize, then `read_text_file` of each
-/// path in turn (each call may be held for an approval), printing one JSON
-/// line: the server's name and each call's error flag and text.
+/// path in turn (an entry `[TOOL, PATH]` calls TOOL instead; each call may be
+/// held for an approval), printing one JSON line: the server's name and each
+/// call's error flag and text.
 const PY_FILES_CLIENT: &str = r#"
 import json, sys
 import anyio
@@ -717,8 +718,9 @@ async def main():
         async with ClientSession(read, write) as session:
             init = await session.initialize()
             out["server"] = init.server_info.name
-            for path in cfg["paths"]:
-                r = await session.call_tool("read_text_file", {"path": path})
+            for call in cfg["paths"]:
+                tool, path = call if isinstance(call, list) else ["read_text_file", call]
+                r = await session.call_tool(tool, {"path": path})
                 texts = [c.text for c in r.content if c.type == "text"]
                 out["calls"].append({"path": path, "is_error": bool(r.is_error), "text": texts})
     print(json.dumps(out), flush=True)
@@ -1125,4 +1127,230 @@ fn the_picker_answers_on_a_terminal_and_watch_streams_both_events() {
     assert_eq!(lines[1]["event"], "resolved");
     assert_eq!(lines[1]["outcome"], "once");
     assert_eq!(lines[1]["channel"], "cli");
+}
+
+/// What a sandboxed Python does with a directory it opens: the names, a
+/// size, then the attacks on the fd it got (open an entry through it, `..`
+/// out of it, a socket in it), printed as one JSON line.
+const PY_LIST_PROBE: &str = r#"
+import json, os, socket, sys
+d = sys.argv[1]
+fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+out = {"names": sorted(os.listdir(fd))}
+out["size"] = os.stat("report.txt", dir_fd=fd, follow_symlinks=False).st_size
+try:
+    f = os.open("report.txt", os.O_RDONLY, dir_fd=fd)
+    out["child"] = os.read(f, 100).decode(errors="replace")
+except OSError as e:
+    out["child"] = e.errno
+up = os.stat("..", dir_fd=fd)
+me = os.fstat(fd)
+out["dotdot_stays"] = (up.st_ino, up.st_dev) == (me.st_ino, me.st_dev)
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect("/proc/self/fd/%d/sock" % fd)
+    out["sock"] = "connected"
+except OSError as e:
+    out["sock"] = e.errno
+try:
+    os.open("new.txt", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd)
+    out["create"] = "created"
+except OSError as e:
+    out["create"] = e.errno
+print(json.dumps(out), flush=True)
+"#;
+
+/// A listing approved: the sandboxed process gets the names, types and sizes
+/// of the directory it asked for, and nothing more through that fd: no
+/// entry's content (Landlock), no way up (`..` stays), no host socket, no
+/// writes. The control: the same directory on the host has all of that.
+#[test]
+fn a_listing_outside_the_grants_is_a_snapshot_once_approved() {
+    let Some(w) = World::new() else { return };
+    let hidden = w.env.mkdir("files/listed");
+    std::fs::write(hidden.join("report.txt"), "the secret report\n").unwrap();
+    std::fs::create_dir(hidden.join("sub")).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(hidden.join("sock")).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let probe = w.env.write("files/probe.py", PY_LIST_PROBE);
+    let policy = fs_policy(&w, "list", &[&probe]);
+    let child = w.spawn(
+        &policy,
+        &[
+            "/usr/bin/python3",
+            probe.to_str().unwrap(),
+            hidden.to_str().unwrap(),
+        ],
+        &["--approve", "--approve-timeout", "60s"],
+    );
+    let dir_s = hidden.display().to_string();
+    let p = w.wait_pending(&dir_s, &[]);
+    assert_eq!(p["kind"], "file", "{p}");
+    assert_eq!(p["operation"], "list", "{p}");
+    w.answer_ok(p["id"].as_str().unwrap(), "once");
+    let (code, stdout, stderr) = finish(child);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        v["names"],
+        serde_json::json!(["report.txt", "sock", "sub"]),
+        "{v}"
+    );
+    assert_eq!(v["size"], "the secret report\n".len(), "{v}");
+    assert_eq!(
+        v["child"],
+        libc::EACCES,
+        "an entry's content is not listed: {v}"
+    );
+    assert_eq!(v["dotdot_stays"], true, "{v}");
+    assert_eq!(
+        v["sock"],
+        libc::ECONNREFUSED,
+        "the host's socket is not reached: {v}"
+    );
+    assert_eq!(v["create"], libc::EROFS, "{v}");
+    assert!(
+        listener.accept().is_err(),
+        "nothing reached the host's socket"
+    );
+    // The control: on the host the fd of the same directory reaches all of it.
+    std::os::unix::net::UnixStream::connect(hidden.join("sock")).unwrap();
+    assert!(listener.accept().is_ok());
+    assert!(!hidden.join("new.txt").exists());
+    // The entry's content was not asked about through the fd: only the
+    // listing was.
+    let requests = w.approval_records("request", 1);
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0]["details"]["operation"], "list", "{requests:?}");
+}
+
+/// `--always` is refused for a listing (no list-only grant exists; a read
+/// grant would expose the files too), the approval stays pending, and
+/// `--session` then lets later listings through without asking, each one
+/// current.
+#[test]
+fn a_listing_is_allowed_for_the_session_but_never_written_to_the_policy() {
+    let Some(w) = World::new() else { return };
+    let hidden = w.env.mkdir("files/again");
+    std::fs::write(hidden.join("first.txt"), "1").unwrap();
+    // The go-ahead is made in a granted directory, so the sandbox sees it.
+    let gate = w.env.mkdir("files/gate");
+    let marker = gate.join("go");
+    let policy = fs_policy(&w, "list-session", &[&gate]);
+    let before = std::fs::read_to_string(&policy).unwrap();
+    // Python's listdir opens the directory at once (`ls` would stat it
+    // first, and a stat is not approvable: docs/approvals.md).
+    let ls = "/usr/bin/python3 -c 'import os, sys; print(*sorted(os.listdir(sys.argv[1])), sep=chr(10))'";
+    let script = format!(
+        "{ls} {d}; while [ ! -e {m} ]; do sleep 0.05; done; {ls} {d}",
+        d = hidden.display(),
+        m = marker.display()
+    );
+    let child = sh(&w, &policy, &script);
+    let dir_s = hidden.display().to_string();
+    let p = w.wait_pending(&dir_s, &[]);
+    let id = p["id"].as_str().unwrap().to_string();
+    let out = w.answer(&id, "always");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("listing") && err.contains("--session"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&policy).unwrap(), before);
+    assert!(
+        w.pending().iter().any(|q| q["id"] == id.as_str()),
+        "still pending"
+    );
+    let mut child = child;
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    w.answer_ok(&id, "session");
+    // The first listing is made once the answer is applied: wait for it.
+    use std::io::{BufRead, Read};
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert_eq!(first, "first.txt\n");
+    std::fs::write(hidden.join("second.txt"), "2").unwrap();
+    std::fs::write(&marker, "").unwrap();
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let (code, _, stderr) = finish(child);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(rest, "first.txt\nsecond.txt\n");
+    assert_eq!(w.approval_records("request", 1).len(), 1);
+}
+
+/// The Python SDK and server-filesystem: `list_directory` of a directory
+/// the policy hides succeeds in the same MCP session once approved, and
+/// reading a file in it is a question of its own.
+#[test]
+fn python_sdk_list_directory_outside_the_grant_succeeds_once_approved() {
+    let Some(w) = World::new() else { return };
+    let deps = w.clients.deps.clone();
+    let node = find_on_path("node").expect("node on PATH");
+    let work = w.env.mkdir("lwork");
+    let public = w.env.mkdir("lwork/public");
+    let private = w.env.mkdir("lwork/private");
+    std::fs::write(private.join("plans.txt"), "the plans").unwrap();
+    std::fs::create_dir(private.join("drafts")).unwrap();
+    let policy = w.env.policy(
+        "lfs.yaml",
+        &format!(
+            "version: 1\nname: approvals-lfs\nfilesystem:\n  read: [\"{}\", \"{}\"]\n",
+            deps.display(),
+            public.display()
+        ),
+    );
+    let server = deps.join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
+    let args: Vec<String> = vec![
+        "--socket".into(),
+        w.env.socket.display().to_string(),
+        "--approve".into(),
+        "--policy".into(),
+        policy.display().to_string(),
+        "--".into(),
+        node.display().to_string(),
+        server.display().to_string(),
+        work.display().to_string(),
+    ];
+    let dir = private.display().to_string();
+    let plans = private.join("plans.txt").display().to_string();
+    let script = w.env.write("clients/files.py", PY_FILES_CLIENT);
+    let mut cmd = std::process::Command::new(&w.clients.python);
+    cmd.arg(&script)
+        .arg(
+            serde_json::json!({
+                "command": warden_e2e::bin("warden-shim"),
+                "args": args,
+                "paths": [["list_directory", dir], plans],
+            })
+            .to_string(),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    w.env.apply_env(&mut cmd);
+    let child = cmd.spawn().expect("python client");
+    let p = w.wait_pending(&dir, &[]);
+    assert_eq!(p["operation"], "list", "{p}");
+    w.answer_ok(p["id"].as_str().unwrap(), "once");
+    let q = w.wait_pending(&plans, &[]);
+    assert_eq!(q["operation"], "read", "{q}");
+    w.answer_ok(q["id"].as_str().unwrap(), "deny");
+    let out = wait_output(child, Duration::from_secs(110));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let v: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap();
+    assert_eq!(v["calls"][0]["is_error"], false, "{v}");
+    let listing = v["calls"][0]["text"][0].as_str().unwrap_or("");
+    assert!(listing.contains("[FILE] plans.txt"), "{v}");
+    assert!(listing.contains("[DIR] drafts"), "{v}");
+    assert!(!listing.contains("the plans"), "{v}");
+    assert_eq!(v["calls"][1]["is_error"], true, "{v}");
+    let starts = audit_records(&w.env)
+        .into_iter()
+        .filter(|r| r["type"] == "session" && r["action"] == "start")
+        .count();
+    assert_eq!(starts, 1);
 }

@@ -15,6 +15,9 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 pub(crate) enum ToInit {
     /// First and only once: what to build and run.
     Spec(Box<SandboxSpec>),
+    /// First and only once, instead of a spec: make a listing of this host
+    /// directory (`init::snapshot`) and exit.
+    Snapshot(std::path::PathBuf),
     /// Forward this signal to the server process.
     Signal(i32),
     /// SIGTERM every process in the sandbox except PID 1.
@@ -38,6 +41,14 @@ pub(crate) enum FromInit {
     Failed(Failure),
     /// From PID 1: the server exited.
     Exited(Exit),
+    /// From the snapshot role, carrying the snapshot's root directory as
+    /// SCM_RIGHTS: how many entries it holds, how many were left out
+    /// (devices, entries gone meanwhile), and whether it stopped at the cap.
+    Snapshot {
+        entries: u32,
+        skipped: u32,
+        truncated: bool,
+    },
 }
 
 /// How the server ended, on the wire.

@@ -172,6 +172,77 @@ fn reap(child: &mut Child) -> String {
     }
 }
 
+/// A listing of a host directory for the sandbox: the root of a detached,
+/// read-only tmpfs holding the directory's entries with their metadata and
+/// no content (see `init::snapshot`).
+#[derive(Debug)]
+pub struct Snapshot {
+    /// `O_RDONLY|O_DIRECTORY` fd of the snapshot's root.
+    pub dir: OwnedFd,
+    pub entries: u32,
+    /// Entries left out: devices, entries gone while it was made.
+    pub skipped: u32,
+    /// The directory had more than the cap of entries.
+    pub truncated: bool,
+}
+
+/// Blocking. Makes a [`Snapshot`] of host directory `dir` (absolute, no
+/// symlink on the way) in a short-lived re-exec of `exe` (the init role's
+/// binary), which enters its own user and mount namespace for it.
+pub fn snapshot_dir(exe: &Path, dir: &Path) -> Result<Snapshot, SandboxError> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(control)?;
+    let mut cmd = Command::new(exe);
+    cmd.arg(init::INIT_ARG)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    sys::process::place_fd_on_exec(&mut cmd, theirs.as_raw_fd(), init::CONTROL_FD);
+    let mut child = cmd.spawn().map_err(|source| SandboxError::Start {
+        exe: exe.to_path_buf(),
+        source,
+    })?;
+    drop(cmd);
+    drop(theirs);
+    let result = (|| {
+        control::send(ours.as_fd(), &ToInit::Snapshot(dir.to_path_buf()), None).map_err(control)?;
+        match control::recv::<FromInit>(ours.as_fd()).map_err(control)? {
+            Recv::Msg(
+                FromInit::Snapshot {
+                    entries,
+                    skipped,
+                    truncated,
+                },
+                Some(fd),
+            ) => Ok(Snapshot {
+                dir: fd,
+                entries,
+                skipped,
+                truncated,
+            }),
+            Recv::Msg(FromInit::Failed(f), _) => Err(f.into()),
+            Recv::Msg(other, _) => Err(SandboxError::Protocol(format!(
+                "unexpected message {other:?}"
+            ))),
+            Recv::Eof => Err(SandboxError::InitDied {
+                status: "the snapshot role ended without an answer".into(),
+            }),
+        }
+    })();
+    if result.is_err() {
+        let _ = child.kill();
+    }
+    reap(&mut child);
+    result
+}
+
 impl Sandbox {
     /// Blocking. Re-executes `exe` with [`init::INIT_ARG`] and a control socketpair, sends
     /// `spec`, and returns once the server has been exec'd inside the sandbox, or the
@@ -268,7 +339,14 @@ impl Sandbox {
                         .layers
                         .guard
                         .then(|| crate::supervise::guard::Guard::new(spec));
-                    let h = holder.clone().filter(|_| spec.layers.watch_files);
+                    let h = holder
+                        .clone()
+                        .filter(|_| spec.layers.watch_files)
+                        .map(|holder| crate::supervise::hold::Holder {
+                            holder,
+                            exe: exe.into(),
+                            snapshots: Default::default(),
+                        });
                     match Notifier::start(
                         fd,
                         Watch::from_spec(spec),

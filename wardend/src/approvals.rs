@@ -210,6 +210,8 @@ pub enum AnswerError {
     Busy(String),
     #[error("the session of approval {0} was started without a policy file (flags only), so there is no file to add the grant to; answer --session to allow it until the session ends")]
     NoPolicyFile(String),
+    #[error("approval {0} is a directory listing, which can be allowed --once or --session only: a policy has no list-only grant, and filesystem.read of the directory would also expose every file below it (add that to the policy yourself if it is what you want); nothing was granted, the approval is still pending")]
+    ListAlways(String),
     #[error("cannot add the grant of approval {id} to {path}: {why}; nothing was granted, the approval is still pending")]
     PolicyEdit {
         id: String,
@@ -636,6 +638,9 @@ impl Broker {
             let request = p.view.request.clone();
             let policy = st.sessions.get(&session).and_then(|s| s.cfg.policy.clone());
             if scope == Scope::Always {
+                if request.kind == Kind::File && request.operation == "list" {
+                    return Err(AnswerError::ListAlways(id.to_owned()));
+                }
                 if policy.is_none() {
                     return Err(AnswerError::NoPolicyFile(id.to_owned()));
                 }

@@ -103,9 +103,11 @@ impl DaemonError {
                 use crate::approvals::AnswerError as A;
                 match a {
                     A::Unknown(_) => Code::NotFound,
-                    A::Expired { .. } | A::Answered { .. } | A::Busy(_) | A::NoPolicyFile(_) => {
-                        Code::FailedPrecondition
-                    }
+                    A::Expired { .. }
+                    | A::Answered { .. }
+                    | A::Busy(_)
+                    | A::NoPolicyFile(_)
+                    | A::ListAlways(_) => Code::FailedPrecondition,
                     A::PolicyEdit { .. } => Code::Aborted,
                 }
             }

@@ -36,6 +36,9 @@ fn write_proc(path: &str, content: &str) -> Result<(), Failure> {
 pub(super) fn launcher(role: &InitRole, sock: BorrowedFd<'_>) -> Result<i32, Failure> {
     let spec = match control::recv::<ToInit>(sock) {
         Ok(Recv::Msg(ToInit::Spec(spec), _)) => *spec,
+        Ok(Recv::Msg(ToInit::Snapshot(dir), _)) => {
+            return super::snapshot::snapshot(role, sock, &dir)
+        }
         Ok(Recv::Eof) => return Ok(125),
         Ok(_) => return Err(Failure::msg("read spec", "unexpected first message")),
         Err(e) => return Err(Failure::os("read spec", e)),

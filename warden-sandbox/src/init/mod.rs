@@ -27,6 +27,7 @@
 mod exec;
 mod launcher;
 mod pid1;
+mod snapshot;
 
 pub(crate) use exec::{Stage, CONTROL_FD};
 

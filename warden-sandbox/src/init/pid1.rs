@@ -268,7 +268,7 @@ fn supervise(sock: BorrowedFd<'_>, sfd: &nix::sys::signalfd::SignalFd, server: P
                     // the namespace except the init itself.
                     let _ = sys::process::kill(-1, libc::SIGTERM);
                 }
-                Ok(Recv::Msg(ToInit::Spec(_), _)) => {}
+                Ok(Recv::Msg(ToInit::Spec(_) | ToInit::Snapshot(_), _)) => {}
                 Ok(Recv::Eof) | Err(_) => {
                     // The daemon is gone: nobody may control this sandbox any more.
                     return kill_all_and_wait(server);

@@ -58,6 +58,11 @@ pub(crate) struct Capturer {
     /// then replaced.
     procs: HashMap<u32, OwnedFd>,
     root: Option<Arc<SandboxRoot>>,
+    /// Set once the sandbox was handed a listing snapshot (approvals,
+    /// [`super::hold`]): from then on a relative name's base is checked to
+    /// be in the sandbox's mount tree, since `/proc` reports a snapshot's
+    /// root as `/`.
+    pub(crate) snapshots: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 fn open_proc_pid(pid: u32) -> Result<OwnedFd, Errno> {
@@ -75,6 +80,7 @@ impl Capturer {
             lost,
             procs: HashMap::new(),
             root: None,
+            snapshots: None,
         }
     }
 
@@ -123,9 +129,40 @@ impl Capturer {
             } else {
                 format!("fd/{dirfd}").into_bytes()
             };
-            Some(self.link(n.pid, &which).unwrap_or_default())
+            let link = self.link(n.pid, &which).unwrap_or_default();
+            // Not a path of the sandbox's tree (a snapshot): no base, so the
+            // name is not resolved as if it were relative to `/`.
+            Some(if self.outside_the_tree(n.pid, &which) {
+                Vec::new()
+            } else {
+                link
+            })
         };
         Ok(Named { name, base })
+    }
+
+    /// Whether `/proc/<pid>/<which>` (a dirfd or the cwd) is on a mount the
+    /// sandbox's mount table lacks. Checked only once a snapshot was handed
+    /// out (otherwise every fd of the sandbox is in its tree).
+    fn outside_the_tree(&mut self, pid: u32, which: &[u8]) -> bool {
+        if !self
+            .snapshots
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Acquire))
+        {
+            return false;
+        }
+        let (Some(root), Some(dir)) = (self.root.as_ref(), self.procs.get(&pid)) else {
+            return false;
+        };
+        let Ok(which) = std::str::from_utf8(which) else {
+            return true;
+        };
+        // Follows the magic link to what the fd is.
+        match nix::fcntl::openat(dir, which, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()) {
+            Ok(fd) => sys::fs::mount_id_of(fd.as_fd()).is_none_or(|id| root.mount(id).is_none()),
+            Err(_) => true,
+        }
     }
 
     /// Reads what `n` (a call of `w`) names; returns `None` if the call is no

@@ -22,12 +22,19 @@
 //! - [`HeldOpen::refuse`] (also what dropping it does): the call continues
 //!   and the kernel denies it exactly as it would have without approvals.
 //!
+//! A directory opened for reading (a listing) is held the same way; allowed,
+//! the caller gets not the host directory but a *snapshot* of its listing
+//! ([`crate::launch::snapshot_dir`]): a detached read-only tmpfs with the
+//! directory's entries, their types, modes, sizes and times, and no content.
+//! A host directory's fd would give more than a listing (lookups below it,
+//! sockets in it, `..` out of the sandbox's root).
+//!
 //! # Invariants
 //!
-//! - Only regular files: directories, `O_PATH`, `O_TMPFILE` and
-//!   `O_DIRECTORY` opens are never held (a directory's fd would let the
-//!   server look up the host's names below it), nor anything under `/proc`,
-//!   the runtime, the program, devices or a protected path.
+//! - Only regular files and directory listings: `O_PATH`, `O_TMPFILE`,
+//!   directories opened for writing and anything but files and directories
+//!   are never held, nor anything under `/proc`, the runtime, the program,
+//!   devices or a protected path.
 //! - What is opened is the path the person was shown, read before asking; a
 //!   server that rewrites its argument meanwhile changes nothing.
 //! - Landlock stays on: the handed-over file was opened by the daemon, so
@@ -58,7 +65,7 @@ use crate::confine::seccomp::FileOp;
 use crate::sys;
 use nix::errno::Errno;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// What a held open does to its path.
@@ -69,6 +76,8 @@ pub enum HeldOp {
     Write,
     /// Creates a file the host does not have.
     Create,
+    /// Lists a directory (opens it for reading).
+    List,
 }
 
 impl HeldOp {
@@ -77,6 +86,7 @@ impl HeldOp {
             HeldOp::Read => "read",
             HeldOp::Write => "write",
             HeldOp::Create => "create",
+            HeldOp::List => "list",
         }
     }
 }
@@ -85,6 +95,15 @@ impl HeldOp {
 /// not block: take the call and answer it later (from any thread).
 pub trait FileHolder: Send + Sync {
     fn hold(&self, call: HeldOpen);
+}
+
+/// The holder of a sandbox's notifier, with the init role's binary (what
+/// makes listing snapshots).
+pub(crate) struct Holder {
+    pub(crate) holder: Arc<dyn FileHolder>,
+    pub(crate) exe: Arc<Path>,
+    /// Set when the first snapshot is handed over (see `capture`).
+    pub(crate) snapshots: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// One open waiting in the kernel for an answer.
@@ -98,6 +117,8 @@ pub struct HeldOpen {
     pub op: HeldOp,
     flags: i32,
     mode: u32,
+    exe: Arc<Path>,
+    snapshots: Arc<std::sync::atomic::AtomicBool>,
     answered: bool,
 }
 
@@ -118,8 +139,21 @@ impl HeldOpen {
     pub fn allow(mut self) -> Result<(), Errno> {
         self.answered = true;
         let fd = self.listener.as_fd();
-        let umask = umask_of(self.pid).unwrap_or(0o022);
-        let opened = open_host(&self.path, self.flags, self.mode & !umask);
+        let opened = if self.op == HeldOp::List {
+            // A snapshot of the listing, never the host directory.
+            let snap = crate::launch::snapshot_dir(&self.exe, &self.path)
+                .map(|s| s.dir)
+                .map_err(|e| snapshot_errno(&e));
+            if snap.is_ok() {
+                // Before the server can use it.
+                self.snapshots
+                    .store(true, std::sync::atomic::Ordering::Release);
+            }
+            snap
+        } else {
+            let umask = umask_of(self.pid).unwrap_or(0o022);
+            open_host(&self.path, self.flags, self.mode & !umask)
+        };
         // The pid named the caller while it waits: check before answering.
         if !sys::seccomp::id_valid(fd, self.id) {
             return Err(Errno::ESRCH);
@@ -145,6 +179,17 @@ impl Drop for HeldOpen {
         if !self.answered {
             super::notify::respond_continue(self.listener.as_fd(), self.id);
         }
+    }
+}
+
+/// The errno a failed snapshot answers the call with: the OS error where
+/// there is one (`ENOENT`: gone since, `EACCES`...), else `EIO`.
+fn snapshot_errno(e: &crate::SandboxError) -> Errno {
+    use crate::SandboxError as E;
+    match e {
+        E::Setup { errno: Some(n), .. } => Errno::from_raw(*n),
+        E::UserNamespaceUnavailable { errno, .. } => Errno::from_raw(*errno),
+        _ => Errno::EIO,
     }
 }
 
@@ -194,9 +239,10 @@ pub(crate) fn holdable(c: &Captured, layout: &Layout) -> Option<(PathBuf, HeldOp
         return None;
     }
     let f = c.flags as i32;
-    if f & (libc::O_PATH | libc::O_DIRECTORY) != 0 || f & libc::O_TMPFILE == libc::O_TMPFILE {
+    if f & libc::O_PATH != 0 || f & libc::O_TMPFILE == libc::O_TMPFILE {
         return None;
     }
+    let wants_dir = f & libc::O_DIRECTORY != 0;
     let root = c.root.as_deref()?;
     let n: &Named = c.paths[0].as_ref()?;
     let abs = absolute(n)?;
@@ -249,9 +295,16 @@ pub(crate) fn holdable(c: &Captured, layout: &Layout) -> Option<(PathBuf, HeldOp
     }
     use std::os::unix::ffi::OsStringExt;
     let path = PathBuf::from(std::ffi::OsString::from_vec(normal));
-    // What the host has there decides between write and create; a
-    // directory (or anything but a file) is never held.
+    // What the host has there decides between write and create, and
+    // whether a directory is listed; anything else is never held.
     let op = match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.file_type().is_dir() => {
+            if writes || creates {
+                return None;
+            }
+            HeldOp::List
+        }
+        Ok(_) if wants_dir => return None,
         Ok(m) if m.file_type().is_file() => {
             if writes {
                 HeldOp::Write
@@ -293,6 +346,7 @@ pub(crate) fn held(
     path: PathBuf,
     op: HeldOp,
     c: &Captured,
+    holder: &Holder,
 ) -> HeldOpen {
     let mode = match c.watched.name {
         // open(path, flags, mode), openat(dirfd, path, flags, mode), creat(path, mode)
@@ -311,6 +365,8 @@ pub(crate) fn held(
         op,
         flags: c.flags as i32,
         mode,
+        exe: holder.exe.clone(),
+        snapshots: holder.snapshots.clone(),
         answered: false,
     }
 }

@@ -52,7 +52,7 @@ use crate::confine::seccomp;
 use crate::supervise::capture::Capturer;
 use crate::supervise::classify::{FileAccesses, Watch};
 use crate::supervise::guard::{Answer, Guard};
-use crate::supervise::hold::FileHolder;
+use crate::supervise::hold::Holder;
 use crate::supervise::layout::Layout;
 use crate::supervise::queue::{QueueRx, QueueTx};
 use crate::sys;
@@ -272,7 +272,7 @@ impl Notifier {
         listener: OwnedFd,
         watch: Option<Watch>,
         guard: Option<Guard>,
-        holder: Option<Arc<dyn FileHolder>>,
+        holder: Option<Holder>,
         sync_wake_up: bool,
     ) -> std::io::Result<(Notifier, RefusedCalls, Option<FileAccesses>, Arc<Wake>)> {
         let (tx, rx) = crate::supervise::queue::bounded(QUEUE);
@@ -297,8 +297,10 @@ impl Notifier {
             Some(w) => {
                 let (ftx, frx) = crate::supervise::queue::bounded(FILE_QUEUE);
                 let flost = Arc::new(AtomicU64::new(0));
+                let mut capturer = Capturer::new(ftx, flost.clone());
+                capturer.snapshots = hold.as_ref().map(|(h, _)| h.snapshots.clone());
                 (
-                    Some(Capturer::new(ftx, flost.clone())),
+                    Some(capturer),
                     Some(FileAccesses::new(frx, flost, w, sync_wake_up)),
                 )
             }
@@ -347,7 +349,7 @@ struct Served {
     guard: Option<Guard>,
     /// Approvals: who is given the opens the sandbox would deny, and the
     /// layout that judges them.
-    hold: Option<(Arc<dyn FileHolder>, Layout)>,
+    hold: Option<(Holder, Layout)>,
     wake: Arc<Wake>,
 }
 
@@ -373,8 +375,9 @@ impl Served {
             // approval records, not queued as a file access.
             if let (Some((holder, layout)), Some(c)) = (&self.hold, &captured) {
                 if let Some((path, op)) = crate::supervise::hold::holdable(c, layout) {
-                    let call = crate::supervise::hold::held(&self.listener, &n, path, op, c);
-                    holder.hold(call);
+                    let call =
+                        crate::supervise::hold::held(&self.listener, &n, path, op, c, holder);
+                    holder.holder.hold(call);
                     return;
                 }
             }
