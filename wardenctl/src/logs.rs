@@ -113,7 +113,7 @@ fn duration_ms(s: &str) -> Option<i64> {
 }
 
 /// `--state-dir`'s store; else the running daemon's; else the default.
-fn store_dir(
+pub(crate) fn store_dir(
     rt: &tokio::runtime::Runtime,
     state_dir: Option<&Path>,
     socket: Option<&Path>,
@@ -136,17 +136,34 @@ fn store_dir(
 
 fn print_stored(snap: &Snapshot, filter: &Filter, out: &mut Output) -> anyhow::Result<ExitCode> {
     out.header()?;
-    for f in &snap.files {
-        let lines = f
+    each_stored(snap, |rec, bytes| {
+        if filter.matches(rec) {
+            return out.record(rec, bytes);
+        }
+        Ok(true)
+    })?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Calls `f` with every stored record of `snap` in order (and its stored
+/// line) until it returns false; a torn last line ends a file, a line that is
+/// not a record is skipped, each said on stderr.
+pub(crate) fn each_stored(
+    snap: &Snapshot,
+    mut f: impl FnMut(&Record, &[u8]) -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    for file in &snap.files {
+        let lines = file
             .lines()
-            .with_context(|| format!("reading {}", snap.dir.join(&f.name).display()))?;
+            .with_context(|| format!("reading {}", snap.dir.join(&file.name).display()))?;
         for line in lines {
-            let line =
-                line.with_context(|| format!("reading {}", snap.dir.join(&f.name).display()))?;
+            let line = line
+                .with_context(|| format!("reading {}", snap.dir.join(&file.name).display()))?;
             if !line.complete {
                 eprintln!(
                     "wardenctl: {}:{}: an incomplete last line (a torn write; see wardenctl logs --verify)",
-                    f.name, line.number
+                    file.name, line.number
                 );
                 break;
             }
@@ -156,18 +173,17 @@ fn print_stored(snap: &Snapshot, filter: &Filter, out: &mut Output) -> anyhow::R
                 Err(e) => {
                     eprintln!(
                         "wardenctl: {}:{}: not an audit record ({e}); see wardenctl logs --verify",
-                        f.name, line.number
+                        file.name, line.number
                     );
                     continue;
                 }
             };
-            if filter.matches(&rec) && !out.record(&rec, &line.bytes)? {
-                return Ok(ExitCode::SUCCESS);
+            if !f(&rec, &line.bytes)? {
+                return Ok(());
             }
         }
     }
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 async fn follow(socket: &Path, filter: &Filter, out: &mut Output) -> anyhow::Result<ExitCode> {

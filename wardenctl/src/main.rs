@@ -8,6 +8,7 @@
 
 mod approve;
 mod logs;
+mod suggest;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -43,6 +44,9 @@ enum Cmd {
     Logs(logs::LogsArgs),
     /// List, answer (ID --once|--session|--always|--deny) or watch approvals.
     Approve(approve::ApproveArgs),
+    /// The smallest policy change that would have allowed what a session was
+    /// denied, as a diff of its policy file (--apply makes it).
+    Suggest(suggest::SuggestArgs),
     /// Policy tools.
     Policy {
         #[command(subcommand)]
@@ -137,6 +141,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Cmd::Logs(args) = &cli.cmd {
         return logs::run(args, cli.socket.as_deref(), cli.json);
     }
+    if let Cmd::Suggest(args) = &cli.cmd {
+        return suggest::run(args, cli.socket.as_deref(), cli.json);
+    }
     let socket = warden_core::paths::socket_path(cli.socket.as_deref())?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -228,7 +235,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             }
             Cmd::Approve(a) => return approve::run(&mut c, &a, cli.json).await,
-            Cmd::Policy { .. } | Cmd::Logs(_) => unreachable!("handled above"),
+            Cmd::Policy { .. } | Cmd::Logs(_) | Cmd::Suggest(_) => unreachable!("handled above"),
         }
         Ok(ExitCode::SUCCESS)
     })

@@ -24,6 +24,7 @@ pub mod net;
 pub mod reserved;
 mod rules;
 mod schema;
+pub mod sensitive;
 mod yaml;
 
 use std::collections::{BTreeMap, HashMap};

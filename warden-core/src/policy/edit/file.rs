@@ -46,7 +46,18 @@ pub fn add_grant_to_file(
     grant: &Grant,
     note: &str,
 ) -> Result<FileEdit, EditError> {
-    edit_file(path, seen_at_start, grant, note, &mut || {})
+    edit_file(path, seen_at_start, &[(grant.clone(), note.to_owned())], &mut || {})
+}
+
+/// [`add_grant_to_file`] for several grants, each with its note, written in
+/// one replacement of the file (all of them or none). `seen` is the text the
+/// grants were chosen from (what a diff was shown of).
+pub fn add_grants_to_file(
+    path: &Path,
+    seen: &[u8],
+    grants: &[(Grant, String)],
+) -> Result<FileEdit, EditError> {
+    edit_file(path, seen, grants, &mut || {})
 }
 
 /// [`add_grant_to_file`], calling `meanwhile` after the temporary file is
@@ -54,8 +65,7 @@ pub fn add_grant_to_file(
 fn edit_file(
     path: &Path,
     seen_at_start: &[u8],
-    grant: &Grant,
-    note: &str,
+    grants: &[(Grant, String)],
     meanwhile: &mut dyn FnMut(),
 ) -> Result<FileEdit, EditError> {
     let found = read_regular(path)?;
@@ -71,13 +81,19 @@ fn edit_file(
             });
         }
     }
-    let edited = add_grant_in(text, Some(path), grant, note)?;
-    if !edited.already_present {
-        replace(path, &found, edited.text.as_bytes(), meanwhile)?;
+    let mut now = text.to_owned();
+    let mut all_present = true;
+    for (grant, note) in grants {
+        let edited = add_grant_in(&now, Some(path), grant, note)?;
+        all_present &= edited.already_present;
+        now = edited.text;
+    }
+    if !all_present {
+        replace(path, &found, now.as_bytes(), meanwhile)?;
     }
     Ok(FileEdit {
-        text: edited.text,
-        already_present: edited.already_present,
+        text: now,
+        already_present: all_present,
         merged,
     })
 }
