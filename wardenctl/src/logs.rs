@@ -158,8 +158,8 @@ pub(crate) fn each_stored(
             .lines()
             .with_context(|| format!("reading {}", snap.dir.join(&file.name).display()))?;
         for line in lines {
-            let line = line
-                .with_context(|| format!("reading {}", snap.dir.join(&file.name).display()))?;
+            let line =
+                line.with_context(|| format!("reading {}", snap.dir.join(&file.name).display()))?;
             if !line.complete {
                 eprintln!(
                     "wardenctl: {}:{}: an incomplete last line (a torn write; see wardenctl logs --verify)",

@@ -90,6 +90,7 @@ struct SessionRow {
     /// Approvals are on; how many accesses wait for an answer.
     approve: bool,
     approvals_pending: u32,
+    files_denied: u64,
 }
 
 #[derive(Serialize)]
@@ -181,6 +182,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         stderr_bytes: s.stderr_bytes,
                         approve: s.approve,
                         approvals_pending: s.approvals_pending,
+                        files_denied: s.files_denied,
                     })
                     .collect();
                 if cli.json {
@@ -315,7 +317,13 @@ fn print_ps(rows: &[SessionRow]) {
                 format!("{}/{}", r.network_allowed, r.network_denied),
                 match (r.approvals_pending, &r.last_denial) {
                     (n @ 1.., _) => format!("{n} waiting for `wardenctl approve`"),
-                    (_, Some(d)) => cell(d),
+                    (_, Some(d)) => format!("{} (`wardenctl suggest {}`)", cell(d), r.id),
+                    (_, None) if r.files_denied > 0 => format!(
+                        "{} file access{} denied (`wardenctl suggest {}`)",
+                        r.files_denied,
+                        if r.files_denied == 1 { "" } else { "es" },
+                        r.id
+                    ),
                     (_, None) => "-".into(),
                 },
                 cell(&r.command.join(" ")),

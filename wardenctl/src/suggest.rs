@@ -82,9 +82,15 @@ fn too_broad(path: &Path, home: Option<&Path>) -> bool {
     }
     let Some(home) = home else { return false };
     path == home
-        || [".config", ".cache", ".local", ".local/share", ".local/state"]
-            .iter()
-            .any(|d| path == home.join(d))
+        || [
+            ".config",
+            ".cache",
+            ".local",
+            ".local/share",
+            ".local/state",
+        ]
+        .iter()
+        .any(|d| path == home.join(d))
 }
 
 /// The nearest existing directory at or above `path`'s parent.
@@ -110,12 +116,25 @@ fn denied_path(r: &Record) -> Option<PathBuf> {
     Some(PathBuf::from(p))
 }
 
+/// System directories, whose files runtimes probe on their own (the same
+/// list as the approvals' `worth_asking` in warden-sandbox's `hold.rs`).
+const SYSTEM: &[&str] = &[
+    "/etc", "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/var", "/run", "/sys",
+    "/proc", "/dev", "/boot", "/snap", "/nix",
+];
+
+fn system(path: &Path) -> bool {
+    SYSTEM.iter().any(|s| path.starts_with(s))
+}
+
 #[derive(Default)]
 struct Wants {
     /// path → (key is write, actions seen with counts)
     files: BTreeMap<(bool, PathBuf), BTreeMap<String, u64>>,
     hosts: BTreeMap<String, (bool, BTreeMap<String, u64>)>,
     notes: BTreeSet<String>,
+    /// Denied system files: a note, not grants.
+    system: BTreeSet<String>,
 }
 
 /// The plan for session `id` from its records (in store order).
@@ -155,6 +174,15 @@ pub fn plan(id: &str, records: &[Record], home: Option<&Path>) -> Plan {
             }),
         });
     }
+    if !w.system.is_empty() {
+        let shown: Vec<&str> = w.system.iter().take(5).map(String::as_str).collect();
+        let more = w.system.len().saturating_sub(shown.len());
+        w.notes.insert(format!(
+            "system files denied, not suggested (runtimes probe them on their own; grant one by hand if the server needs it): {}{}",
+            shown.join(", "),
+            if more > 0 { format!(" and {more} more") } else { String::new() }
+        ));
+    }
     out.notes = w.notes.into_iter().collect();
     out
 }
@@ -165,8 +193,9 @@ fn file_denial(w: &mut Wants, r: &Record, action: &str, home: Option<&Path>) {
     let shown = path.display();
     let reason = r.reason.as_str();
     if reason.starts_with("protected") {
-        w.notes
-            .insert(format!("{shown}: {reason}; protected names cannot be granted"));
+        w.notes.insert(format!(
+            "{shown}: {reason}; protected names cannot be granted"
+        ));
         return;
     }
     if reason.starts_with("read-only runtime")
@@ -174,8 +203,13 @@ fn file_denial(w: &mut Wants, r: &Record, action: &str, home: Option<&Path>) {
         || reason.starts_with("a mount point")
         || reason.starts_with("no-exec mount")
     {
-        w.notes
-            .insert(format!("{shown} ({action}): {reason}; no grant changes that"));
+        w.notes.insert(format!(
+            "{shown} ({action}): {reason}; no grant changes that"
+        ));
+        return;
+    }
+    if system(&path) {
+        w.system.insert(path.display().to_string());
         return;
     }
     let write_entry = matches!(
@@ -341,7 +375,10 @@ fn note(s: &Suggested, session: &str) -> String {
             "WARNING: {w}. suggested {today} by wardenctl suggest {session}: {}",
             s.why
         ),
-        None => format!("suggested {today} by wardenctl suggest {session}: {}", s.why),
+        None => format!(
+            "suggested {today} by wardenctl suggest {session}: {}",
+            s.why
+        ),
     }
 }
 
@@ -469,14 +506,17 @@ pub fn run(args: &SuggestArgs, socket: Option<&Path>, json: bool) -> anyhow::Res
         }
         bail!("session {id} was started without a policy file (flags only): there is no file to edit; add the grants above to a policy, or pass them as flags");
     };
-    let done =
-        warden_core::policy::edit::file::add_grants_to_file(&path, old.as_bytes(), &grants)
-            .with_context(|| format!("nothing was changed in {}", path.display()))?;
+    let done = warden_core::policy::edit::file::add_grants_to_file(&path, old.as_bytes(), &grants)
+        .with_context(|| format!("nothing was changed in {}", path.display()))?;
     if !json {
         writeln!(
             stderr,
             "{} {} grant{} to {}{}",
-            if done.already_present { "already has" } else { "added" },
+            if done.already_present {
+                "already has"
+            } else {
+                "added"
+            },
             grants.len(),
             if grants.len() == 1 { "" } else { "s" },
             path.display(),
@@ -495,7 +535,12 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn rec(kind: RecordType, action: &str, decision: Decision, details: serde_json::Value) -> Record {
+    fn rec(
+        kind: RecordType,
+        action: &str,
+        decision: Decision,
+        details: serde_json::Value,
+    ) -> Record {
         Record {
             v: 2,
             ts: String::new(),
@@ -506,7 +551,10 @@ mod tests {
             action: action.into(),
             resource: details["resolved"].as_str().unwrap_or("").into(),
             decision,
-            reason: details["reason"].as_str().unwrap_or("outside the sandbox's grants").into(),
+            reason: details["reason"]
+                .as_str()
+                .unwrap_or("outside the sandbox's grants")
+                .into(),
             details,
         }
     }
@@ -594,7 +642,13 @@ mod tests {
         let d = tmp.path().join("many");
         std::fs::create_dir(&d).unwrap();
         let mut records: Vec<Record> = (0..5)
-            .map(|i| file("open-read", &d.join(format!("f{i}")).display().to_string(), 2))
+            .map(|i| {
+                file(
+                    "open-read",
+                    &d.join(format!("f{i}")).display().to_string(),
+                    2,
+                )
+            })
             .collect();
         records.push(file("open-read", "/home/ana/x", 2));
         for i in 0..6 {
@@ -602,9 +656,15 @@ mod tests {
         }
         let p = plan("s1", &records, Some(Path::new("/home/ana")));
         let g = grants(&p);
-        assert!(g.contains(&("filesystem.read".into(), d.display().to_string())), "{g:?}");
+        assert!(
+            g.contains(&("filesystem.read".into(), d.display().to_string())),
+            "{g:?}"
+        );
         assert!(!g.iter().any(|(_, v)| v == "/home/ana"), "{g:?}");
-        assert!(g.contains(&("filesystem.read".into(), "/home/ana/top0".into())), "{g:?}");
+        assert!(
+            g.contains(&("filesystem.read".into(), "/home/ana/top0".into())),
+            "{g:?}"
+        );
     }
 
     #[test]
@@ -625,11 +685,13 @@ mod tests {
                 json!({"resolved": "/usr/lib/x", "errno": 30, "reason": "read-only runtime"}),
             ),
             file("create", "/newfile", 30),
+            file("open-read", "/etc/locale.alias", 2),
         ];
         let p = plan("s1", &records, Some(Path::new("/home/ana")));
         assert_eq!(grants(&p).len(), 1, "{p:?}");
         assert!(p.grants[0].warning.as_deref().unwrap().contains("SSH"));
-        assert_eq!(p.notes.len(), 4, "{:?}", p.notes);
+        assert_eq!(p.notes.len(), 5, "{:?}", p.notes);
+        assert!(p.notes.iter().any(|n| n.contains("/etc/locale.alias")));
         assert!(note(&p.grants[0], "s1").starts_with("WARNING: "));
     }
 }

@@ -46,6 +46,8 @@ struct Queues {
     last_call: Option<Instant>,
     call_limit: syscalls::RateLimit,
     files: Option<FileAccesses>,
+    /// Counts the denied accesses (`wardenctl ps`).
+    files_denied: Arc<std::sync::atomic::AtomicU64>,
     files_done: bool,
     file_limit: files::RateLimit,
 }
@@ -111,6 +113,10 @@ impl Queues {
                 match accesses.try_next_classified() {
                     Ok(a) => {
                         n += 1;
+                        if a.verdict == warden_sandbox::supervise::AccessVerdict::Deny {
+                            self.files_denied
+                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
                         if self.file_limit.admit(&a, Instant::now()) {
                             audit.record(files::access_record(session, &a));
                         }
@@ -161,6 +167,7 @@ pub fn start(
     sandbox: &Sandbox,
     calls: Option<RefusedCalls>,
     files: Option<FileAccesses>,
+    files_denied: Arc<std::sync::atomic::AtomicU64>,
 ) -> Option<tokio::task::JoinHandle<()>> {
     if calls.is_none() && files.is_none() {
         return None;
@@ -176,6 +183,7 @@ pub fn start(
         files,
         files_done: false,
         file_limit: files::RateLimit::new(now),
+        files_denied,
     };
     Some(tokio::spawn(run(q, sandbox.recorder_wake())))
 }

@@ -73,6 +73,8 @@ pub struct Session {
     /// The session's cgroup in the daemon's delegated subtree.
     pub cgroup: Option<PathBuf>,
     sandbox: Arc<Sandbox>,
+    /// Denied file accesses recorded so far.
+    pub files_denied: Arc<std::sync::atomic::AtomicU64>,
     cause: Mutex<Option<EndCause>>,
     end: Notify,
     ended: AtomicBool,
@@ -121,6 +123,7 @@ impl Session {
             stderr_bytes: self.stdio[2].load(Ordering::Relaxed),
             approve: false,
             approvals_pending: 0,
+            files_denied: self.files_denied.load(Ordering::Relaxed),
         }
     }
 }
@@ -473,7 +476,9 @@ impl Daemon {
         };
         // Refused escape and kernel-attack calls and observed file accesses,
         // recorded until the sandbox is gone (a task, no thread of its own).
-        let recorder = crate::recorder::start(self, &id, &sandbox, refused, files);
+        let files_denied = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let recorder =
+            crate::recorder::start(self, &id, &sandbox, refused, files, files_denied.clone());
         let session = Arc::new(Session {
             id: id.clone(),
             name: policy.name.clone().unwrap_or_default(),
@@ -494,6 +499,7 @@ impl Daemon {
             stdio: relay.counters(),
             cgroup: spec.cgroup.clone(),
             sandbox: sandbox.clone(),
+            files_denied,
             cause: Mutex::new(None),
             end: Notify::new(),
             ended: AtomicBool::new(false),

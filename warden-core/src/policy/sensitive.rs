@@ -25,10 +25,22 @@ const UNDER_HOME: &[(&str, &str)] = &[
     (".local/share/keyrings", "the desktop keyring"),
     (".mozilla", "a Firefox profile (cookies, saved passwords)"),
     (".thunderbird", "a Thunderbird profile (mail, passwords)"),
-    (".config/google-chrome", "a Chrome profile (cookies, saved passwords)"),
-    (".config/chromium", "a Chromium profile (cookies, saved passwords)"),
-    (".config/BraveSoftware", "a Brave profile (cookies, saved passwords)"),
-    (".config/microsoft-edge", "an Edge profile (cookies, saved passwords)"),
+    (
+        ".config/google-chrome",
+        "a Chrome profile (cookies, saved passwords)",
+    ),
+    (
+        ".config/chromium",
+        "a Chromium profile (cookies, saved passwords)",
+    ),
+    (
+        ".config/BraveSoftware",
+        "a Brave profile (cookies, saved passwords)",
+    ),
+    (
+        ".config/microsoft-edge",
+        "an Edge profile (cookies, saved passwords)",
+    ),
     (".bash_history", "shell history"),
     (".zsh_history", "shell history"),
 ];
@@ -44,18 +56,19 @@ pub fn sensitive(path: &Path, home: Option<&Path>) -> Option<&'static str> {
         }
     }
     // `.env`, `.env.local`, `prod.env`...: environment files with secrets.
-    path.iter().find_map(|c| {
-        let c = c.to_string_lossy();
-        (c == ".env" || c.starts_with(".env.") || c.ends_with(".env"))
-            .then_some("an environment file (often API keys)")
-    })
-    .or_else(|| {
-        let name = path.file_name()?.to_string_lossy().to_string();
-        let key = name.starts_with("id_") && !name.ends_with(".pub")
-            || name.ends_with(".pem")
-            || name.ends_with(".key");
-        key.then_some("a private key")
-    })
+    path.iter()
+        .find_map(|c| {
+            let c = c.to_string_lossy();
+            (c == ".env" || c.starts_with(".env.") || c.ends_with(".env"))
+                .then_some("an environment file (often API keys)")
+        })
+        .or_else(|| {
+            let name = path.file_name()?.to_string_lossy().to_string();
+            let key = name.starts_with("id_") && !name.ends_with(".pub")
+                || name.ends_with(".pem")
+                || name.ends_with(".key");
+            key.then_some("a private key")
+        })
 }
 
 #[cfg(test)]
@@ -67,7 +80,10 @@ mod tests {
     fn secrets_are_named_and_the_rest_is_not() {
         let home = Some(Path::new("/home/ana"));
         let s = |p: &str| sensitive(Path::new(p), home);
-        assert_eq!(s("/home/ana/.ssh/id_ed25519"), Some("SSH keys and known hosts"));
+        assert_eq!(
+            s("/home/ana/.ssh/id_ed25519"),
+            Some("SSH keys and known hosts")
+        );
         assert_eq!(s("/home/ana/.ssh"), Some("SSH keys and known hosts"));
         assert_eq!(s("/home/ana/.aws/credentials"), Some("AWS credentials"));
         assert!(s("/home/ana/.local/share/keyrings/login.keyring").is_some());

@@ -46,7 +46,12 @@ pub fn add_grant_to_file(
     grant: &Grant,
     note: &str,
 ) -> Result<FileEdit, EditError> {
-    edit_file(path, seen_at_start, &[(grant.clone(), note.to_owned())], &mut || {})
+    edit_file(
+        path,
+        seen_at_start,
+        &[(grant.clone(), note.to_owned())],
+        &mut || {},
+    )
 }
 
 /// [`add_grant_to_file`] for several grants, each with its note, written in

@@ -230,7 +230,13 @@ fn a_change_while_the_edit_is_written_is_kept_and_reported() {
     let (dir, path) = setup(POLICY, 0o644);
     let theirs = format!("{POLICY}name: mine\n");
     let mut change = || fs::write(&path, &theirs).unwrap();
-    let err = edit_file(&path, POLICY.as_bytes(), &[(grant(), NOTE.to_owned())], &mut change).unwrap_err();
+    let err = edit_file(
+        &path,
+        POLICY.as_bytes(),
+        &[(grant(), NOTE.to_owned())],
+        &mut change,
+    )
+    .unwrap_err();
     assert_eq!(
         err.to_string(),
         format!(
@@ -247,7 +253,13 @@ fn a_change_while_the_edit_is_written_is_kept_and_reported() {
         fs::remove_file(&path).unwrap();
         symlink(&other, &path).unwrap();
     };
-    let err = edit_file(&path, POLICY.as_bytes(), &[(grant(), NOTE.to_owned())], &mut swap).unwrap_err();
+    let err = edit_file(
+        &path,
+        POLICY.as_bytes(),
+        &[(grant(), NOTE.to_owned())],
+        &mut swap,
+    )
+    .unwrap_err();
     assert!(matches!(err, EditError::Symlink { .. }), "{err}");
     assert_eq!(fs::read_to_string(&other).unwrap(), POLICY);
     assert_eq!(names(dir.path()), ["other.yaml", "policy.yaml"]);
