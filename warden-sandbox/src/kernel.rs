@@ -236,6 +236,7 @@ mod tests {
             audit_files,
             hold_files: false,
             warden_paths: vec![],
+            hide: vec![],
             allow_git_init: false,
             dangerously_skip_confinement: false,
             layers: Layers::NONE,

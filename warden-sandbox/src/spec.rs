@@ -76,6 +76,11 @@ pub struct SandboxSpec {
     /// Absolute, normalised.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warden_paths: Vec<PathBuf>,
+    /// Directories covered by an empty read-only tmpfs, after the grants
+    /// (`wardenctl trace` hides Warden's own directories inside the host
+    /// directories it shows). Absolute, normalised; missing ones are skipped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hide: Vec<PathBuf>,
     /// The policy's `filesystem.allow_git_init`: the server may create new git
     /// repositories in its write grants (`.git`, `HEAD`, `commondir` and
     /// `gitdir` names outside existing git dirs, which the creation guard

@@ -111,6 +111,7 @@ impl Fixture {
             audit_files: warden_sandbox::spec::FileWatch::Off,
             hold_files: false,
             warden_paths: vec![],
+            hide: vec![],
             allow_git_init: false,
             dangerously_skip_confinement: false,
             // Decided when run.

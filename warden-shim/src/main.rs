@@ -70,6 +70,13 @@ struct Args {
     /// (1s to 1h; default 60s).
     #[arg(long, value_name = "DUR", requires = "approve", value_parser = approve_timeout)]
     approve_timeout: Option<Duration>,
+    /// The observe-everything sandbox of `wardenctl trace` (docs/init.md);
+    /// `wardenctl trace` passes it, people run that.
+    #[arg(long, hide = true, conflicts_with_all = ["policy", "profile", "approve"])]
+    trace: bool,
+    /// With --trace: the host's directories read-write.
+    #[arg(long, hide = true, requires = "trace")]
+    trace_allow_writes: bool,
     /// The server command (overrides the policy's `command`).
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -275,6 +282,8 @@ async fn run(args: Args) -> anyhow::Result<ShimExit> {
         approve,
         approve_timeout_ms: args.approve_timeout.map_or(0, |d| d.as_millis() as u64),
         approve_terminal: tty.is_some(),
+        trace: args.trace,
+        trace_allow_writes: args.trace_allow_writes,
     };
     let mut tty = tty;
     let mut events = client

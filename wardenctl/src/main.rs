@@ -8,7 +8,9 @@
 
 mod approve;
 mod logs;
+mod mcp;
 mod suggest;
+mod trace;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -47,6 +49,9 @@ enum Cmd {
     /// The smallest policy change that would have allowed what a session was
     /// denied, as a diff of its policy file (--apply makes it).
     Suggest(suggest::SuggestArgs),
+    /// Run a command in the observe-everything sandbox and write every file
+    /// access, exec and connection it made as JSONL (--mcp drives the server).
+    Trace(trace::TraceArgs),
     /// Policy tools.
     Policy {
         #[command(subcommand)]
@@ -145,6 +150,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Cmd::Suggest(args) = &cli.cmd {
         return suggest::run(args, cli.socket.as_deref(), cli.json);
     }
+    if let Cmd::Trace(args) = &cli.cmd {
+        return trace::run(args, cli.socket.as_deref(), cli.json);
+    }
     let socket = warden_core::paths::socket_path(cli.socket.as_deref())?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -237,7 +245,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             }
             Cmd::Approve(a) => return approve::run(&mut c, &a, cli.json).await,
-            Cmd::Policy { .. } | Cmd::Logs(_) | Cmd::Suggest(_) => unreachable!("handled above"),
+            Cmd::Policy { .. } | Cmd::Logs(_) | Cmd::Suggest(_) | Cmd::Trace(_) => {
+                unreachable!("handled above")
+            }
         }
         Ok(ExitCode::SUCCESS)
     })

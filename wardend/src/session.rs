@@ -287,6 +287,12 @@ impl Daemon {
             nofile_limit(),
         )
         .map_err(DaemonError::TooManySessions)?;
+        if req.trace && req.approve {
+            return Err(DaemonError::BadRequest(
+                "trace and approve cannot be combined: a trace allows everything and records it"
+                    .into(),
+            ));
+        }
         let plan::Compile {
             policy_path,
             overrides,
@@ -311,8 +317,24 @@ impl Daemon {
         plan::fit(&mut policy, &host)?;
         let warden_paths = self.warden_paths(policy.source.as_deref());
         let approve = plan::approvals(id, req, &policy)?;
-        let (mut spec, env_names) =
+        let (mut spec, mut env_names) =
             plan::spec(id, &policy, &req.env, ctx.home, &host, warden_paths);
+        if req.trace {
+            env_names = plan::trace(
+                &mut policy,
+                &mut spec,
+                &req.env,
+                Path::new(&req.cwd),
+                req.trace_allow_writes,
+                &plan::host_top_dirs(),
+                &req.command
+                    .iter()
+                    .map(PathBuf::from)
+                    .filter(|p| p.is_absolute())
+                    .collect::<Vec<_>>(),
+                &self.kernel,
+            );
+        }
         if approve.is_some() {
             // Opens the sandbox would deny are held for a person.
             spec.hold_files = true;

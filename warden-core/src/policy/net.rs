@@ -78,6 +78,9 @@ pub enum HostPattern {
     Ip(IpAddr),
     /// An address range, e.g. `10.0.0.0/8`, `fd00::/8`.
     Cidr { addr: IpAddr, prefix: u8 },
+    /// Every name: never written in a policy (`*` alone is refused there);
+    /// only [`NetworkPolicy::record_all`], for `wardenctl trace`, makes it.
+    AnyName,
 }
 
 impl HostPattern {
@@ -88,6 +91,7 @@ impl HostPattern {
         match (self, host) {
             (HostPattern::Name(n), Host::Name(h)) => n == h,
             (HostPattern::Suffix(s), Host::Name(h)) => is_strictly_below(h, s),
+            (HostPattern::AnyName, Host::Name(_)) => true,
             (HostPattern::Ip(_) | HostPattern::Cidr { .. }, Host::Ip(ip)) => {
                 self.contains_ip(canonical_ip(*ip))
             }
@@ -101,7 +105,7 @@ impl HostPattern {
         match *self {
             HostPattern::Ip(_) => true,
             HostPattern::Cidr { addr, prefix } => prefix == full_prefix(addr),
-            HostPattern::Name(_) | HostPattern::Suffix(_) => false,
+            HostPattern::Name(_) | HostPattern::Suffix(_) | HostPattern::AnyName => false,
         }
     }
 
@@ -110,7 +114,7 @@ impl HostPattern {
         match *self {
             HostPattern::Ip(a) => a == ip,
             HostPattern::Cidr { addr, prefix } => in_cidr(ip, addr, prefix),
-            HostPattern::Name(_) | HostPattern::Suffix(_) => false,
+            HostPattern::Name(_) | HostPattern::Suffix(_) | HostPattern::AnyName => false,
         }
     }
 }
@@ -158,6 +162,7 @@ impl fmt::Display for HostPattern {
         match self {
             HostPattern::Name(n) => f.write_str(n),
             HostPattern::Suffix(s) => write!(f, "*.{s}"),
+            HostPattern::AnyName => f.write_str("*"),
             HostPattern::Ip(IpAddr::V4(a)) => write!(f, "{a}"),
             HostPattern::Ip(IpAddr::V6(a)) => write!(f, "[{a}]"),
             HostPattern::Cidr {
@@ -644,6 +649,41 @@ fn v6_class(a: Ipv6Addr) -> Option<&'static str> {
 }
 
 impl NetworkPolicy {
+    /// What `wardenctl trace` runs under: every name on every port (its
+    /// names may resolve to private and loopback addresses), every address
+    /// range; cloud metadata, unspecified, multicast and broadcast addresses
+    /// stay refused, as do loopback and metadata IP literals (only an exact
+    /// address entry reaches those).
+    pub fn record_all() -> NetworkPolicy {
+        let rule = |source: &str, host| NetRule {
+            source: source.to_owned(),
+            host,
+            ports: PortSpec::Any,
+            private: true,
+            no_sni: true,
+        };
+        NetworkPolicy {
+            allow: vec![
+                rule("* (trace)", HostPattern::AnyName),
+                rule(
+                    "0.0.0.0/0 (trace)",
+                    HostPattern::Cidr {
+                        addr: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                        prefix: 0,
+                    },
+                ),
+                rule(
+                    "[::/0] (trace)",
+                    HostPattern::Cidr {
+                        addr: IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+                        prefix: 0,
+                    },
+                ),
+            ],
+            allow_private: false,
+        }
+    }
+
     /// Compiles the entries of `network.allow` (each error is for one entry).
     pub fn compile(
         entries: &[String],
@@ -1104,6 +1144,36 @@ fn wildcard_position() -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn record_all_allows_every_name_and_range_but_never_metadata() {
+        let p = NetworkPolicy::record_all();
+        let name = Host::Name("api.example.com".into());
+        assert!(p.check(&name, 8443).is_ok());
+        assert!(p.check(&Host::Name("localhost".into()), 22).is_ok());
+        let ip: IpAddr = "93.184.215.14".parse().unwrap();
+        assert!(p.check(&Host::Ip(ip), 443).is_ok());
+        assert!(p
+            .check(&Host::Ip("2001:db8::1".parse().unwrap()), 443)
+            .is_ok());
+        // Names may reach private and loopback addresses, never metadata.
+        assert!(p
+            .check_address(&name, 443, "10.0.0.1".parse().unwrap())
+            .is_ok());
+        assert!(p
+            .check_address(&name, 443, "127.0.0.1".parse().unwrap())
+            .is_ok());
+        assert!(p
+            .check_address(&name, 80, "169.254.169.254".parse().unwrap())
+            .is_err());
+        assert!(p
+            .check_address(&name, 80, "0.0.0.0".parse().unwrap())
+            .is_err());
+        // An IP literal of loopback or metadata: only an exact entry reaches it.
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        assert!(p.check_address(&Host::Ip(lo), 80, lo).is_err());
+        assert_eq!(p.allow[0].host.to_string(), "*");
+    }
+
     use super::*;
 
     fn name(s: &str) -> Host {

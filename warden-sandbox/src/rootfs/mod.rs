@@ -84,6 +84,8 @@ enum Late {
     Protect(PathBuf, bool),
     /// A directory between a write grant and a protected path ([`protected::Plan::pin`]).
     Pin(PathBuf),
+    /// A directory covered by an empty read-only tmpfs ([`SandboxSpec::hide`]).
+    Hide(PathBuf),
 }
 
 /// Entries of the sandbox's /proc made read-only: host-wide kernel settings
@@ -396,6 +398,14 @@ pub(crate) fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failu
     }
     let plan = protected::plan(spec);
     late.extend(plan.pin.into_iter().map(Late::Pin));
+    for p in &spec.hide {
+        check_abs("hidden directory", p)?;
+        // Only what a grant shows and what is a directory there now.
+        let shown = grants.iter().any(|g| p.starts_with(g));
+        if shown && std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()) {
+            late.push(Late::Hide(p.clone()));
+        }
+    }
     late.extend(plan.protect.into_iter().map(|p| {
         let unless_dir = plan.unless_dir.contains(&p);
         Late::Protect(p, unless_dir)
@@ -419,7 +429,7 @@ pub(crate) fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failu
             Late::Tmp => PathBuf::from("/tmp"),
             Late::Home => spec.home.clone(),
             Late::Grant(g) => g.path.clone(),
-            Late::Protect(p, _) | Late::Pin(p) => p.clone(),
+            Late::Protect(p, _) | Late::Pin(p) | Late::Hide(p) => p.clone(),
         }
     };
     // Stable sort: parents before children; /tmp and $HOME before grants inside
@@ -583,6 +593,16 @@ pub(crate) fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failu
             Late::Grant(g) => bind(r, &g.path, g.fd.as_fd(), g.is_dir, g.attrs)?,
             Late::Protect(p, unless_dir) => protect::protect_path(r, p, *unless_dir, &mut follow)?,
             Late::Pin(p) => protect::pin(r, p)?,
+            Late::Hide(p) => {
+                let cover = fresh(
+                    r,
+                    p,
+                    c"tmpfs",
+                    &[("mode", "0700"), ("size", "4k"), ("nr_inodes", "4")],
+                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                )?;
+                private.push(dev_of(&cover, "a hidden directory")?);
+            }
         }
     }
     if let Some(g) = &program {
@@ -633,6 +653,7 @@ mod tests {
             audit_files: crate::spec::FileWatch::Off,
             hold_files: false,
             warden_paths: vec![],
+            hide: vec![],
             allow_git_init: false,
             dangerously_skip_confinement: false,
             layers: crate::spec::Layers::NONE,

@@ -277,6 +277,7 @@ pub fn spec(
         audit_files: file_watch(policy.audit.files),
         hold_files: false,
         warden_paths,
+        hide: Vec::new(),
         allow_git_init: policy.allow_git_init,
         // Never skipped by the daemon: the field exists for benchmarks only.
         dangerously_skip_confinement: false,
@@ -285,6 +286,131 @@ pub fn spec(
     };
     spec.layers = host.kernel.layers(&spec);
     (spec, env_names)
+}
+
+/// Host directories `wardenctl trace` never shows as such: the sandbox has
+/// its own (`/proc`, `/dev`, `/tmp`...) or they are its runtime already.
+const TRACE_SKIP: &[&str] = &[
+    "proc",
+    "sys",
+    "dev",
+    "run",
+    "tmp",
+    "usr",
+    "bin",
+    "sbin",
+    "lib",
+    "lib32",
+    "lib64",
+    "libx32",
+    "boot",
+    "lost+found",
+];
+
+/// The observe-everything sandbox of `wardenctl trace` (docs/init.md), made
+/// from the session's plan: every other top-level directory of the host
+/// (`top`: the directories of `/`) shown read-only — read-write with
+/// `allow_writes`, except `/etc` — with Warden's own directories in them
+/// hidden under empty read-only tmpfs, every file access recorded, every
+/// host reachable through the proxy ([`NetworkPolicy::record_all`]) and the
+/// client's whole environment. The policy (what `session.start` records)
+/// says the same. Returns the environment names passed.
+#[allow(clippy::too_many_arguments)]
+pub fn trace(
+    policy: &mut CompiledPolicy,
+    spec: &mut SandboxSpec,
+    client_env: &[pb::EnvVar],
+    client_cwd: &Path,
+    allow_writes: bool,
+    top: &[PathBuf],
+    named: &[PathBuf],
+    kernel: &Kernel,
+) -> Vec<String> {
+    let mut shown: Vec<PathBuf> = top
+        .iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| !TRACE_SKIP.contains(&n.to_string_lossy().as_ref()))
+        })
+        .cloned()
+        .collect();
+    // The sandbox's /tmp is its own (writable even in a read-only trace);
+    // the entries of the host's /tmp that the command line, the cwd or
+    // $HOME lie in are shown in it.
+    for p in named.iter().chain(
+        [client_cwd, spec.home.as_path()]
+            .map(Path::to_path_buf)
+            .iter(),
+    ) {
+        let Ok(rest) = p.strip_prefix("/tmp") else {
+            continue;
+        };
+        let Some(first) = rest.components().next() else {
+            continue;
+        };
+        let entry = Path::new("/tmp").join(first);
+        if entry.is_dir() && !shown.contains(&entry) {
+            shown.push(entry);
+        }
+    }
+    let write: Vec<PathBuf> = if allow_writes {
+        shown
+            .iter()
+            .filter(|p| p.as_path() != Path::new("/etc"))
+            .cloned()
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let read: Vec<PathBuf> = shown
+        .iter()
+        .filter(|p| !write.contains(p))
+        .cloned()
+        .collect();
+    // Every name of the client's environment (the proxy's variables win).
+    let names: Vec<String> = client_env
+        .iter()
+        .filter_map(|v| String::from_utf8(v.name.clone()).ok())
+        .filter(|n| !n.is_empty() && !n.contains('='))
+        .collect();
+    let (env, passed) = build_env(client_env, &names, &spec.home);
+    spec.env = env;
+    spec.read = read.clone();
+    spec.write = write.clone();
+    spec.hide = spec
+        .warden_paths
+        .iter()
+        .filter(|p| p.is_dir())
+        .cloned()
+        .collect();
+    spec.audit_files = FileWatch::All;
+    if shown.iter().any(|d| client_cwd.starts_with(d)) {
+        spec.cwd = client_cwd.to_path_buf();
+    }
+    spec.layers = kernel.layers(spec);
+    policy.read = read;
+    policy.write = write;
+    policy.cwd = spec.cwd.clone();
+    policy.network = warden_core::policy::net::NetworkPolicy::record_all();
+    policy.warnings.push(format!(
+        "trace: the host's directories are visible {} (Warden's own hidden), every host is reachable through the proxy, and the whole environment is passed; everything is recorded",
+        if allow_writes { "read-write (/etc read-only)" } else { "read-only" }
+    ));
+    passed
+}
+
+/// The directories of the host's `/` (not symlinks), sorted.
+pub fn host_top_dirs() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir("/")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
 }
 
 /// The session's approvals (`--approve` or `approve: true`), or None: the
@@ -629,6 +755,49 @@ mod tests {
     }
 
     #[test]
+    fn a_trace_shows_the_host_but_its_own_and_the_runtime_and_records_everything() {
+        let m = machine(&[], true);
+        let mut p = policy();
+        let env = [var("USER", "alice"), var("TOKEN", "t")];
+        let state = tempfile::tempdir().unwrap();
+        let (mut sp, _) = spec(
+            "abc",
+            &p,
+            &env,
+            "/home/a".into(),
+            &host(&m, 1000, true),
+            vec![state.path().to_path_buf(), "/nonexistent-bin".into()],
+        );
+        // A directory under /tmp named by the command line.
+        let named = tempfile::tempdir().unwrap();
+        let top: Vec<PathBuf> = ["/etc", "/home", "/opt", "/proc", "/tmp", "/usr", "/var"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        let names = trace(
+            &mut p,
+            &mut sp,
+            &env,
+            Path::new("/home/a/proj"),
+            true,
+            &top,
+            &[named.path().join("server.js")],
+            &m.kernel,
+        );
+        assert_eq!(sp.read, vec![PathBuf::from("/etc")]);
+        let mut want: Vec<PathBuf> = vec!["/home".into(), "/opt".into(), "/var".into()];
+        want.push(named.path().to_path_buf());
+        assert_eq!(sp.write, want);
+        assert_eq!(sp.hide, vec![state.path().to_path_buf()]);
+        assert_eq!(sp.audit_files, FileWatch::All);
+        assert_eq!(sp.cwd, PathBuf::from("/home/a/proj"));
+        assert!(names.contains(&"TOKEN".to_string()) && names.contains(&"USER".to_string()));
+        assert_eq!(p.write, sp.write);
+        assert_eq!(p.network.allow[0].host.to_string(), "*");
+        assert!(p.warnings.iter().any(|w| w.starts_with("trace: ")));
+    }
+
+    #[test]
     fn the_spec_carries_the_policy() {
         let m = machine(&[], true);
         let mut p = policy();
@@ -674,6 +843,7 @@ mod tests {
                 audit_files: FileWatch::All,
                 hold_files: false,
                 warden_paths: vec!["/state".into()],
+                hide: vec![],
                 allow_git_init: true,
                 dangerously_skip_confinement: false,
                 layers: Layers {
