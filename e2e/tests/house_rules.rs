@@ -12,6 +12,8 @@
 //!   `tonic` and `nix` (the dependency graph of `cargo metadata`).
 //! - `docs/architecture.md`'s crate table lists exactly the workspace members,
 //!   each with the internal dependencies `cargo metadata` reports.
+//! - `warden_core::runtime`'s tables (what `wardenctl init` leaves out) are
+//!   the sandbox's own (`warden-sandbox/src/rootfs/mod.rs`), entry for entry.
 //!
 //! These tests read the source tree at run time, the one exception to the rule
 //! that tests do not (`docs/dev.md`): they check the tree itself. Phase 2 of
@@ -629,4 +631,34 @@ fn the_architecture_crate_table_matches_cargo_metadata() {
         "docs/architecture.md's crate table:\n{}",
         problems.join("\n")
     );
+}
+
+/// The string literals of `const NAME: &[&str] = &[...];` in `source`.
+fn const_list(source: &str, name: &str) -> Vec<String> {
+    let start = source
+        .find(&format!("const {name}: &[&str] = &["))
+        .unwrap_or_else(|| panic!("no const {name}"));
+    let body = &source[start..];
+    let body = &body[body.find("= &[").unwrap() + 4..body.find("];").unwrap()];
+    body.split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn what_init_leaves_out_is_what_the_sandbox_provides() {
+    let Some(root) = repo() else { return };
+    let sandbox = std::fs::read_to_string(root.join("warden-sandbox/src/rootfs/mod.rs")).unwrap();
+    let core = std::fs::read_to_string(root.join("warden-core/src/runtime.rs")).unwrap();
+    assert_eq!(
+        const_list(&core, "RUNTIME_DIRS"),
+        const_list(&sandbox, "RUNTIME")
+    );
+    assert_eq!(
+        const_list(&core, "RUNTIME_ETC"),
+        const_list(&sandbox, "ETC")
+    );
+    assert!(const_list(&sandbox, "ETC").contains(&"ld.so.cache".to_string()));
 }

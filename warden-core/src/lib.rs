@@ -4,9 +4,11 @@
 //!   always-valid [`policy::CompiledPolicy`].
 //! - [`paths`]: where the socket, state and profiles live for a user.
 //! - [`exit`]: the shim's exit codes.
+//! - [`runtime`]: what every sandbox gets without a grant.
 #![forbid(unsafe_code)]
 
 pub mod duration;
 pub mod exit;
 pub mod paths;
 pub mod policy;
+pub mod runtime;

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 mod approve;
+mod init;
 mod logs;
 mod mcp;
 mod suggest;
@@ -52,6 +53,9 @@ enum Cmd {
     /// Run a command in the observe-everything sandbox and write every file
     /// access, exec and connection it made as JSONL (--mcp drives the server).
     Trace(trace::TraceArgs),
+    /// Write a starter policy from a trace (--log FILE), or trace the server
+    /// first (-- CMD ...): only what it used, collapsed, each grant commented.
+    Init(init::InitArgs),
     /// Policy tools.
     Policy {
         #[command(subcommand)]
@@ -153,6 +157,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Cmd::Trace(args) = &cli.cmd {
         return trace::run(args, cli.socket.as_deref(), cli.json);
     }
+    if let Cmd::Init(args) = &cli.cmd {
+        return init::run(args, cli.socket.as_deref(), cli.json);
+    }
     let socket = warden_core::paths::socket_path(cli.socket.as_deref())?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -245,7 +252,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             }
             Cmd::Approve(a) => return approve::run(&mut c, &a, cli.json).await,
-            Cmd::Policy { .. } | Cmd::Logs(_) | Cmd::Suggest(_) | Cmd::Trace(_) => {
+            Cmd::Policy { .. } | Cmd::Logs(_) | Cmd::Suggest(_) | Cmd::Trace(_) | Cmd::Init(_) => {
                 unreachable!("handled above")
             }
         }

@@ -45,7 +45,7 @@ pub struct TraceArgs {
     command: Vec<String>,
 }
 
-fn per_request(s: &str) -> Result<Duration, String> {
+pub fn per_request(s: &str) -> Result<Duration, String> {
     match warden_core::duration::parse(s) {
         Some(d) if d >= Duration::from_secs(1) && d <= Duration::from_secs(3600) => Ok(d),
         Some(_) => Err("must be 1s to 1h".into()),
@@ -71,27 +71,40 @@ pub struct Counts {
     pub connections: usize,
 }
 
-pub fn run(args: &TraceArgs, socket: Option<&Path>, json: bool) -> anyhow::Result<ExitCode> {
-    // Refused before anything runs: an output that exists.
-    if let Some(out) = &args.output {
-        if std::fs::symlink_metadata(out).is_ok() {
-            bail!(
-                "{} exists; the trace is never written over a file (choose another --output)",
-                out.display()
-            );
-        }
-    }
-    let calls = parse_calls(&args.call)?;
+/// A traced run: its session, its records as stored, what they count, how
+/// the shim ended and what driving the server said (with `--mcp`).
+pub struct Traced {
+    pub session: String,
+    pub lines: Vec<u8>,
+    pub counts: Counts,
+    pub status: std::process::ExitStatus,
+    pub drove: Option<anyhow::Result<String>>,
+}
+
+/// How to trace.
+pub struct How<'a> {
+    pub socket: Option<&'a Path>,
+    pub state_dir: Option<&'a Path>,
+    pub command: &'a [String],
+    pub mcp: bool,
+    pub calls: &'a [(String, serde_json::Value)],
+    pub allow_writes: bool,
+    pub timeout: Duration,
+}
+
+/// Runs the command in the trace sandbox and collects its records. `Err`
+/// when it did not run there (Warden's own error: the shim said why).
+pub fn record(how: &How<'_>) -> anyhow::Result<Traced> {
     let mut cmd = Command::new(shim_path());
-    if let Some(s) = socket {
+    if let Some(s) = how.socket {
         cmd.arg("--socket").arg(s);
     }
     cmd.arg("--trace").arg("--name").arg("trace");
-    if args.allow_writes {
+    if how.allow_writes {
         cmd.arg("--trace-allow-writes");
     }
-    cmd.arg("--").args(&args.command);
-    let (status, pid, drove) = if args.mcp {
+    cmd.arg("--").args(how.command);
+    let (status, pid, drove) = if how.mcp {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
@@ -99,7 +112,7 @@ pub fn run(args: &TraceArgs, socket: Option<&Path>, json: bool) -> anyhow::Resul
             .spawn()
             .with_context(|| format!("cannot run {}", shim_path().display()))?;
         let pid = child.id();
-        let drove = crate::mcp::drive(&mut child, &calls, args.timeout);
+        let drove = crate::mcp::drive(&mut child, how.calls, how.timeout);
         // The server is done once its stdin closes; a server that does not
         // exit is ended.
         drop(child.stdin.take());
@@ -120,66 +133,107 @@ pub fn run(args: &TraceArgs, socket: Option<&Path>, json: bool) -> anyhow::Resul
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let dir = crate::logs::store_dir(&rt, args.state_dir.as_deref(), socket)?;
+    let dir = crate::logs::store_dir(&rt, how.state_dir, how.socket)?;
     let (session, lines, counts) = collect(&dir, pid)?;
+    Ok(Traced {
+        session,
+        lines,
+        counts,
+        status,
+        drove,
+    })
+}
+
+/// Refuses an output path that exists (nothing is ever written over).
+pub fn refuse_existing(out: &Path, what: &str) -> anyhow::Result<()> {
+    if std::fs::symlink_metadata(out).is_ok() {
+        bail!(
+            "{} exists; {what} is never written over a file (choose another --output)",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to a new file at `path` (never over one), synced.
+pub fn write_new(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    Ok(())
+}
+
+pub fn run(args: &TraceArgs, socket: Option<&Path>, json: bool) -> anyhow::Result<ExitCode> {
+    // Refused before anything runs: an output that exists.
+    if let Some(out) = &args.output {
+        refuse_existing(out, "the trace")?;
+    }
+    let calls = parse_calls(&args.call)?;
+    let t = record(&How {
+        socket,
+        state_dir: args.state_dir.as_deref(),
+        command: &args.command,
+        mcp: args.mcp,
+        calls: &calls,
+        allow_writes: args.allow_writes,
+        timeout: args.timeout,
+    })?;
     let out_path = match (&args.output, args.mcp) {
         (Some(p), _) => Some(p.clone()),
         (None, true) => None,
-        (None, false) => Some(PathBuf::from(format!("warden-trace-{session}.jsonl"))),
+        (None, false) => Some(PathBuf::from(format!("warden-trace-{}.jsonl", t.session))),
     };
     match &out_path {
-        Some(p) => {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(p)
-                .with_context(|| format!("cannot create {}", p.display()))?;
-            f.write_all(&lines)?;
-            f.sync_all()?;
-        }
-        None => std::io::stdout().lock().write_all(&lines)?,
+        Some(p) => write_new(p, &t.lines)?,
+        None => std::io::stdout().lock().write_all(&t.lines)?,
     }
     let mut err = std::io::stderr().lock();
-    if let Some(d) = &drove {
+    if let Some(d) = &t.drove {
         match d {
             Ok(s) => writeln!(err, "trace: {s}")?,
             Err(e) => writeln!(err, "trace: the MCP session did not complete: {e:#}")?,
         }
     }
+    let c = &t.counts;
     if json {
         let v = serde_json::json!({
-            "session": session,
+            "session": t.session,
             "output": out_path,
-            "records": counts.records,
-            "files": counts.files,
-            "execs": counts.execs,
-            "connections": counts.connections,
-            "exit_code": status.code(),
+            "records": c.records,
+            "files": c.files,
+            "execs": c.execs,
+            "connections": c.connections,
+            "exit_code": t.status.code(),
         });
         writeln!(err, "{v}")?;
     } else {
         writeln!(
             err,
-            "trace: session {session}: {} records ({} file accesses, {} execs, {} connections){}",
-            counts.records,
-            counts.files,
-            counts.execs,
-            counts.connections,
+            "trace: session {}: {} records ({} file accesses, {} execs, {} connections){}",
+            t.session,
+            c.records,
+            c.files,
+            c.execs,
+            c.connections,
             out_path
                 .as_ref()
                 .map(|p| format!(" in {}", p.display()))
                 .unwrap_or_default()
         )?;
     }
-    match drove {
+    match t.drove {
         Some(Err(_)) => Ok(ExitCode::from(1)),
         _ => Ok(ExitCode::from(
-            status.code().unwrap_or(1).clamp(0, 255) as u8
+            t.status.code().unwrap_or(1).clamp(0, 255) as u8
         )),
     }
 }
 
-fn parse_calls(raw: &[String]) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
+pub fn parse_calls(raw: &[String]) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
     raw.chunks(2)
         .map(|c| {
             let (tool, args) = (&c[0], c.get(1).map(String::as_str).unwrap_or("{}"));

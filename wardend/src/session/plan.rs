@@ -371,7 +371,8 @@ pub fn trace(
     let names: Vec<String> = client_env
         .iter()
         .filter_map(|v| String::from_utf8(v.name.clone()).ok())
-        .filter(|n| !n.is_empty() && !n.contains('='))
+        // WARDEN_* configure Warden (its socket, its logs), never a server.
+        .filter(|n| !n.is_empty() && !n.contains('=') && !n.starts_with("WARDEN_"))
         .collect();
     let (env, passed) = build_env(client_env, &names, &spec.home);
     spec.env = env;
