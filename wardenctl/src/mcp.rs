@@ -195,3 +195,109 @@ pub fn drive(
         }
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+
+    /// A server in a few lines of Python: `era` 2025 answers `initialize`;
+    /// 2026 refuses it and answers `server/discover`. Both page their tool
+    /// list, ping us once, log a non-JSON line on stdout, and record every
+    /// method they were asked in the file `log`.
+    const SERVER: &str = r#"
+import json, sys
+era, log = sys.argv[1], open(sys.argv[2], "w")
+def send(m): sys.stdout.write(json.dumps(m) + "\n"); sys.stdout.flush()
+print("not json: a server that logs on stdout", flush=True)
+for line in sys.stdin:
+    m = json.loads(line)
+    log.write(m.get("method", "<answer>") + "\n"); log.flush()
+    if "id" not in m or "method" not in m:
+        continue
+    i, meth = m["id"], m["method"]
+    if meth == "initialize":
+        if era == "2026":
+            send({"jsonrpc": "2.0", "id": i, "error": {"code": -32602, "message": "use server/discover"}})
+        else:
+            send({"jsonrpc": "2.0", "method": "ping", "id": "srv-1"})
+            send({"jsonrpc": "2.0", "id": i, "result": {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "py-2025"}}})
+    elif meth == "server/discover":
+        send({"jsonrpc": "2.0", "id": i, "result": {"serverInfo": {"name": "py-2026"}, "capabilities": {"tools": {}}}})
+    elif meth == "tools/list":
+        page2 = m.get("params", {}).get("cursor") == "p2"
+        tools = [{"name": "b"}] if page2 else [{"name": "a"}]
+        res = {"tools": tools} if page2 else {"tools": tools, "nextCursor": "p2"}
+        send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info"}})
+        send({"jsonrpc": "2.0", "id": i, "result": res})
+    elif meth == "tools/call":
+        send({"jsonrpc": "2.0", "id": i, "result": {"content": [], "isError": m["params"]["name"] != "a"}})
+    else:
+        send({"jsonrpc": "2.0", "id": i, "error": {"code": -32601, "message": "no"}})
+"#;
+
+    fn drive_era(era: &str) -> (anyhow::Result<String>, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("methods");
+        let mut child = Command::new("/usr/bin/python3")
+            .args(["-c", SERVER, era, log.to_str().unwrap()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let calls = vec![
+            ("a".to_string(), json!({})),
+            ("b".to_string(), json!({"x": 1})),
+        ];
+        let r = drive(&mut child, &calls, Duration::from_secs(20));
+        drop(child.stdin.take());
+        child.wait().unwrap();
+        (r, std::fs::read_to_string(&log).unwrap())
+    }
+
+    #[test]
+    fn the_2025_handshake_then_listings_pages_and_calls() {
+        if !Path::new("/usr/bin/python3").exists() {
+            eprintln!("skipping: no /usr/bin/python3");
+            return;
+        }
+        let (r, methods) = drive_era("2025");
+        assert_eq!(
+            r.unwrap(),
+            "drove py-2025 (initialize): 2 tools, none resources, none prompts; called a ok, b failed"
+        );
+        let m: Vec<&str> = methods.lines().collect();
+        assert_eq!(
+            m,
+            [
+                "initialize",
+                "<answer>",
+                "notifications/initialized",
+                "tools/list",
+                "tools/list",
+                "resources/list",
+                "prompts/list",
+                "tools/call",
+                "tools/call"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_2026_stateless_revision_is_discovered_without_a_handshake() {
+        if !Path::new("/usr/bin/python3").exists() {
+            eprintln!("skipping: no /usr/bin/python3");
+            return;
+        }
+        let (r, methods) = drive_era("2026");
+        assert!(r
+            .unwrap()
+            .starts_with("drove py-2026 (server/discover): 2 tools"));
+        assert!(!methods.contains("notifications/initialized"), "{methods}");
+        assert!(
+            methods.starts_with("initialize\nserver/discover\ntools/list"),
+            "{methods}"
+        );
+    }
+}

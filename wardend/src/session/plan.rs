@@ -400,13 +400,17 @@ pub fn trace(
     passed
 }
 
-/// The directories of the host's `/` (not symlinks), sorted.
+/// The directories of the host's `/` (not symlinks) this user may list and
+/// enter (another user's `/root` is of no use to a trace, and binding what
+/// is below it would fail), sorted.
 pub fn host_top_dirs() -> Vec<PathBuf> {
+    use nix::unistd::{access, AccessFlags};
     let mut v: Vec<PathBuf> = std::fs::read_dir("/")
         .map(|d| {
             d.filter_map(Result::ok)
                 .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
                 .map(|e| e.path())
+                .filter(|p| access(p, AccessFlags::R_OK | AccessFlags::X_OK).is_ok())
                 .collect()
         })
         .unwrap_or_default();
