@@ -82,8 +82,11 @@ fn a_trace_records_files_execs_hosts_and_env_names_and_passes_stdio_through() {
         "{stdout}\n{stderr}\n{}",
         w.daemon.log()
     );
-    // The server's bytes on stdout, as without a trace; Warden's state hidden.
+    // The server's bytes on stdout, as without a trace; Warden's state
+    // directory lists nothing inside (an empty tmpfs covers it) while the
+    // host's holds the audit store (the control).
     assert_eq!(stdout, "my notes\n200\n", "{stderr}");
+    assert!(w.env.state.join("audit").is_dir());
     assert!(stderr.contains("trace: session "), "{stderr}");
 
     let recs = records(&out_file);

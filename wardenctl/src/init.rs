@@ -56,6 +56,9 @@ pub struct InitArgs {
     command: Vec<String>,
 }
 
+/// Programs that fetch and run a package (their cache is written to).
+const PACKAGE_RUNNERS: &[&str] = &["npx", "bunx", "uvx", "pipx"];
+
 /// Entries of one directory used from which the directory is granted.
 pub const SIBLINGS: usize = 3;
 
@@ -153,10 +156,13 @@ fn provided(path: &Path) -> bool {
         return true;
     }
     if let Ok(rest) = path.strip_prefix("/etc") {
-        return rest
-            .components()
-            .next()
-            .is_some_and(|c| RUNTIME_ETC.contains(&c.as_os_str().to_string_lossy().as_ref()));
+        // The runtime's entries, those the sandbox writes itself, and the
+        // resolver's, absent on purpose (names resolve in the proxy).
+        const OWN: &[&str] = &["passwd", "group", "hosts", "resolv.conf"];
+        return rest.components().next().is_some_and(|c| {
+            let c = c.as_os_str().to_string_lossy();
+            RUNTIME_ETC.contains(&c.as_ref()) || OWN.contains(&c.as_ref())
+        });
     }
     PRIVATE_DIRS
         .iter()
@@ -279,22 +285,15 @@ fn collapse(
         .collect()
 }
 
+/// Whether `addr` (`IP:port`, `[IPv6]:port`) is of a class a plain
+/// `network.allow` name entry does not reach (Warden's own classes: private,
+/// loopback, link-local, CGNAT, documentation ranges...): the entry then
+/// needs `private`.
 fn is_private(addr: &str) -> bool {
-    let ip = addr
-        .rsplit_once(':')
+    addr.rsplit_once(':')
         .map(|(h, _)| h.trim_matches(|c| c == '[' || c == ']'))
-        .and_then(|h| h.parse::<IpAddr>().ok());
-    match ip {
-        Some(IpAddr::V4(a)) => {
-            a.is_private() || a.is_loopback() || a.is_link_local() || a.octets()[0] == 100
-        }
-        Some(IpAddr::V6(a)) => {
-            a.is_loopback()
-                || (a.segments()[0] & 0xfe00) == 0xfc00
-                || (a.segments()[0] & 0xffc0) == 0xfe80
-        }
-        None => false,
-    }
+        .and_then(|h| h.parse::<IpAddr>().ok())
+        .is_some_and(|ip| warden_core::policy::net::address_class(ip).is_some())
 }
 
 /// The starter from a trace's records (`exists`: whether a path is on the
@@ -483,40 +482,55 @@ pub fn starter(
 /// A policy name from the command: the npm package, the Python module, or
 /// the program's file name.
 fn derive_name(command: &[String]) -> String {
-    let pick = command
-        .iter()
-        .rev()
-        .find_map(|a| {
-            let p = Path::new(a);
-            // .../node_modules/@scope/server-x/dist/index.js → server-x
-            let parts: Vec<String> = p
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect();
-            parts
+    let runner = command
+        .first()
+        .and_then(|p| Path::new(p).file_name())
+        .is_some_and(|n| PACKAGE_RUNNERS.contains(&n.to_string_lossy().as_ref()));
+    // npx -y @scope/name@1.2 → name; uvx mcp-server-time → mcp-server-time
+    let package = runner
+        .then(|| command.iter().skip(1).find(|a| !a.starts_with('-')))
+        .flatten()
+        .map(|p| {
+            let p = p.rsplit('/').next().unwrap_or(p);
+            p.split('@').find(|s| !s.is_empty()).unwrap_or(p).to_owned()
+        });
+    let pick = package
+        .or_else(|| {
+            command
                 .iter()
-                .position(|c| c == "node_modules")
-                .and_then(|i| {
-                    let first = parts.get(i + 1)?;
-                    if first.starts_with('@') {
-                        parts.get(i + 2).cloned()
-                    } else {
-                        Some(first.clone())
-                    }
+                .rev()
+                .find_map(|a| {
+                    let p = Path::new(a);
+                    // .../node_modules/@scope/server-x/dist/index.js → server-x
+                    let parts: Vec<String> = p
+                        .components()
+                        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                        .collect();
+                    parts
+                        .iter()
+                        .position(|c| c == "node_modules")
+                        .and_then(|i| {
+                            let first = parts.get(i + 1)?;
+                            if first.starts_with('@') {
+                                parts.get(i + 2).cloned()
+                            } else {
+                                Some(first.clone())
+                            }
+                        })
                 })
-        })
-        .or_else(|| {
-            // python -m mcp_server_time → mcp-server-time
-            command
-                .windows(2)
-                .find(|w| w[0] == "-m")
-                .map(|w| w[1].replace('_', "-"))
-        })
-        .or_else(|| {
-            command
-                .first()
-                .and_then(|p| Path::new(p).file_name())
-                .map(|n| n.to_string_lossy().into_owned())
+                .or_else(|| {
+                    // python -m mcp_server_time → mcp-server-time
+                    command
+                        .windows(2)
+                        .find(|w| w[0] == "-m")
+                        .map(|w| w[1].replace('_', "-"))
+                })
+                .or_else(|| {
+                    command
+                        .first()
+                        .and_then(|p| Path::new(p).file_name())
+                        .map(|n| n.to_string_lossy().into_owned())
+                })
         })
         .unwrap_or_else(|| "server".into());
     let clean: String = pick
@@ -648,9 +662,21 @@ pub fn run(args: &InitArgs, socket: Option<&Path>, _json: bool) -> anyhow::Resul
             })?;
             match &t.drove {
                 Some(Ok(s)) => eprintln!("init: traced: {s}"),
-                Some(Err(e)) => bail!(
-                    "the MCP session with the server did not complete ({e:#}); no policy written (`wardenctl trace` shows what it did)"
-                ),
+                Some(Err(e)) => {
+                    let runner = args
+                        .command
+                        .first()
+                        .and_then(|p| Path::new(p).file_name())
+                        .is_some_and(|n| PACKAGE_RUNNERS.contains(&n.to_string_lossy().as_ref()));
+                    let hint = if runner && !args.allow_writes {
+                        "; package runners write their cache: try --allow-writes"
+                    } else {
+                        ""
+                    };
+                    bail!(
+                        "the MCP session with the server did not complete ({e:#}); no policy written (`wardenctl trace` shows what it did){hint}"
+                    )
+                }
                 None => {}
             }
             (Some(t.session), t.lines)
@@ -922,5 +948,15 @@ mod tests {
             "mcp-server-time"
         );
         assert_eq!(n(&["/usr/local/bin/my server"]), "my-server");
+        assert_eq!(
+            n(&[
+                "npx",
+                "-y",
+                "@modelcontextprotocol/server-filesystem@2026.8.31",
+                "/d"
+            ]),
+            "server-filesystem"
+        );
+        assert_eq!(n(&["uvx", "mcp-server-time"]), "mcp-server-time");
     }
 }
