@@ -174,6 +174,11 @@ fn init_on_server_filesystem_gives_a_policy_it_then_runs_under() {
     // Commented grants, the command, no runtime, no home.
     assert!(text.contains("command: ["), "{text}");
     assert!(text.contains("# named on the command line"), "{text}");
+    // Limits a little above the traced peak (and the server runs under them).
+    assert!(
+        text.contains("  memory_mb: ") && text.contains("  # pids: "),
+        "{text}"
+    );
     assert!(
         !grants(&w, &path)
             .iter()

@@ -129,7 +129,17 @@ fn a_trace_records_files_execs_hosts_and_env_names_and_passes_stdio_through() {
     let conn = find("network", "connect", &format!("allowed.test:{port}")).expect("the connection");
     assert_eq!(conn["decision"], "allow", "{conn}");
     assert!(recs.iter().all(|r| r["session"] == start["session"]));
-    assert_eq!(recs.last().unwrap()["action"], "exit");
+    let exit = recs.last().unwrap();
+    assert_eq!(exit["action"], "exit");
+    // The sampled peak: the shell and curl at least, and their memory.
+    assert!(
+        exit["details"]["peak"]["memory_bytes"].as_u64() > Some(1 << 20),
+        "{exit}"
+    );
+    assert!(
+        exit["details"]["peak"]["processes"].as_u64() >= Some(1),
+        "{exit}"
+    );
 
     // The output is never written over.
     let before = std::fs::read(&out_file).unwrap();

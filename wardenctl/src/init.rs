@@ -108,6 +108,17 @@ pub struct Starter {
     pub env_used: Vec<(String, String)>,
     /// Left out on purpose, for the header comment.
     pub left_out: Vec<String>,
+    /// The trace's peak (`session.exit` `peak`): memory bytes, processes.
+    pub peak: Option<(u64, u64)>,
+}
+
+/// The limits a starter sets from a trace's peak: twice the memory (at
+/// least 256 MiB) and four times the processes (at least 256: threads count
+/// against `pids` too, and a trace sees processes only). A trace's start-up
+/// and listings are light work; the floors leave room for real calls.
+pub fn limits_from(peak_bytes: u64, processes: u64) -> (u64, u64) {
+    let mb = peak_bytes.div_ceil(1 << 20);
+    ((mb * 2).max(256), (processes * 4).max(256))
 }
 
 /// Where a grant may not go: the user's home (for the broad names below
@@ -369,6 +380,12 @@ pub fn starter(
                     .entry(action.to_owned())
                     .or_default() += 1;
             }
+            (RecordType::Session, "exit") => {
+                let p = &r.details["peak"];
+                if let (Some(m), Some(n)) = (p["memory_bytes"].as_u64(), p["processes"].as_u64()) {
+                    s.peak = Some((m, n));
+                }
+            }
             (RecordType::Network, "connect") if r.decision == Decision::Allow => {
                 let host = r.details["host"].as_str();
                 let port = r.details["port"].as_u64();
@@ -617,6 +634,22 @@ pub fn render(s: &Starter, session: &str, today: &str) -> String {
             };
             let _ = writeln!(t, "    - {}  # {why}", quoted(&entry));
         }
+    }
+    if let Some((bytes, procs)) = s.peak {
+        let (mb, pids) = limits_from(bytes, procs);
+        let _ = writeln!(t, "limits:");
+        let _ = writeln!(
+            t,
+            "  memory_mb: {mb}  # the traced run peaked at {} MiB (twice that, 256 at least)",
+            bytes.div_ceil(1 << 20)
+        );
+        // Commented: RLIMIT_NPROC does not apply to root, where a policy
+        // with `pids` is refused (docs/policy.md); uncomment to bound it.
+        let _ = writeln!(
+            t,
+            "  # pids: {pids}  # it ran {procs} process{} at once (four times that, 256 at least; not for a root daemon)",
+            if procs == 1 { "" } else { "es" }
+        );
     }
     let _ = writeln!(t, "env:");
     let _ = writeln!(
@@ -931,6 +964,37 @@ mod tests {
         .unwrap();
         assert!(!paths(&s.read).iter().any(|p| p.contains(".config")));
         assert!(s.left_out[0].contains("4 accesses"), "{:?}", s.left_out);
+    }
+
+    #[test]
+    fn limits_are_a_little_above_the_peak_with_floors() {
+        assert_eq!(limits_from(40 << 20, 2), (256, 256));
+        assert_eq!(limits_from(300 << 20, 100), (600, 400));
+        assert_eq!(limits_from((300 << 20) + 1, 1), (602, 256));
+        let mut records = vec![start(&["/usr/bin/srv"])];
+        records.push(rec(
+            RecordType::Session,
+            "exit",
+            json!({"code": 0, "peak": {"memory_bytes": 300u64 << 20, "processes": 100}}),
+        ));
+        let s = starter(
+            &records,
+            Bounds {
+                home: None,
+                reserved: &[],
+            },
+            &|_| true,
+        )
+        .unwrap();
+        let text = render(&s, "t1", "2026-12-02");
+        assert!(
+            text.contains("  memory_mb: 600  # the traced run peaked at 300 MiB"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  # pids: 400  # it ran 100 processes at once"),
+            "{text}"
+        );
     }
 
     #[test]

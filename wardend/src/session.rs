@@ -75,6 +75,8 @@ pub struct Session {
     sandbox: Arc<Sandbox>,
     /// Denied file accesses recorded so far.
     pub files_denied: Arc<std::sync::atomic::AtomicU64>,
+    /// A trace's peak footprint, sampled until it ends.
+    peak: Option<Arc<Mutex<event::Peak>>>,
     cause: Mutex<Option<EndCause>>,
     end: Notify,
     ended: AtomicBool,
@@ -151,6 +153,8 @@ pub struct Prepared {
     client: pb::ClientInfo,
     /// Approvals, when the session has them on.
     approve: Option<crate::approvals::SessionConfig>,
+    /// A `wardenctl trace` session: its peak footprint is sampled.
+    trace: bool,
 }
 
 /// File descriptors an idle session holds in the daemon (stdio, sandbox
@@ -347,6 +351,7 @@ impl Daemon {
             env_names,
             client: req.client.clone().unwrap_or_default(),
             approve,
+            trace: req.trace,
         })
     }
 
@@ -365,6 +370,7 @@ impl Daemon {
             env_names,
             client,
             approve,
+            trace,
         } = p;
         let limits = describe_limits(&policy, self.cgroup.as_ref().ok());
         // Paths inside write grants that the sandbox binds read-only because
@@ -522,6 +528,12 @@ impl Daemon {
             cgroup: spec.cgroup.clone(),
             sandbox: sandbox.clone(),
             files_denied,
+            peak: trace.then(|| {
+                Arc::new(Mutex::new(event::Peak {
+                    memory_bytes: 0,
+                    processes: 0,
+                }))
+            }),
             cause: Mutex::new(None),
             end: Notify::new(),
             ended: AtomicBool::new(false),
@@ -539,6 +551,9 @@ impl Daemon {
         let timeout = policy.limits.timeout_s.map(Duration::from_secs);
         if let Some(mb) = policy.limits.memory_mb {
             tokio::spawn(self.clone().watch_memory(session.clone(), mb));
+        }
+        if let Some(peak) = session.peak.clone() {
+            tokio::spawn(sample_peak(session.clone(), peak));
         }
         tokio::spawn(async move {
             daemon
@@ -692,7 +707,11 @@ impl Daemon {
             Ok(ExitOutcome::Signal(s)) => (None, Some(*s)),
             Err(_) => (None, None),
         };
-        self.audit_exit(&session.id, session.started, code, signal, &reason);
+        let peak = session
+            .peak
+            .as_ref()
+            .map(|p| *p.lock().unwrap_or_else(|e| e.into_inner()));
+        self.audit_exit_with(&session.id, session.started, code, signal, &reason, peak);
         let _ = events
             .send(Ok(pb::SpawnEvent {
                 event: Some(pb::spawn_event::Event::Exited(exit)),
@@ -708,12 +727,25 @@ impl Daemon {
         signal: Option<i32>,
         reason: &str,
     ) {
+        self.audit_exit_with(id, started, code, signal, reason, None);
+    }
+
+    fn audit_exit_with(
+        &self,
+        id: &str,
+        started: Instant,
+        code: Option<i32>,
+        signal: Option<i32>,
+        reason: &str,
+        peak: Option<event::Peak>,
+    ) {
         let rec = event::SessionExit {
             session: id.to_owned(),
             reason: reason.to_owned(),
             code,
             signal,
             duration_ms: started.elapsed().as_millis() as u64,
+            peak,
         };
         if let Err(e) = self.audit.append(rec, true) {
             tracing::error!(error = %e, session = id, "cannot write session.exit");
@@ -754,6 +786,34 @@ impl Daemon {
                 .ok_or_else(|| DaemonError::NoSuchSession(id.to_string())),
             _ => Err(DaemonError::AmbiguousSession(id.to_string())),
         }
+    }
+}
+
+/// How often a trace's footprint is sampled.
+const PEAK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Samples a trace session's memory and process count until it ends,
+/// keeping the largest (`session.exit`'s `peak`).
+async fn sample_peak(session: Arc<Session>, peak: Arc<Mutex<event::Peak>>) {
+    let mut tick = tokio::time::interval(PEAK_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !session.ended.load(Ordering::SeqCst) {
+        tick.tick().await;
+        let pid = session.pid;
+        let Ok((memory, processes)) = tokio::task::spawn_blocking(move || {
+            (
+                crate::limits::tree_memory(pid).total(),
+                crate::limits::tree(pid).len() as u32,
+            )
+        })
+        .await
+        else {
+            return;
+        };
+        let mut p = peak.lock().unwrap_or_else(|e| e.into_inner());
+        p.memory_bytes = p.memory_bytes.max(memory);
+        // The sandbox's own init is not the server's.
+        p.processes = p.processes.max(processes.saturating_sub(1));
     }
 }
 

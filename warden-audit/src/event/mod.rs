@@ -39,7 +39,8 @@ pub use file::{path_text, FileAccess, FileSummary, FilesLost};
 pub use limit::{Breach, LimitBreach};
 pub use network::{Approved, NetworkAccept, NetworkClose, NetworkConnect, NetworkSummary};
 pub use session::{
-    Client, SandboxFacts, SessionExit, SessionKill, SessionRefused, SessionStart, WriteProtection,
+    Client, Peak, SandboxFacts, SessionExit, SessionKill, SessionRefused, SessionStart,
+    WriteProtection,
 };
 pub use syscall::{CheckedArg, SyscallRefused, SyscallSummary, SyscallsLost};
 

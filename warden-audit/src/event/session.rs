@@ -114,6 +114,19 @@ pub struct SessionExit {
     pub code: Option<i32>,
     pub signal: Option<i32>,
     pub duration_ms: u64,
+    /// `wardenctl trace` sessions: the most the sampler saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak: Option<Peak>,
+}
+
+/// The largest footprint a traced session's sampler saw (every 100 ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peak {
+    /// Resident memory of the sandbox's processes plus its tmpfs and memfd
+    /// contents, as `limits.memory_mb` counts it.
+    pub memory_bytes: u64,
+    /// Processes in the sandbox at once.
+    pub processes: u32,
 }
 
 impl Event for SessionExit {

@@ -190,6 +190,22 @@ fn session_exit() {
             code: None,
             signal: Some(15),
             duration_ms: 2522578,
+            peak: None,
+        },
+    );
+    pin(
+        "SessionExit",
+        1,
+        SessionExit {
+            session: s("0331a5b2e05b"),
+            reason: s(""),
+            code: Some(0),
+            signal: None,
+            duration_ms: 1840,
+            peak: Some(Peak {
+                memory_bytes: 71_303_168,
+                processes: 3,
+            }),
         },
     );
 }
