@@ -801,8 +801,11 @@ async fn sample_peak(session: Arc<Session>, peak: Arc<Mutex<event::Peak>>) {
         tick.tick().await;
         let pid = session.pid;
         let Ok((memory, processes)) = tokio::task::spawn_blocking(move || {
+            // Resident memory, as `wardenctl ps` shows it: a trace shows the
+            // host's directories, and the tmpfs and memfd accounting of
+            // `limits.memory_mb` is not meant for those.
             (
-                crate::limits::tree_memory(pid).total(),
+                crate::limits::tree_memory(pid).resident,
                 crate::limits::tree(pid).len() as u32,
             )
         })
