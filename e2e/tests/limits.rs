@@ -320,3 +320,31 @@ fn a_policy_without_pids_gets_the_default_process_cap() {
     assert_eq!(c.wait_code(Duration::from_secs(10)), 0);
     assert!(limits.contains("pids=64 "), "{limits}");
 }
+
+/// A grant that covers one of the sandbox's own tmpfs mounts (`/etc` here)
+/// is not measured as the session's memory: the sampler measures a tmpfs
+/// only where the path still reaches it. (It once measured the host's disk
+/// behind the `/etc` grant — gigabytes — and ended the session as a
+/// memory breach.)
+#[test]
+fn a_grant_over_the_sandboxs_own_tmpfs_is_not_counted_as_memory() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let policy = env.policy(
+        "etc-grant.yaml",
+        "version: 1\nname: e2e-etc\nfilesystem:\n  read: [\"/etc\"]\nlimits:\n  memory_mb: 64\n  timeout_s: 60\n",
+    );
+    let mut cmd = env.shim([
+        "--policy",
+        policy.to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        "test -e /etc/os-release && sleep 1 && echo ok",
+    ]);
+    let out = run(&mut cmd, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n", "{stderr}");
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("memory_mb exceeded"), "{stderr}");
+}

@@ -132,7 +132,7 @@ fn private_tmpfs_bytes(pid: u32, host: &std::collections::HashSet<String>) -> Op
     let mut seen = std::collections::HashSet::new();
     let mut used = 0u64;
     for (dev, point) in tmpfs_mounts(&mountinfo) {
-        if host.contains(&dev) || !seen.insert(dev) {
+        if host.contains(&dev) || !seen.insert(dev.clone()) {
             continue;
         }
         // Resolved inside the sandbox's root, never through a symlink: the
@@ -143,12 +143,30 @@ fn private_tmpfs_bytes(pid: u32, host: &std::collections::HashSet<String>) -> Op
         let Ok(fd) = openat2(&root, OsStr::from_bytes(&point), how) else {
             continue;
         };
+        // A mount over the tmpfs (a grant of `/etc` covers the sandbox's own
+        // `/etc`) is what the path reaches: its file system is not this one,
+        // and measuring it would count the host's disk as the session's
+        // memory. The covered tmpfs is left out (it is a small skeleton).
+        if !nix::sys::stat::fstat(&fd).is_ok_and(|st| same_device(&dev, st.st_dev)) {
+            continue;
+        }
         if let Ok(st) = nix::sys::statfs::fstatfs(&fd) {
             let blocks = st.blocks().saturating_sub(st.blocks_free());
             used = used.saturating_add(blocks.saturating_mul(st.block_size() as u64));
         }
     }
     Some(used)
+}
+
+/// Whether `major:minor` (as `mountinfo` writes it) is the device `dev`.
+fn same_device(mm: &str, dev: libc::dev_t) -> bool {
+    let Some((ma, mi)) = mm.split_once(':') else {
+        return false;
+    };
+    match (ma.parse::<u32>(), mi.parse::<u32>()) {
+        (Ok(ma), Ok(mi)) => libc::makedev(ma, mi) == dev,
+        _ => false,
+    }
 }
 
 /// `(device, inode, allocated bytes)` of each memfd `pid` holds open.
@@ -250,6 +268,14 @@ mod tests {
         };
         assert_eq!(mapped.total(), 100);
         assert_eq!(Memory::default().total(), 0);
+    }
+
+    #[test]
+    fn devices_compare_as_mountinfo_writes_them() {
+        assert!(same_device("0:50", libc::makedev(0, 50)));
+        assert!(same_device("259:3", libc::makedev(259, 3)));
+        assert!(!same_device("0:50", libc::makedev(0, 51)));
+        assert!(!same_device("junk", 0));
     }
 
     #[test]

@@ -801,11 +801,9 @@ async fn sample_peak(session: Arc<Session>, peak: Arc<Mutex<event::Peak>>) {
         tick.tick().await;
         let pid = session.pid;
         let Ok((memory, processes)) = tokio::task::spawn_blocking(move || {
-            // Resident memory, as `wardenctl ps` shows it: a trace shows the
-            // host's directories, and the tmpfs and memfd accounting of
-            // `limits.memory_mb` is not meant for those.
+            // What `limits.memory_mb` counts (resident, tmpfs and memfd).
             (
-                crate::limits::tree_memory(pid).resident,
+                crate::limits::tree_rss(pid),
                 crate::limits::tree(pid).len() as u32,
             )
         })

@@ -122,7 +122,8 @@ pub struct SessionExit {
 /// The largest footprint a traced session's sampler saw (every 100 ms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Peak {
-    /// Resident memory of the sandbox's processes (as `wardenctl ps`).
+    /// Resident memory plus the sandbox's own tmpfs and memfd contents, as
+    /// `limits.memory_mb` counts it.
     pub memory_bytes: u64,
     /// Processes in the sandbox at once.
     pub processes: u32,
