@@ -38,7 +38,7 @@ pub struct InitArgs {
     /// The policy's name (default: from the command).
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
-    /// While tracing: call TOOL with the JSON object ARGS too (repeatable).
+    /// While tracing: call TOOL with the arguments JSON, an object (repeatable).
     #[arg(long, num_args = 2, value_names = ["TOOL", "JSON"], conflicts_with = "log")]
     call: Vec<String>,
     /// While tracing: show the host's directories read-write, so what the

@@ -28,7 +28,7 @@ pub struct TraceArgs {
     /// and the --call tool calls (instead of passing stdio through).
     #[arg(long)]
     mcp: bool,
-    /// With --mcp: call TOOL with the JSON object ARGS (repeatable).
+    /// With --mcp: call TOOL with the arguments JSON, an object (repeatable).
     #[arg(long, num_args = 2, value_names = ["TOOL", "JSON"], requires = "mcp")]
     call: Vec<String>,
     /// Show the host's directories read-write (default: read-only).
