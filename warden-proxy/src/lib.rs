@@ -97,6 +97,7 @@ pub mod fuzzing;
 pub mod http;
 pub mod resolve;
 pub mod socks;
+pub mod synthetic;
 pub mod tls;
 
 use std::future::Future;

@@ -763,6 +763,17 @@ impl NetworkPolicy {
             })
     }
 
+    /// Whether some entry names `name` (on any port): what the sandbox's own
+    /// resolver answers with a synthetic address (`warden_proxy::synthetic`);
+    /// the port is decided when a connection is made. A name not in the
+    /// normal form is never named.
+    pub fn names(&self, name: &str) -> bool {
+        let Ok(host) = Self::normal(&Host::Name(name.to_owned())) else {
+            return false;
+        };
+        self.allow.iter().any(|r| r.host.matches(&host))
+    }
+
     /// The address decision, after resolution in the daemon, for `host` on `port`
     /// (which [`check`](Self::check) allowed) and one address it resolved to.
     ///
@@ -1144,6 +1155,21 @@ fn wildcard_position() -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn names_is_the_allowlist_on_any_port() {
+        let entries: Vec<String> = ["api.example.com:443", "*.cdn.example", "10.0.0.0/8:22"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let p = NetworkPolicy::compile(&entries, false).unwrap();
+        assert!(p.names("api.example.com"));
+        assert!(p.names("img.cdn.example"));
+        assert!(!p.names("cdn.example"));
+        assert!(!p.names("evil.example"));
+        assert!(!p.names("10.1.2.3"), "addresses are not names");
+        assert!(!p.names("API.EXAMPLE.COM\u{0}"));
+    }
+
     #[test]
     fn record_all_allows_every_name_and_range_but_never_metadata() {
         let p = NetworkPolicy::record_all();
