@@ -35,6 +35,10 @@ pub(crate) enum FromInit {
     /// From PID 1, before `Started`, carrying the egress proxy's listening TCP
     /// socket (bound inside the sandbox's network namespace) as SCM_RIGHTS.
     ProxyListener,
+    /// From PID 1, before `Started`, carrying the sandbox's resolver socket
+    /// (UDP, bound to 127.0.0.53:53 inside its network namespace) as
+    /// SCM_RIGHTS ([`crate::spec::SandboxSpec::resolver`]).
+    Resolver,
     /// From PID 1: the server was exec'd.
     Started,
     /// From the launcher or PID 1: setup failed; nothing was executed.

@@ -232,6 +232,7 @@ mod tests {
             pids_max: None,
             landlock_min_abi: 0,
             proxy_port: None,
+            resolver: false,
             cgroup: None,
             audit_files,
             hold_files: false,

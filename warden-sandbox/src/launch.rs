@@ -155,6 +155,9 @@ pub struct Spawned {
     /// The egress proxy's listening socket (TCP, `127.0.0.1:<proxy_port>`
     /// inside the sandbox's network namespace); `None` without `proxy_port`.
     pub proxy_listener: Option<OwnedFd>,
+    /// The sandbox's resolver socket (UDP, `127.0.0.53:53` inside its network
+    /// namespace); `None` without [`SandboxSpec::resolver`].
+    pub resolver: Option<OwnedFd>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -328,6 +331,7 @@ impl Sandbox {
         let mut wake = None;
         let mut files = None;
         let mut proxy = None;
+        let mut resolver = None;
         while pidfd.is_none() || !started {
             match control::recv::<FromInit>(ours.as_fd()) {
                 Ok(Recv::Msg(FromInit::Launched { pid }, Some(fd))) => {
@@ -365,6 +369,7 @@ impl Sandbox {
                     }
                 }
                 Ok(Recv::Msg(FromInit::ProxyListener, Some(fd))) => proxy = Some(fd),
+                Ok(Recv::Msg(FromInit::Resolver, Some(fd))) if spec.resolver => resolver = Some(fd),
                 Ok(Recv::Msg(FromInit::Started, _)) => started = true,
                 Ok(Recv::Msg(FromInit::Failed(f), _)) => {
                     // The init exits by itself after reporting; reap it.
@@ -408,6 +413,7 @@ impl Sandbox {
             refused,
             files,
             proxy_listener: proxy,
+            resolver,
         })
     }
 

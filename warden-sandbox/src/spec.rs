@@ -50,6 +50,13 @@ pub struct SandboxSpec {
     /// only TCP port the server may connect to. None: no listener, no TCP at all.
     #[serde(default)]
     pub proxy_port: Option<u16>,
+    /// The sandbox's own resolver (transparent egress, DESIGN.md §6): PID 1
+    /// binds a UDP socket on `127.0.0.53:53` inside the sandbox's network
+    /// namespace and hands it to the daemon
+    /// ([`crate::launch::Spawned::resolver`]), and `/etc/resolv.conf` names
+    /// it. False: no resolver, no `resolv.conf` (names fail at once).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resolver: bool,
     /// A cgroup v2 directory (the session's, in the daemon's delegated subtree)
     /// the launcher joins before it creates any namespace, so every process of
     /// the sandbox is inside and its limits apply. Joining is required: failure

@@ -107,6 +107,7 @@ impl Fixture {
             pids_max: None,
             landlock_min_abi: 0,
             proxy_port: None,
+            resolver: false,
             cgroup: None,
             audit_files: warden_sandbox::spec::FileWatch::Off,
             hold_files: false,

@@ -68,6 +68,7 @@ impl Fixture {
             pids_max: None,
             landlock_min_abi: 0,
             proxy_port: None,
+            resolver: false,
             cgroup: None,
             audit_files: warden_sandbox::spec::FileWatch::Off,
             hold_files: false,
@@ -859,4 +860,70 @@ fn without_notify_in_the_layers_nothing_is_reported() {
     let s = spawn(&runner(), &f.spec("exit 0"), api_stdio().0).unwrap();
     assert_eq!(s.refused.is_some(), kernel().user_notif);
     assert_eq!(s.sandbox.wait().unwrap(), ExitOutcome::Code(0));
+}
+
+/// The sandbox's resolver socket: `/etc/resolv.conf` names 127.0.0.53, a
+/// lookup inside reaches the socket the caller got (and only that: nothing
+/// else answers inside), and the caller's answer (NXDOMAIN here) is what the
+/// program sees. Without `resolver`, there is no resolv.conf and no socket.
+#[test]
+fn the_resolver_socket_is_the_only_name_service_inside() {
+    if !userns_available() {
+        return;
+    }
+    if !std::path::Path::new("/usr/bin/python3").exists() {
+        eprintln!("skipping: no /usr/bin/python3");
+        return;
+    }
+    let f = Fixture::new();
+    let script = "cat /etc/resolv.conf; /usr/bin/python3 -c '
+import socket
+try:
+    socket.getaddrinfo(\"api.example.test\", 80, socket.AF_INET)
+    print(\"resolved\")
+except socket.gaierror as e:
+    print(\"gaierror\", e.errno == socket.EAI_NONAME)
+'";
+    let mut spec = f.spec(script);
+    spec.resolver = true;
+    let (stdio, out) = api_stdio();
+    let spawned = spawn(&runner(), &spec, stdio).unwrap();
+    let fd = spawned.resolver.expect("the resolver socket");
+    let sock = std::net::UdpSocket::from(fd);
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    // One query (glibc may ask again): answer each with NXDOMAIN.
+    let mut names = Vec::new();
+    let mut buf = [0u8; 512];
+    while let Ok((n, from)) = sock.recv_from(&mut buf) {
+        let q = &buf[..n];
+        names.push(q.windows(7).any(|w| w == b"example"));
+        let mut r = q.to_vec();
+        r[2] |= 0x80; // a response
+        r[3] = (r[3] & 0xf0) | 0x80 | 3; // recursion available, NXDOMAIN
+        sock.send_to(&r, from).unwrap();
+        sock.set_read_timeout(Some(std::time::Duration::from_millis(500)))
+            .unwrap();
+    }
+    let text = read_all(out);
+    assert_eq!(
+        spawned.sandbox.wait().unwrap(),
+        ExitOutcome::Code(0),
+        "{text}"
+    );
+    assert!(text.contains("nameserver 127.0.0.53\n"), "{text}");
+    assert!(text.ends_with("gaierror True\n"), "{text}");
+    assert!(!names.is_empty() && names.iter().all(|n| *n), "{names:?}");
+
+    // Control: without it, no resolv.conf and no socket.
+    let (stdio, out) = api_stdio();
+    let spawned = spawn(
+        &runner(),
+        &f.spec("test -e /etc/resolv.conf && echo has || echo none"),
+        stdio,
+    )
+    .unwrap();
+    assert!(spawned.resolver.is_none());
+    assert_eq!(read_all(out), "none\n");
+    spawned.sandbox.wait().unwrap();
 }

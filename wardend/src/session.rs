@@ -465,6 +465,8 @@ impl Daemon {
             refused,
             files,
             proxy_listener,
+            // Never asked for yet: transparent egress is not wired in.
+            resolver: _,
         } = spawned;
         let sandbox = Arc::new(sandbox);
         let net = Arc::new(crate::egress::NetCounters::default());

@@ -6,6 +6,9 @@
 //! obeys the daemon's control messages and reports the server's exit. When
 //! it exits the kernel kills everything left in the namespace.
 
+/// Where the sandbox's resolver listens (also in its `/etc/resolv.conf`).
+pub(crate) const RESOLVER: &str = "127.0.0.53:53";
+
 use super::exec::{self, ExecArgs, InitRole, Stage, MSG_LISTENER};
 use crate::control::{self, Exit, Failure, FromInit, Recv, ToInit};
 use crate::rootfs;
@@ -99,6 +102,20 @@ pub(super) fn pid1(
         control::send(sock, &FromInit::ProxyListener, Some(listener.as_fd()))
             .map_err(|e| Failure::os("pass the egress proxy listener", e))?;
         drop(listener);
+    }
+    if spec.resolver {
+        // The sandbox's resolver: like the proxy's listener, made here and
+        // served by the daemon. Port 53: PID 1 holds CAP_NET_BIND_SERVICE in
+        // the user namespace that owns this network namespace.
+        let resolver = std::net::UdpSocket::bind(RESOLVER).map_err(|e| {
+            Failure::os(
+                format!("bind {RESOLVER} for the sandbox's resolver"),
+                Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+            )
+        })?;
+        control::send(sock, &FromInit::Resolver, Some(resolver.as_fd()))
+            .map_err(|e| Failure::os("pass the resolver socket", e))?;
+        drop(resolver);
     }
 
     // Everything that can fail with a message happens before the fork.

@@ -466,11 +466,15 @@ pub(crate) fn build_root(spec: &SandboxSpec, hostname: &str) -> Result<(), Failu
     )?;
     let (pw, gr) = passwd(spec)?;
     let hosts = format!("127.0.0.1\tlocalhost {hostname}\n::1\tlocalhost {hostname}\n");
+    let resolv = "# The sandbox's own resolver (served by wardend): allowlisted names only.\nnameserver 127.0.0.53\n";
     for (name, content) in [
         ("passwd", pw.as_str()),
         ("group", gr.as_str()),
         ("hosts", hosts.as_str()),
-    ] {
+    ]
+    .into_iter()
+    .chain(spec.resolver.then_some(("resolv.conf", resolv)))
+    {
         write_file(etc_mnt.as_fd(), name, content)
             .map_err(|e| Failure::os(format!("write /etc/{name}"), e))?;
     }
@@ -649,6 +653,7 @@ mod tests {
             pids_max: None,
             landlock_min_abi: 0,
             proxy_port: None,
+            resolver: false,
             cgroup: None,
             audit_files: crate::spec::FileWatch::Off,
             hold_files: false,
