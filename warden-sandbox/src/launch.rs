@@ -175,6 +175,15 @@ fn reap(child: &mut Child) -> String {
     }
 }
 
+/// What the daemon answers for a sandbox besides its refused calls.
+#[derive(Default)]
+pub struct Hooks {
+    /// Approvals: the opens the sandbox would deny.
+    pub holder: Option<std::sync::Arc<dyn crate::supervise::FileHolder>>,
+    /// Transparent egress: the connections to the resolver's synthetic addresses.
+    pub connector: Option<std::sync::Arc<dyn crate::supervise::Connector>>,
+}
+
 /// A listing of a host directory for the sandbox: the root of a detached,
 /// read-only tmpfs holding the directory's entries with their metadata and
 /// no content (see `init::snapshot`).
@@ -270,7 +279,28 @@ impl Sandbox {
         stdio: [OwnedFd; 3],
         holder: Option<std::sync::Arc<dyn crate::supervise::FileHolder>>,
     ) -> Result<Spawned, SandboxError> {
+        Self::spawn_hooked(
+            exe,
+            spec,
+            stdio,
+            Hooks {
+                holder,
+                connector: None,
+            },
+        )
+    }
+
+    /// [`Sandbox::spawn_with`], and with a resolver
+    /// ([`SandboxSpec::resolver`]) the `connect` calls to its synthetic
+    /// addresses handed to `hooks.connector` ([`crate::supervise::connect`]).
+    pub fn spawn_hooked(
+        exe: &Path,
+        spec: &SandboxSpec,
+        stdio: [OwnedFd; 3],
+        hooks: Hooks,
+    ) -> Result<Spawned, SandboxError> {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+        let Hooks { holder, connector } = hooks;
         // SEQPACKET: message boundaries and EOF when the other side is gone.
         // CLOEXEC on both ends: only the dup2'd fd 3 reaches the init.
         let (ours, theirs) = socketpair(
@@ -356,6 +386,7 @@ impl Sandbox {
                         Watch::from_spec(spec),
                         g,
                         h,
+                        connector.clone().filter(|_| spec.resolver),
                         spec.layers.sync_wake_up,
                     ) {
                         Ok((n, calls, f, w)) => {

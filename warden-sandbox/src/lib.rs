@@ -64,5 +64,5 @@ pub use sys::fdpass;
 
 pub use init::{entry_if_requested as init_entry_if_requested, INIT_ARG};
 pub use kernel::Kernel;
-pub use launch::{snapshot_dir, ExitOutcome, Sandbox, SandboxError, Snapshot, Spawned};
+pub use launch::{snapshot_dir, ExitOutcome, Hooks, Sandbox, SandboxError, Snapshot, Spawned};
 pub use supervise::{FileAccess, FileAccesses, RefusedCall, RefusedCalls, Wake, WakeWaiter};

@@ -927,3 +927,112 @@ except socket.gaierror as e:
     assert_eq!(read_all(out), "none\n");
     spawned.sandbox.wait().unwrap();
 }
+
+/// Hands every held connection to a socket it dials to `upstream`, and
+/// counts the refusals it hears of.
+struct Dialer {
+    upstream: std::net::SocketAddr,
+    held: std::sync::Mutex<Vec<std::net::SocketAddrV4>>,
+    refused: std::sync::Mutex<Vec<std::net::SocketAddr>>,
+}
+
+impl warden_sandbox::supervise::Connector for Dialer {
+    fn connect(&self, call: warden_sandbox::supervise::HeldConnect) {
+        self.held.lock().unwrap().push(call.to);
+        let upstream = self.upstream;
+        // Answered from another thread, as the daemon does.
+        std::thread::spawn(move || {
+            let s = std::net::TcpStream::connect(upstream).unwrap();
+            call.hand_over(OwnedFd::from(s)).unwrap();
+        });
+    }
+
+    fn refused(&self, _pid: u32, to: std::net::SocketAddr) {
+        self.refused.lock().unwrap().push(to);
+    }
+}
+
+/// Transparent egress's hand-over: a `connect` to a synthetic address gets,
+/// in place of the caller's socket, one the connector connected (outside the
+/// sandbox, to an upstream the sandbox cannot reach itself); blocking and
+/// non-blocking callers both see a connected socket. Any other address
+/// outside loopback is refused at once (ENETUNREACH), and the connector
+/// hears of it.
+#[test]
+fn a_connect_to_a_synthetic_address_gets_the_connectors_socket() {
+    if !userns_available() {
+        return;
+    }
+    if !Path::new("/usr/bin/python3").exists() {
+        eprintln!("skipping: no /usr/bin/python3");
+        return;
+    }
+    if !kernel().layers(&Fixture::new().spec("")).notify {
+        eprintln!("skipping: no seccomp user notification here");
+        return;
+    }
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = upstream.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        for _ in 0..2 {
+            let (mut c, _) = upstream.accept().unwrap();
+            use std::io::Write;
+            c.write_all(b"hello from upstream\n").unwrap();
+        }
+    });
+    let f = Fixture::new();
+    let script = "/usr/bin/python3 -c '
+import errno, select, socket
+s = socket.create_connection((\"198.18.0.7\", 443), timeout=20)
+print(\"blocking:\", s.recv(100).decode().strip(), s.getpeername()[1] != 443)
+n = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+n.setblocking(False)
+r = n.connect_ex((\"198.18.0.9\", 80))
+select.select([n], [], [], 20)
+print(\"nonblocking:\", r in (0, errno.EINPROGRESS), n.recv(100).decode().strip(), n.getblocking())
+for where in [(\"93.184.215.14\", 443), (\"10.0.0.1\", 22)]:
+    try:
+        socket.create_connection(where, timeout=5)
+        print(\"reached\", where)
+    except OSError as e:
+        print(\"refused\", e.errno == errno.ENETUNREACH)
+'";
+    let mut spec = f.spec(script);
+    spec.resolver = true;
+    let dialer = Arc::new(Dialer {
+        upstream: addr,
+        held: Default::default(),
+        refused: Default::default(),
+    });
+    let (stdio, out) = api_stdio();
+    let spawned = warden_sandbox::Sandbox::spawn_hooked(
+        &runner(),
+        &decided(&spec),
+        stdio,
+        warden_sandbox::Hooks {
+            holder: None,
+            connector: Some(dialer.clone()),
+        },
+    )
+    .unwrap();
+    let text = read_all(out);
+    assert_eq!(
+        spawned.sandbox.wait().unwrap(),
+        ExitOutcome::Code(0),
+        "{text}"
+    );
+    server.join().unwrap();
+    assert_eq!(
+        text,
+        "blocking: hello from upstream True\nnonblocking: True hello from upstream False\nrefused True\nrefused True\n"
+    );
+    let held = dialer.held.lock().unwrap().clone();
+    assert_eq!(
+        held,
+        vec![
+            "198.18.0.7:443".parse().unwrap(),
+            "198.18.0.9:80".parse().unwrap()
+        ]
+    );
+    assert_eq!(dialer.refused.lock().unwrap().len(), 2);
+}

@@ -61,13 +61,20 @@ impl Confinement {
         if let Some(why) = layers.inconsistency() {
             return Err(Failure::msg("check the sandbox's layers", why));
         }
+        if spec.resolver && !layers.notify {
+            return Err(Failure::msg(
+                "check the sandbox's layers",
+                "transparent egress (the sandbox's resolver) needs seccomp user notification, to hand connections over",
+            ));
+        }
         Ok(Confinement {
             landlock: crate::confine::landlock::ruleset(spec)?,
-            seccomp: Some(crate::confine::seccomp::program(
+            seccomp: Some(crate::confine::seccomp::program_with(
                 layers.notify,
                 layers.watch_files,
                 layers.guard,
                 !spec.write.is_empty(),
+                spec.resolver,
             )?),
             notify: layers.notify,
             wait_killable: layers.wait_killable,

@@ -69,6 +69,7 @@
 
 pub(crate) mod capture;
 pub mod classify;
+pub mod connect;
 pub(crate) mod guard;
 pub mod hold;
 pub(crate) mod layout;
@@ -79,6 +80,7 @@ pub(crate) mod queue;
 pub(crate) mod resolve;
 
 pub use classify::{Action, FileAccess, FileAccesses, BATCH_INTERVAL};
+pub use connect::{Connector, HeldConnect};
 pub use hold::{FileHolder, HeldOp, HeldOpen};
 pub use layout::AccessVerdict;
 pub use notify::{RefusedCall, RefusedCalls, Wake, WakeWaiter};

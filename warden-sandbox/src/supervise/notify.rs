@@ -273,6 +273,7 @@ impl Notifier {
         watch: Option<Watch>,
         guard: Option<Guard>,
         holder: Option<Holder>,
+        connector: Option<Arc<dyn crate::supervise::connect::Connector>>,
         sync_wake_up: bool,
     ) -> std::io::Result<(Notifier, RefusedCalls, Option<FileAccesses>, Arc<Wake>)> {
         let (tx, rx) = crate::supervise::queue::bounded(QUEUE);
@@ -313,6 +314,7 @@ impl Notifier {
             capturer,
             guard,
             hold,
+            connector,
             wake: wake.clone(),
         };
         let slot = Pool::get()?.add(served)?;
@@ -350,6 +352,9 @@ struct Served {
     /// Approvals: who is given the opens the sandbox would deny, and the
     /// layout that judges them.
     hold: Option<(Holder, Layout)>,
+    /// Transparent egress: who is given the `connect` calls to synthetic
+    /// addresses ([`crate::supervise::connect`]).
+    connector: Option<Arc<dyn crate::supervise::connect::Connector>>,
     wake: Arc<Wake>,
 }
 
@@ -361,6 +366,16 @@ impl Served {
             return;
         };
         let nr = n.data.nr as libc::c_long;
+        // Intercepted connects (the filter notifies them only with a connector).
+        if nr == libc::SYS_connect {
+            match &self.connector {
+                Some(c) => crate::supervise::connect::handle(&self.listener, &n, c),
+                // Nobody to hand it to (a resolver without a connector):
+                // the kernel decides, as without interception.
+                None => respond_continue(fd, n.id),
+            }
+            return;
+        }
         // A refusing rule first: a watched call can also be refused on some
         // arguments (chmod with a set-id bit), and the filter then notified
         // it as a refusal, on these same arguments.
@@ -761,7 +776,7 @@ pub(crate) fn respond(fd: BorrowedFd<'_>, id: u64, errno: i32) {
 
 /// `SECCOMP_IOCTL_NOTIF_SEND`: the call returns `val` (a call the creation
 /// guard performed).
-fn respond_value(fd: BorrowedFd<'_>, id: u64, val: i64) {
+pub(crate) fn respond_value(fd: BorrowedFd<'_>, id: u64, val: i64) {
     let resp = libc::seccomp_notif_resp {
         id,
         val,

@@ -149,11 +149,24 @@ fn rule_body(rule: &Rule, notify: bool) -> Result<Vec<libc::sock_filter>, Failur
 /// ([`creates`]; `open`/`openat` only with `O_CREAT`), for the creation guard.
 /// `writes`: the sandbox has write grants, so the [`When::Unguarded`] rules
 /// apply when the guard does not run.
+#[cfg(test)]
 pub(crate) fn program(
     notify: bool,
     watch_files: bool,
     guard: bool,
     writes: bool,
+) -> Result<Vec<libc::sock_filter>, Failure> {
+    program_with(notify, watch_files, guard, writes, false)
+}
+
+/// [`program`], and with `connect` (only with `notify`) every `connect(2)`
+/// notifies, for transparent egress (`supervise::connect`).
+pub(crate) fn program_with(
+    notify: bool,
+    watch_files: bool,
+    guard: bool,
+    writes: bool,
+    connect: bool,
 ) -> Result<Vec<libc::sock_filter>, Failure> {
     let arch = native_arch().ok_or_else(|| {
         Failure::msg(
@@ -207,6 +220,14 @@ pub(crate) fn program(
             .map_err(|_| Failure::msg("seccomp", format!("bad number for {}", first.name)))?;
         prog.push(jump(JEQ, nr, 0, body.len())?);
         prog.extend(body);
+    }
+    // The accumulator still holds the number (every block above that matched
+    // has returned; no rule names connect).
+    if notify && connect {
+        let nr = u32::try_from(libc::SYS_connect)
+            .map_err(|_| Failure::msg("seccomp", "bad number for connect"))?;
+        prog.push(jump(JEQ, nr, 0, 1)?);
+        prog.push(stmt(RET, libc::SECCOMP_RET_USER_NOTIF));
     }
     // The accumulator still holds the number (every block above that matched
     // has returned). Each watched call jumps to the one USER_NOTIF return at

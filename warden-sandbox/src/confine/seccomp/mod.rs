@@ -25,7 +25,7 @@
 //! audit event and answered with the rule's errno. The server sees the same
 //! errno as with `SECCOMP_RET_ERRNO`; only the refused call pays the round
 //! trip, allowed calls never reach the notifier. Without a listener (a kernel
-//! without user notification), [`program`] compiles them to plain errno
+//! without user notification), [`program_with`] compiles them to plain errno
 //! returns. The rest stay plain errno returns: refusals that ordinary runtimes
 //! hit on their own (`clone3` is probed by glibc on every thread creation,
 //! socket families by interface enumeration) and calls that reach nothing
@@ -52,7 +52,7 @@ mod table;
 mod tests;
 mod watched;
 
-pub(crate) use bpf::program;
+pub(crate) use bpf::program_with;
 pub(crate) use table::{rule_for, SET_ID};
 #[cfg(test)]
 pub(crate) use watched::WATCHED;

@@ -1154,3 +1154,34 @@ fn program_is_small_and_ends_in_allow() {
     assert_eq!(native(libc::SYS_getpid, [0; 6]), RET_ALLOW);
     assert_eq!(native(100_000, [0; 6]), RET_ALLOW);
 }
+
+#[test]
+fn connect_notifies_only_for_transparent_egress() {
+    let arch = native_arch().unwrap();
+    let nr = libc::SYS_connect as u32;
+    let plain = program(true, true, true, true).unwrap();
+    assert_eq!(run(&plain, arch, nr, [3, 0, 16, 0, 0, 0]), RET_ALLOW);
+    for (watch, guard) in [(false, false), (true, false), (false, true)] {
+        let with = program_with(true, watch, guard, true, true).unwrap();
+        assert_eq!(
+            run(&with, arch, nr, [3, 0, 16, 0, 0, 0]),
+            libc::SECCOMP_RET_USER_NOTIF,
+            "watch {watch} guard {guard}"
+        );
+        // Nothing else changes: a plain read is still allowed, a refused
+        // call still refused.
+        assert_eq!(run(&with, arch, libc::SYS_read as u32, [0; 6]), RET_ALLOW);
+        assert_eq!(
+            run(&with, arch, libc::SYS_ptrace as u32, [0; 6]),
+            run(
+                &program(true, watch, guard, true).unwrap(),
+                arch,
+                libc::SYS_ptrace as u32,
+                [0; 6]
+            )
+        );
+    }
+    // Without a listener there is nobody to hand connections to.
+    let no_notify = program_with(false, false, false, true, true).unwrap();
+    assert_eq!(run(&no_notify, arch, nr, [3, 0, 16, 0, 0, 0]), RET_ALLOW);
+}
