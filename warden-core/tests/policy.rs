@@ -224,6 +224,7 @@ fn design_example_network_entries_compile() {
                     ),
                 ],
                 allow_private: false,
+                mode: Default::default(),
             },
             ..f.base(text)
         }
@@ -303,6 +304,7 @@ network:
                 ),
             ],
             allow_private: true,
+            mode: Default::default(),
         }
     );
 }
@@ -315,8 +317,14 @@ fn allow_private_alone_and_empty_network_section() {
         f.ok(text).network,
         NetworkPolicy {
             allow: vec![],
-            allow_private: true
+            allow_private: true,
+            mode: Default::default(),
         }
+    );
+    let text = "command: [server]\nnetwork:\n  mode: both\n";
+    assert_eq!(
+        f.ok(text).network.mode,
+        warden_core::policy::net::NetMode::Both
     );
     let text = "command: [server]\nnetwork:\n";
     assert_eq!(f.ok(text), f.base(text));

@@ -17,15 +17,19 @@ pub enum Protocol {
     Connect,
     /// A SOCKS5 `CONNECT`.
     Socks5,
+    /// A `connect()` of the sandbox to a synthetic address of its own
+    /// resolver, handed over (transparent egress).
+    Transparent,
 }
 
 impl Protocol {
-    /// `"http"`, `"connect"` or `"socks5"`.
+    /// `"http"`, `"connect"`, `"socks5"` or `"transparent"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Protocol::Http => "http",
             Protocol::Connect => "connect",
             Protocol::Socks5 => "socks5",
+            Protocol::Transparent => "transparent",
         }
     }
 }

@@ -47,6 +47,12 @@ pub struct NetCounters {
 }
 
 impl NetCounters {
+    /// Counts a refusal made outside the proxy (transparent egress).
+    pub fn count_denied(&self, why: &str) {
+        self.denied.fetch_add(1, Ordering::Relaxed);
+        *self.last_denial.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.to_owned());
+    }
+
     pub fn allowed(&self) -> u64 {
         self.allowed.load(Ordering::Relaxed)
     }
@@ -316,6 +322,8 @@ impl warden_proxy::Approver for NetApprover {
 pub struct Proxy {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// What it decides with (transparent egress decides the same way).
+    pub cfg: Arc<warden_proxy::ProxyConfig>,
 }
 
 impl Proxy {
@@ -350,12 +358,13 @@ impl Proxy {
         cfg.approver = approver;
         let cfg = Arc::new(cfg);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(warden_proxy::serve(listener, cfg, async move {
+        let task = tokio::spawn(warden_proxy::serve(listener, cfg.clone(), async move {
             let _ = stopped.await;
         }));
         Ok(Proxy {
             stop: Some(stop),
             task: Some(task),
+            cfg,
         })
     }
 

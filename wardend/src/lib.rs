@@ -53,6 +53,7 @@ pub mod service;
 pub mod session;
 pub mod stdio;
 pub mod syscalls;
+pub mod transparent;
 
 use std::future::Future;
 use std::path::PathBuf;

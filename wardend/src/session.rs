@@ -77,6 +77,8 @@ pub struct Session {
     pub files_denied: Arc<std::sync::atomic::AtomicU64>,
     /// A trace's peak footprint, sampled until it ends.
     peak: Option<Arc<Mutex<event::Peak>>>,
+    /// The sandbox's resolver (transparent egress), ended with the session.
+    resolver_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     cause: Mutex<Option<EndCause>>,
     end: Notify,
     ended: AtomicBool,
@@ -448,7 +450,21 @@ impl Daemon {
                     warden_paths: spec.warden_paths.clone(),
                 }) as Arc<dyn warden_sandbox::supervise::FileHolder>
             });
-        let result = self.launch(&spec, stdio, holder).await;
+        // Transparent egress: its connector is the sandbox's from the start
+        // (a server may connect at once); it decides once the proxy runs.
+        let net = Arc::new(crate::egress::NetCounters::default());
+        let transparent = policy
+            .network
+            .mode
+            .transparent()
+            .then(|| crate::transparent::Transparent::new(self.clone(), &id, net.clone()));
+        let hooks = warden_sandbox::Hooks {
+            holder,
+            connector: transparent
+                .as_ref()
+                .map(|(t, _)| t.clone() as Arc<dyn warden_sandbox::supervise::Connector>),
+        };
+        let result = self.launch(&spec, stdio, hooks).await;
         let (spawned, relay) = match result {
             Ok(v) => v,
             Err(e) => {
@@ -465,11 +481,26 @@ impl Daemon {
             refused,
             files,
             proxy_listener,
-            // Never asked for yet: transparent egress is not wired in.
-            resolver: _,
+            resolver,
         } = spawned;
         let sandbox = Arc::new(sandbox);
-        let net = Arc::new(crate::egress::NetCounters::default());
+        // The sandbox's resolver, served until the session ends.
+        let resolver_task = match (&transparent, resolver) {
+            (Some((t, _)), Some(fd)) => match t.serve_resolver(fd, &policy.network) {
+                Ok(task) => Some(task),
+                Err(e) => {
+                    let e = DaemonError::Proxy(e);
+                    let _ = sandbox.kill_tree();
+                    let sb = sandbox.clone();
+                    let _ = tokio::task::spawn_blocking(move || sb.wait()).await;
+                    let _ = tokio::task::spawn_blocking(move || relay.finish(DRAIN_GRACE)).await;
+                    self.approvals.close_session(&id, "session-ended");
+                    self.audit_exit(&id, started, None, None, &e.to_string());
+                    return Err(e);
+                }
+            },
+            _ => None,
+        };
         let approver: Option<Arc<dyn warden_proxy::Approver>> = approve.map(|_| {
             Arc::new(crate::egress::NetApprover {
                 broker: self.approvals.clone(),
@@ -504,6 +535,9 @@ impl Daemon {
                 return Err(e);
             }
         };
+        if let Some((_, tx)) = &transparent {
+            let _ = tx.send(Some(proxy.cfg.clone()));
+        }
         // Refused escape and kernel-attack calls and observed file accesses,
         // recorded until the sandbox is gone (a task, no thread of its own).
         let files_denied = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -536,6 +570,7 @@ impl Daemon {
                     processes: 0,
                 }))
             }),
+            resolver_task: Mutex::new(resolver_task),
             cause: Mutex::new(None),
             end: Notify::new(),
             ended: AtomicBool::new(false),
@@ -569,7 +604,7 @@ impl Daemon {
         &self,
         spec: &SandboxSpec,
         stdio: [OwnedFd; 3],
-        holder: Option<Arc<dyn warden_sandbox::supervise::FileHolder>>,
+        hooks: warden_sandbox::Hooks,
     ) -> Result<(Spawned, Relay), DaemonError> {
         let (in_r, in_w) = pipe().map_err(DaemonError::StdioPipes)?;
         let (out_r, out_w) = pipe().map_err(DaemonError::StdioPipes)?;
@@ -577,7 +612,7 @@ impl Daemon {
         let exe = self.config.sandbox_exe.clone();
         let spec2 = spec.clone();
         let spawned = tokio::task::spawn_blocking(move || {
-            Sandbox::spawn_with(&exe, &spec2, [in_r, out_w, err_w], holder)
+            Sandbox::spawn_hooked(&exe, &spec2, [in_r, out_w, err_w], hooks)
         })
         .await
         .map_err(DaemonError::LaunchTask)??;
@@ -661,6 +696,14 @@ impl Daemon {
                 }
             }
         };
+        if let Some(t) = session
+            .resolver_task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            t.abort();
+        }
         // What is still held is denied now, before the last records.
         let ending = if self.shutting_down.load(Ordering::SeqCst) {
             "daemon-stopped"

@@ -37,7 +37,9 @@ pub use daemon::{
 };
 pub use file::{path_text, FileAccess, FileSummary, FilesLost};
 pub use limit::{Breach, LimitBreach};
-pub use network::{Approved, NetworkAccept, NetworkClose, NetworkConnect, NetworkSummary};
+pub use network::{
+    Approved, NetworkAccept, NetworkClose, NetworkConnect, NetworkResolve, NetworkSummary,
+};
 pub use session::{
     Client, Peak, SandboxFacts, SessionExit, SessionKill, SessionRefused, SessionStart,
     WriteProtection,
@@ -234,6 +236,7 @@ into_record!(
     NetworkConnect,
     NetworkAccept,
     NetworkClose,
+    NetworkResolve,
     NetworkSummary,
     DaemonStart,
     DaemonStop,
@@ -277,6 +280,7 @@ impl AnyEvent {
             }
             (T::Network, "connect") => AnyEvent::NetworkConnect(Event::from_record(r)?),
             (T::Network, "close") => AnyEvent::NetworkClose(Event::from_record(r)?),
+            (T::Network, "resolve") => AnyEvent::NetworkResolve(Event::from_record(r)?),
             (T::Daemon, "start") => AnyEvent::DaemonStart(Event::from_record(r)?),
             (T::Daemon, "stop") => AnyEvent::DaemonStop(Event::from_record(r)?),
             (T::Daemon, "peer") if has("suppressed") => {

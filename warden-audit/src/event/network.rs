@@ -221,3 +221,53 @@ impl Event for NetworkSummary {
         })
     }
 }
+
+/// `network.resolve` (allow or deny): a query to the sandbox's own resolver
+/// (transparent egress): an allowlisted name and the synthetic address it
+/// got, or a name the allowlist does not name (`NXDOMAIN`, nothing asked
+/// upstream). `resource` is the name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkResolve {
+    #[serde(skip)]
+    pub session: String,
+    #[serde(skip)]
+    pub allowed: bool,
+    #[serde(skip)]
+    pub reason: String,
+    #[serde(skip)]
+    pub name: String,
+    /// The synthetic address given; `null` when refused.
+    pub address: Option<String>,
+    /// `synthetic`, `nxdomain`.
+    pub code: String,
+}
+
+impl Event for NetworkResolve {
+    fn into_record(self) -> Record {
+        let details = super::details(&self);
+        record(
+            RecordType::Network,
+            "resolve",
+            Some(&self.session),
+            self.name,
+            if self.allowed {
+                Decision::Allow
+            } else {
+                Decision::Deny
+            },
+            self.reason,
+            Some(details),
+        )
+    }
+
+    fn from_record(r: &Record) -> Result<Self, EventError> {
+        expect_kind(r, RecordType::Network, Some("resolve"))?;
+        Ok(NetworkResolve {
+            session: r.session.clone().unwrap_or_default(),
+            allowed: r.decision == Decision::Allow,
+            reason: r.reason.clone(),
+            name: r.resource.clone(),
+            ..parse(r)?
+        })
+    }
+}

@@ -593,6 +593,34 @@ fn network_accept() {
 }
 
 #[test]
+fn network_resolve() {
+    pin(
+        "NetworkResolve",
+        0,
+        NetworkResolve {
+            session: s("e7a94eb68290"),
+            allowed: true,
+            reason: s("synthetic address for an allowlisted name"),
+            name: s("api.example.com"),
+            address: Some(s("198.18.0.1")),
+            code: s("synthetic"),
+        },
+    );
+    pin(
+        "NetworkResolve",
+        1,
+        NetworkResolve {
+            session: s("e7a94eb68290"),
+            allowed: false,
+            reason: s("evil.example is not in network.allow: NXDOMAIN, nothing asked upstream"),
+            name: s("evil.example"),
+            address: None,
+            code: s("nxdomain"),
+        },
+    );
+}
+
+#[test]
 fn network_close() {
     pin(
         "NetworkClose",

@@ -604,6 +604,23 @@ pub fn compile(
         }
     })
     .ok();
+    let mode = match net_raw.and_then(|n| n.mode.as_deref()) {
+        None => Some(net::NetMode::Proxy),
+        Some(m) => {
+            let parsed = net::NetMode::parse(m);
+            if parsed.is_none() {
+                sink.report(
+                    &Origin::Key("network.mode".into()),
+                    Invalid::NetMode(m.to_owned()),
+                );
+            }
+            parsed
+        }
+    };
+    let network = network.zip(mode).map(|(mut n, mode)| {
+        n.mode = mode;
+        n
+    });
 
     // Limits.
     let limits_raw = raw.limits.as_ref();

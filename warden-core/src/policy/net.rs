@@ -278,6 +278,46 @@ pub struct NetworkPolicy {
     /// per-entry `private` option is the narrower grant.
     #[serde(default)]
     pub allow_private: bool,
+    /// `network.mode`: how the sandbox reaches the allowlist.
+    #[serde(default, skip_serializing_if = "NetMode::is_proxy")]
+    pub mode: NetMode,
+}
+
+/// `network.mode`: the proxy variables only (`proxy`), the sandbox's own
+/// resolver and connect hand-over only (`transparent`), or both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetMode {
+    #[default]
+    Proxy,
+    Transparent,
+    Both,
+}
+
+impl NetMode {
+    pub fn is_proxy(&self) -> bool {
+        *self == NetMode::Proxy
+    }
+
+    /// The sandbox gets its resolver and its connects to synthetic
+    /// addresses are handed over.
+    pub fn transparent(&self) -> bool {
+        !self.is_proxy()
+    }
+
+    /// The proxy variables are set in the sandbox's environment.
+    pub fn proxy_variables(&self) -> bool {
+        *self != NetMode::Transparent
+    }
+
+    pub fn parse(s: &str) -> Option<NetMode> {
+        match s {
+            "proxy" => Some(NetMode::Proxy),
+            "transparent" => Some(NetMode::Transparent),
+            "both" => Some(NetMode::Both),
+            _ => None,
+        }
+    }
 }
 
 /// Why a host or address was refused; `code()` is the short machine reason used in
@@ -681,6 +721,7 @@ impl NetworkPolicy {
                 ),
             ],
             allow_private: false,
+            mode: NetMode::Proxy,
         }
     }
 
@@ -701,6 +742,7 @@ impl NetworkPolicy {
             Ok(NetworkPolicy {
                 allow,
                 allow_private,
+                mode: NetMode::Proxy,
             })
         } else {
             Err(errors)

@@ -50,6 +50,7 @@ pub(crate) struct RawFilesystem {
 pub(crate) struct RawNetwork {
     pub allow: Option<Vec<String>>,
     pub allow_private: Option<bool>,
+    pub mode: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

@@ -256,7 +256,13 @@ pub fn spec(
     host: &Host,
     warden_paths: Vec<PathBuf>,
 ) -> (SandboxSpec, Vec<String>) {
-    let (env, env_names) = build_env(client_env, &policy.env_allow, &home);
+    let (mut env, env_names) = build_env(client_env, &policy.env_allow, &home);
+    // `network.mode: transparent`: no proxy variables (a client that honours
+    // them would go through the proxy anyway; the mode says it should not).
+    if !policy.network.mode.proxy_variables() {
+        let proxy = crate::egress::proxy_env();
+        env.retain(|(n, _)| !proxy.iter().any(|(k, _)| k.as_bytes() == n.as_slice()));
+    }
     let mut spec = SandboxSpec {
         session_id: id.to_string(),
         program: policy.program.clone(),
@@ -273,7 +279,7 @@ pub fn spec(
         pids_max: policy.limits.pids,
         landlock_min_abi: policy.sandbox.landlock_min_abi,
         proxy_port: Some(crate::egress::PROXY_PORT),
-        resolver: false,
+        resolver: policy.network.mode.transparent(),
         cgroup: None,
         audit_files: file_watch(policy.audit.files),
         hold_files: false,

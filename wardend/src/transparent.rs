@@ -1,0 +1,182 @@
+//! Transparent egress of one session (`network.mode: transparent | both`,
+//! docs/policy.md "Transparent egress"): the sandbox's own resolver
+//! (`warden_proxy::synthetic`, on the socket PID 1 made) and the connections
+//! to its synthetic addresses, decided by the proxy's decision path
+//! (`warden_proxy::open_transparent`) and handed over to the sandbox
+//! (`warden_sandbox::supervise::connect`).
+
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use warden_audit::event;
+use warden_core::policy::net::NetworkPolicy;
+use warden_proxy::synthetic::{Outcome, SyntheticNames};
+use warden_proxy::ProxyConfig;
+use warden_sandbox::supervise::{Connector, HeldConnect};
+
+use crate::Daemon;
+
+/// `network.resolve` records written per session at most.
+const MAX_RESOLVE_RECORDS: u64 = 200;
+
+/// One session's transparent egress.
+pub struct Transparent {
+    daemon: Arc<Daemon>,
+    session: String,
+    pub names: Arc<Mutex<SyntheticNames>>,
+    /// The proxy's configuration, once the proxy runs (it is made after the
+    /// sandbox, which may connect at once: those calls wait for it).
+    cfg: tokio::sync::watch::Receiver<Option<Arc<ProxyConfig>>>,
+    runtime: tokio::runtime::Handle,
+    counters: Arc<crate::egress::NetCounters>,
+    resolve_records: AtomicU64,
+}
+
+impl Transparent {
+    /// With the sender that hands it the proxy's configuration.
+    pub fn new(
+        daemon: Arc<Daemon>,
+        session: &str,
+        counters: Arc<crate::egress::NetCounters>,
+    ) -> (
+        Arc<Transparent>,
+        tokio::sync::watch::Sender<Option<Arc<ProxyConfig>>>,
+    ) {
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        (
+            Arc::new(Transparent {
+                daemon,
+                session: session.to_owned(),
+                names: Arc::default(),
+                cfg: rx,
+                runtime: tokio::runtime::Handle::current(),
+                counters,
+                resolve_records: AtomicU64::new(0),
+            }),
+            tx,
+        )
+    }
+
+    /// Serves the sandbox's resolver socket until the task is aborted.
+    pub fn serve_resolver(
+        self: &Arc<Self>,
+        fd: OwnedFd,
+        policy: &NetworkPolicy,
+    ) -> std::io::Result<tokio::task::JoinHandle<()>> {
+        let sock = std::net::UdpSocket::from(fd);
+        sock.set_nonblocking(true)?;
+        let sock = tokio::net::UdpSocket::from_std(sock)?;
+        let policy = policy.clone();
+        let me = self.clone();
+        let on = Arc::new(move |_: SocketAddr, o: &Outcome| me.record_resolve(o));
+        let names = self.names.clone();
+        Ok(tokio::spawn(async move {
+            let allowed: warden_proxy::synthetic::Names = Arc::new(move |n| policy.names(n));
+            if let Err(e) = warden_proxy::synthetic::serve(sock, allowed, names, on).await {
+                tracing::warn!(error = %e, "the sandbox's resolver stopped");
+            }
+        }))
+    }
+
+    fn record_resolve(&self, o: &Outcome) {
+        let (name, allowed, address, code, reason) = match o {
+            Outcome::Synthetic { name, addr } => (
+                name.clone(),
+                true,
+                Some(addr.to_string()),
+                "synthetic",
+                "synthetic address for an allowlisted name".to_owned(),
+            ),
+            Outcome::NxDomain { name } => (
+                name.clone(),
+                false,
+                None,
+                "nxdomain",
+                format!("{name} is not in network.allow: NXDOMAIN, nothing asked upstream"),
+            ),
+            _ => return,
+        };
+        if self.resolve_records.fetch_add(1, Ordering::Relaxed) >= MAX_RESOLVE_RECORDS {
+            return;
+        }
+        self.daemon.audit.record(event::NetworkResolve {
+            session: self.session.clone(),
+            allowed,
+            reason,
+            name,
+            address,
+            code: code.to_owned(),
+        });
+    }
+}
+
+impl Connector for Transparent {
+    fn connect(&self, call: HeldConnect) {
+        let name = self
+            .names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .name_of(*call.to.ip())
+            .map(str::to_owned);
+        let mut cfg = self.cfg.clone();
+        self.runtime.spawn(async move {
+            // A synthetic address the resolver never gave: nothing to reach.
+            let Some(name) = name else {
+                call.refuse(libc::ECONNREFUSED);
+                return;
+            };
+            let cfg = match cfg.wait_for(Option::is_some).await {
+                Ok(c) => c.clone(),
+                Err(_) => None,
+            };
+            let Some(cfg) = cfg else {
+                call.refuse(libc::ECONNREFUSED);
+                return;
+            };
+            match warden_proxy::open_transparent(&cfg, &name, call.to.port()).await {
+                Ok(stream) => match stream.into_std() {
+                    Ok(s) => {
+                        let fd = OwnedFd::from(s);
+                        let _ = tokio::task::spawn_blocking(move || {
+                            if let Err(e) = call.hand_over(fd) {
+                                tracing::debug!(error = %e, "a held connect's caller is gone");
+                            }
+                        })
+                        .await;
+                    }
+                    Err(_) => call.refuse(libc::ECONNREFUSED),
+                },
+                // The decision is recorded by the proxy's path.
+                Err(_) => call.refuse(libc::ECONNREFUSED),
+            }
+        });
+    }
+
+    fn refused(&self, _pid: u32, to: SocketAddr) {
+        self.counters
+            .count_denied(&format!("{to}: not a name of the allowlist"));
+        if self.resolve_records.fetch_add(1, Ordering::Relaxed) >= MAX_RESOLVE_RECORDS {
+            return;
+        }
+        let host = match to.ip() {
+            std::net::IpAddr::V6(a) => format!("[{a}]"),
+            a => a.to_string(),
+        };
+        self.daemon.audit.record(event::NetworkConnect {
+            session: self.session.clone(),
+            allowed: false,
+            reason: format!(
+                "{to}: only the names of network.allow are reached, through the sandbox's resolver (ENETUNREACH)"
+            ),
+            protocol: "transparent".into(),
+            host,
+            port: to.port(),
+            address: None,
+            rule: None,
+            code: "not-allowed".into(),
+            approval: None,
+        });
+    }
+}
