@@ -137,3 +137,67 @@ fn both_keeps_the_proxy_variables_and_proxy_keeps_the_old_behaviour() {
     let (stdout, _) = w.run("proxy", &script);
     assert_eq!(stdout, "200\n000\nnone\n");
 }
+
+/// Python's socket API with a raw protocol, and Node's `http.get`, neither
+/// told of any proxy: both reach the allowlisted name.
+#[test]
+fn raw_sockets_and_node_http_reach_an_allowlisted_name() {
+    let Some(w) = World::new() else { return };
+    let port = w.up.http.port();
+    let node = find_on_path("node").expect("node on PATH");
+    let script = format!(
+        "/usr/bin/python3 -c '
+import socket
+s = socket.create_connection((\"allowed.test\", {port}), timeout=20)
+s.sendall(b\"GET /hello HTTP/1.1\\r\\nHost: allowed.test\\r\\nConnection: close\\r\\n\\r\\n\")
+print(s.recv(12).decode())
+'; {node} -e 'require(\"http\").get(\"http://allowed.test:{port}/hello\", r => console.log(r.statusCode)).on(\"error\", e => console.log(e.code))'",
+        node = node.display()
+    );
+    let (stdout, stderr) = w.run("transparent", &script);
+    assert_eq!(stdout, "HTTP/1.1 200\n200\n", "{stderr}");
+}
+
+/// mcp-server-fetch with no proxy variables at all: its fetch tool reaches
+/// the allowlisted host through the sandbox's resolver and the hand-over,
+/// and a name the policy does not list fails as a tool error. The server
+/// refuses non-public addresses on its own (an SSRF guard), and the
+/// synthetic range is not public: it runs with `--allow-private-ips`, as
+/// docs/policy.md says such clients need.
+#[test]
+fn mcp_server_fetch_works_with_the_proxy_variables_unset() {
+    let Some(w) = World::new() else { return };
+    let port = w.up.http.port();
+    let policy = w.env.policy(
+        "fetch-transparent.yaml",
+        &format!(
+            "version: 1\nname: fetch-transparent\nfilesystem:\n  read: [\"{}\"]\nnetwork:\n  mode: transparent\n  allow: [\"allowed.test:{port} private\"]\n",
+            w.clients.deps.display()
+        ),
+    );
+    let cmd = w.env.shim([
+        std::ffi::OsString::from("--policy"),
+        policy.into_os_string(),
+        "--".into(),
+        w.clients.python.clone().into_os_string(),
+        "-m".into(),
+        "mcp_server_fetch".into(),
+        "--allow-private-ips".into(),
+    ]);
+    let mut c = McpClient::spawn(cmd);
+    c.set_timeout(Duration::from_secs(90));
+    c.initialize();
+    let text = c.tool_text(
+        "fetch",
+        serde_json::json!({"url": format!("http://allowed.test:{port}/html"), "raw": true}),
+    );
+    assert!(text.contains("Hello from warden-e2e"), "{text}");
+    let r = c.call_tool(
+        "fetch",
+        serde_json::json!({"url": format!("http://notlisted.test:{port}/html")}),
+    );
+    assert!(is_tool_error(&r), "{r}");
+    c.close_stdin();
+    c.wait_exit(Duration::from_secs(30));
+    assert!(w.up.dns.queries_for("notlisted.test").is_empty());
+}
