@@ -1268,6 +1268,32 @@ pub fn read_response(reader: &mut impl BufRead) -> io::Result<HttpResponse> {
     })
 }
 
+/// A test environment with the upstreams, their recording DNS server and a
+/// daemon resolving through it: what the egress, approvals, suggest, trace
+/// and transparent tests start from. `None` when the clients are missing
+/// (the test then skips, or fails under `WARDEN_REQUIRE_DEPS`).
+pub struct NetWorld {
+    pub env: TestEnv,
+    pub up: Upstreams,
+    pub clients: Clients,
+    pub daemon: Daemon,
+}
+
+impl NetWorld {
+    pub fn new() -> Option<NetWorld> {
+        let clients = require_clients()?;
+        let env = TestEnv::new();
+        let up = Upstreams::start(&env.root.join("pki"));
+        let daemon = start_daemon_with_dns(&env, &up.dns);
+        Some(NetWorld {
+            env,
+            up,
+            clients,
+            daemon,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,25 +19,25 @@ use serde_json::Value;
 use warden_e2e::net::*;
 use warden_e2e::*;
 
-struct World {
-    env: TestEnv,
-    up: Upstreams,
-    clients: Clients,
-    daemon: Daemon,
+/// The shared setup ([`NetWorld`]) and this file's steps.
+struct World(NetWorld);
+
+impl std::ops::Deref for World {
+    type Target = NetWorld;
+    fn deref(&self) -> &NetWorld {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for World {
+    fn deref_mut(&mut self) -> &mut NetWorld {
+        &mut self.0
+    }
 }
 
 impl World {
     fn new() -> Option<World> {
-        let clients = require_clients()?;
-        let env = TestEnv::new();
-        let up = Upstreams::start(&env.root.join("pki"));
-        let daemon = start_daemon_with_dns(&env, &up.dns);
-        Some(World {
-            env,
-            up,
-            clients,
-            daemon,
-        })
+        NetWorld::new().map(World)
     }
 
     fn http(&self) -> u16 {

@@ -26,25 +26,19 @@ const RUN: Duration = Duration::from_secs(120);
 const CA_VARS: [&str; 3] = ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"];
 
 /// A daemon using the recording DNS server, the upstreams, and the clients.
-struct World {
-    env: TestEnv,
-    up: Upstreams,
-    clients: Clients,
-    daemon: Daemon,
+/// The shared setup ([`NetWorld`]) and this file's steps.
+struct World(NetWorld);
+
+impl std::ops::Deref for World {
+    type Target = NetWorld;
+    fn deref(&self) -> &NetWorld {
+        &self.0
+    }
 }
 
 impl World {
     fn new() -> Option<World> {
-        let clients = require_clients()?;
-        let env = TestEnv::new();
-        let up = Upstreams::start(&env.root.join("pki"));
-        let daemon = start_daemon_with_dns(&env, &up.dns);
-        Some(World {
-            env,
-            up,
-            clients,
-            daemon,
-        })
+        NetWorld::new().map(World)
     }
 
     fn http(&self) -> u16 {

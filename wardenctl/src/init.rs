@@ -132,30 +132,12 @@ pub struct Bounds<'a> {
 
 impl Bounds<'_> {
     fn refuses(&self, path: &Path) -> bool {
-        too_broad(path, self.home)
+        crate::suggest::too_broad(path, self.home)
             || self
                 .reserved
                 .iter()
                 .any(|r| r.path.starts_with(path) || (r.subtree && path.starts_with(&r.path)))
     }
-}
-
-/// `path` is too broad to grant (see the module doc).
-fn too_broad(path: &Path, home: Option<&Path>) -> bool {
-    if path.components().count() <= 2 {
-        return true;
-    }
-    let Some(home) = home else { return false };
-    path == home
-        || [
-            ".config",
-            ".cache",
-            ".local",
-            ".local/share",
-            ".local/state",
-        ]
-        .iter()
-        .any(|d| path == home.join(d))
 }
 
 /// What every sandbox has without a grant: the runtime, its own file

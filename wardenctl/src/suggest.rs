@@ -73,10 +73,10 @@ pub struct Plan {
     pub notes: Vec<String>,
 }
 
-/// `path` is too broad to grant: `/`, `$HOME`, `/home`, a whole
+/// `path` is too broad to grant (by `suggest` and `init`): `/`, `$HOME`, `/home`, a whole
 /// `~/.config`, `~/.cache`, `~/.local` (or `~/.local/share`), or a top-level
 /// directory.
-fn too_broad(path: &Path, home: Option<&Path>) -> bool {
+pub(crate) fn too_broad(path: &Path, home: Option<&Path>) -> bool {
     if path.components().count() <= 2 {
         return true;
     }

@@ -18,8 +18,9 @@ use warden_sandbox::supervise::{Connector, HeldConnect};
 
 use crate::Daemon;
 
-/// `network.resolve` records written per session at most.
-const MAX_RESOLVE_RECORDS: u64 = 200;
+/// `network.resolve` and refused-address `network.connect` records written
+/// per session at most.
+const MAX_RECORDS: u64 = 200;
 
 /// One session's transparent egress.
 pub struct Transparent {
@@ -31,7 +32,7 @@ pub struct Transparent {
     cfg: tokio::sync::watch::Receiver<Option<Arc<ProxyConfig>>>,
     runtime: tokio::runtime::Handle,
     counters: Arc<crate::egress::NetCounters>,
-    resolve_records: AtomicU64,
+    records: AtomicU64,
 }
 
 impl Transparent {
@@ -53,7 +54,7 @@ impl Transparent {
                 cfg: rx,
                 runtime: tokio::runtime::Handle::current(),
                 counters,
-                resolve_records: AtomicU64::new(0),
+                records: AtomicU64::new(0),
             }),
             tx,
         )
@@ -98,7 +99,7 @@ impl Transparent {
             ),
             _ => return,
         };
-        if self.resolve_records.fetch_add(1, Ordering::Relaxed) >= MAX_RESOLVE_RECORDS {
+        if self.records.fetch_add(1, Ordering::Relaxed) >= MAX_RECORDS {
             return;
         }
         self.daemon.audit.record(event::NetworkResolve {
@@ -157,7 +158,7 @@ impl Connector for Transparent {
     fn refused(&self, _pid: u32, to: SocketAddr) {
         self.counters
             .count_denied(&format!("{to}: not a name of the allowlist"));
-        if self.resolve_records.fetch_add(1, Ordering::Relaxed) >= MAX_RESOLVE_RECORDS {
+        if self.records.fetch_add(1, Ordering::Relaxed) >= MAX_RECORDS {
             return;
         }
         let host = match to.ip() {

@@ -82,7 +82,13 @@ impl HeldConnect {
     pub fn hand_over(mut self, sock: OwnedFd) -> Result<(), Errno> {
         self.answered = true;
         let listener = self.listener.as_fd();
-        let flags = fd_flags(self.pid, self.fd).unwrap_or(0);
+        // The caller's flags decide the new socket's; unreadable (the caller
+        // is gone, or the fd is not there): refused, never guessed (a
+        // non-blocking caller handed a blocking socket would hang).
+        let Some(flags) = fd_flags(self.pid, self.fd) else {
+            respond(listener, self.id, libc::ECONNREFUSED);
+            return Err(Errno::EBADF);
+        };
         let nonblocking = flags & libc::O_NONBLOCK != 0;
         let fl = nix::fcntl::fcntl(&sock, nix::fcntl::FcntlArg::F_GETFL)?;
         let mut fl = nix::fcntl::OFlag::from_bits_retain(fl);
