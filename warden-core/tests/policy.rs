@@ -238,6 +238,7 @@ fn rule(source: &str, host: HostPattern, ports: PortSpec) -> NetRule {
         ports,
         private: false,
         no_sni: false,
+        direct: false,
     }
 }
 
@@ -384,7 +385,7 @@ network:
             &format!("{P}:8:7: network.allow[4]: `0.0.0.0/4`: `0.0.0.0/4` is too broad: a range needs a prefix of at least /8 (IPv4)"),
             &format!("{P}:9:7: network.allow[5]: `127.0.0.0/8:3000`: `127.0.0.0/8` is a loopback range: a range never opens loopback addresses; list each address, as in `127.0.0.1:PORT`"),
             &format!("{P}:10:7: network.allow[6]: `10.0.0.1 private`: `private` is for names: an address entry reaches its own addresses whatever their class (loopback and metadata only by an entry for the exact address)"),
-            &format!("{P}:11:7: network.allow[7]: `api.example privat`: unknown option `privat`: after a space only the options `private` and `insecure-no-sni` may follow"),
+            &format!("{P}:11:7: network.allow[7]: `api.example privat`: unknown option `privat`: after a space only the options `private`, `insecure-no-sni` and `direct` may follow"),
         ])
     );
     let ok = "command: [server]\nnetwork:\n  allow:\n    - git.corp.example:443 private\n    - \"legacy.example:443 insecure-no-sni\"\n";

@@ -109,7 +109,7 @@ use warden_core::policy::net::NetworkPolicy;
 
 pub use approve::{Answer, Approval, Approver, Ask};
 pub use dns::DnsResolver;
-pub use engine::open_transparent;
+pub use engine::transparent::{open as open_transparent, Handover, Relay};
 pub use events::{AcceptFailure, Closed, ConnDecision, EventSink, NullSink, Protocol, RefusalCode};
 pub use resolve::{BoxFuture, Connector, Resolver, SystemResolver, TcpConnector};
 

@@ -932,13 +932,13 @@ except socket.gaierror as e:
 /// counts the refusals it hears of.
 struct Dialer {
     upstream: std::net::SocketAddr,
-    held: std::sync::Mutex<Vec<std::net::SocketAddrV4>>,
-    refused: std::sync::Mutex<Vec<std::net::SocketAddr>>,
+    held: std::sync::Mutex<Vec<(std::net::SocketAddrV4, bool)>>,
+    refused: std::sync::Mutex<Vec<(std::net::SocketAddr, warden_sandbox::supervise::Unreachable)>>,
 }
 
 impl warden_sandbox::supervise::Connector for Dialer {
     fn connect(&self, call: warden_sandbox::supervise::HeldConnect) {
-        self.held.lock().unwrap().push(call.to);
+        self.held.lock().unwrap().push((call.to, call.nonblocking));
         let upstream = self.upstream;
         // Answered from another thread, as the daemon does.
         std::thread::spawn(move || {
@@ -947,17 +947,25 @@ impl warden_sandbox::supervise::Connector for Dialer {
         });
     }
 
-    fn refused(&self, _pid: u32, to: std::net::SocketAddr) {
-        self.refused.lock().unwrap().push(to);
+    fn refused(
+        &self,
+        _pid: u32,
+        to: std::net::SocketAddr,
+        why: warden_sandbox::supervise::Unreachable,
+    ) {
+        self.refused.lock().unwrap().push((to, why));
     }
 }
 
 /// Transparent egress's hand-over: a `connect` to a synthetic address gets,
 /// in place of the caller's socket, one the connector connected (outside the
 /// sandbox, to an upstream the sandbox cannot reach itself); blocking and
-/// non-blocking callers both see a connected socket. Any other address
-/// outside loopback is refused at once (ENETUNREACH), and the connector
-/// hears of it.
+/// non-blocking callers both see a connected socket (0, or `EINPROGRESS`
+/// then writable with no error), with the options they set before
+/// `connect`; a second `connect` is the kernel's `EISCONN`, not a second
+/// connection. UDP to a synthetic address and any other address outside
+/// loopback are refused at once (ENETUNREACH), and the connector hears of
+/// each.
 #[test]
 fn a_connect_to_a_synthetic_address_gets_the_connectors_socket() {
     if !userns_available() {
@@ -974,7 +982,7 @@ fn a_connect_to_a_synthetic_address_gets_the_connectors_socket() {
     let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = upstream.local_addr().unwrap();
     let server = std::thread::spawn(move || {
-        for _ in 0..2 {
+        for _ in 0..3 {
             let (mut c, _) = upstream.accept().unwrap();
             use std::io::Write;
             c.write_all(b"hello from upstream\n").unwrap();
@@ -988,8 +996,26 @@ print(\"blocking:\", s.recv(100).decode().strip(), s.getpeername()[1] != 443)
 n = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 n.setblocking(False)
 r = n.connect_ex((\"198.18.0.9\", 80))
+_, w, _ = select.select([], [n], [], 20)
+print(\"nonblocking:\", r == errno.EINPROGRESS, bool(w), n.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
 select.select([n], [], [], 20)
-print(\"nonblocking:\", r in (0, errno.EINPROGRESS), n.recv(100).decode().strip(), n.getblocking())
+print(\"read:\", n.recv(100).decode().strip(), n.getblocking())
+print(\"again:\", n.connect_ex((\"198.18.0.9\", 80)) == errno.EISCONN)
+import struct
+o = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+o.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+o.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 77)
+o.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack(\"ll\", 7, 0))
+o.connect((\"198.18.0.11\", 25))
+print(\"options:\", o.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) != 0,
+      o.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+      struct.unpack(\"ll\", o.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16))[0])
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    u.connect((\"198.18.0.7\", 53))
+    print(\"udp connected\")
+except OSError as e:
+    print(\"udp refused\", e.errno == errno.ENETUNREACH)
 for where in [(\"93.184.215.14\", 443), (\"10.0.0.1\", 22)]:
     try:
         socket.create_connection(where, timeout=5)
@@ -1024,15 +1050,27 @@ for where in [(\"93.184.215.14\", 443), (\"10.0.0.1\", 22)]:
     server.join().unwrap();
     assert_eq!(
         text,
-        "blocking: hello from upstream True\nnonblocking: True hello from upstream False\nrefused True\nrefused True\n"
+        "blocking: hello from upstream True\nnonblocking: True True 0\nread: hello from upstream False\n\
+         again: True\noptions: True 77 7\nudp refused True\nrefused True\nrefused True\n"
     );
     let held = dialer.held.lock().unwrap().clone();
+    // Python's create_connection with a timeout is a non-blocking socket.
     assert_eq!(
         held,
         vec![
-            "198.18.0.7:443".parse().unwrap(),
-            "198.18.0.9:80".parse().unwrap()
+            ("198.18.0.7:443".parse().unwrap(), true),
+            ("198.18.0.9:80".parse().unwrap(), true),
+            ("198.18.0.11:25".parse().unwrap(), false),
         ]
     );
-    assert_eq!(dialer.refused.lock().unwrap().len(), 2);
+    use warden_sandbox::supervise::Unreachable;
+    let refused: Vec<Unreachable> = dialer.refused.lock().unwrap().iter().map(|r| r.1).collect();
+    assert_eq!(
+        refused,
+        [
+            Unreachable::Datagram,
+            Unreachable::Address,
+            Unreachable::Address
+        ]
+    );
 }

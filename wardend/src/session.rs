@@ -79,6 +79,8 @@ pub struct Session {
     peak: Option<Arc<Mutex<event::Peak>>>,
     /// The sandbox's resolver (transparent egress), ended with the session.
     resolver_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Transparent egress, whose relayed connections end with the session.
+    transparent: Option<Arc<crate::transparent::Transparent>>,
     cause: Mutex<Option<EndCause>>,
     end: Notify,
     ended: AtomicBool,
@@ -571,6 +573,7 @@ impl Daemon {
                 }))
             }),
             resolver_task: Mutex::new(resolver_task),
+            transparent: transparent.as_ref().map(|(t, _)| t.clone()),
             cause: Mutex::new(None),
             end: Notify::new(),
             ended: AtomicBool::new(false),
@@ -723,6 +726,9 @@ impl Daemon {
         // The proxy's last records (connections cut by the end) precede
         // session.exit too.
         proxy.stop().await;
+        if let Some(t) = &session.transparent {
+            t.stop().await;
+        }
         // The refused calls' records precede session.exit: the queue closed
         // when the sandbox was gone, so this waits only for the last writes.
         if let Some(r) = recorder {

@@ -3,7 +3,9 @@
 //! (`warden_proxy::synthetic`, on the socket PID 1 made) and the connections
 //! to its synthetic addresses, decided by the proxy's decision path
 //! (`warden_proxy::open_transparent`) and handed over to the sandbox
-//! (`warden_sandbox::supervise::connect`).
+//! (`warden_sandbox::supervise::connect`): relayed by the daemon with the
+//! proxy's checks of the bytes, or, for entries with `direct`, the upstream
+//! socket itself. The relays are this session's tasks, ended with it.
 
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
@@ -14,7 +16,7 @@ use warden_audit::event;
 use warden_core::policy::net::NetworkPolicy;
 use warden_proxy::synthetic::{Outcome, SyntheticNames};
 use warden_proxy::ProxyConfig;
-use warden_sandbox::supervise::{Connector, HeldConnect};
+use warden_sandbox::supervise::{Connector, HeldConnect, Unreachable};
 
 use crate::Daemon;
 
@@ -33,6 +35,12 @@ pub struct Transparent {
     runtime: tokio::runtime::Handle,
     counters: Arc<crate::egress::NetCounters>,
     records: AtomicU64,
+    /// The relayed connections, ended with the session.
+    /// None once stopped: a relay made later is dropped (its connection ends).
+    relays: Arc<Mutex<Option<tokio::task::JoinSet<()>>>>,
+    /// Relayed connections at once (the proxy's `max_connections`: each
+    /// holds daemon descriptors); further connects wait for a slot.
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl Transparent {
@@ -55,6 +63,10 @@ impl Transparent {
                 runtime: tokio::runtime::Handle::current(),
                 counters,
                 records: AtomicU64::new(0),
+                relays: Arc::new(Mutex::new(Some(tokio::task::JoinSet::new()))),
+                slots: Arc::new(tokio::sync::Semaphore::new(
+                    warden_proxy::DEFAULT_MAX_CONNECTIONS,
+                )),
             }),
             tx,
         )
@@ -79,6 +91,15 @@ impl Transparent {
                 tracing::warn!(error = %e, "the sandbox's resolver stopped");
             }
         }))
+    }
+
+    /// Ends every relayed connection (their `close` records are made).
+    pub async fn stop(&self) {
+        self.slots.close();
+        let set = self.relays.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(mut set) = set {
+            set.shutdown().await;
+        }
     }
 
     fn record_resolve(&self, o: &Outcome) {
@@ -122,6 +143,10 @@ impl Connector for Transparent {
             .name_of(*call.to.ip())
             .map(str::to_owned);
         let mut cfg = self.cfg.clone();
+        let slots = self.slots.clone();
+        let session = self.session.clone();
+        // Weak: a relay made after the session ended is not kept.
+        let relays = Arc::downgrade(&self.relays);
         self.runtime.spawn(async move {
             // A synthetic address the resolver never gave: nothing to reach.
             let Some(name) = name else {
@@ -136,26 +161,39 @@ impl Connector for Transparent {
                 call.refuse(libc::ECONNREFUSED);
                 return;
             };
-            match warden_proxy::open_transparent(&cfg, &name, call.to.port()).await {
-                Ok(stream) => match stream.into_std() {
-                    Ok(s) => {
-                        let fd = OwnedFd::from(s);
-                        let _ = tokio::task::spawn_blocking(move || {
-                            if let Err(e) = call.hand_over(fd) {
-                                tracing::debug!(error = %e, "a held connect's caller is gone");
-                            }
-                        })
-                        .await;
+            let slot = tokio::time::timeout(cfg.limits.connect_timeout, slots.acquire_owned());
+            let Ok(Ok(slot)) = slot.await else {
+                tracing::warn!(session = %session, %name, "transparent: every relay slot is busy; connect refused");
+                call.refuse(libc::ECONNREFUSED);
+                return;
+            };
+            let port = call.to.port();
+            // A blocking caller waits for the upstream, so a refusal is its
+            // connect's error; a non-blocking one never waits for it.
+            match warden_proxy::open_transparent(&cfg, &name, port, !call.nonblocking).await {
+                Ok(warden_proxy::Handover::Direct(s)) => {
+                    drop(slot);
+                    hand_over(call, OwnedFd::from(s)).await;
+                }
+                Ok(warden_proxy::Handover::Relayed(theirs, relay)) => {
+                    if hand_over(call, OwnedFd::from(theirs)).await {
+                        let Some(relays) = relays.upgrade() else { return };
+                        let mut set = relays.lock().unwrap_or_else(|e| e.into_inner());
+                        let Some(set) = set.as_mut() else { return };
+                        while set.try_join_next().is_some() {}
+                        set.spawn(async move {
+                            let _slot = slot;
+                            relay.run(&cfg).await;
+                        });
                     }
-                    Err(_) => call.refuse(libc::ECONNREFUSED),
-                },
+                }
                 // The decision is recorded by the proxy's path.
                 Err(_) => call.refuse(libc::ECONNREFUSED),
             }
         });
     }
 
-    fn refused(&self, _pid: u32, to: SocketAddr) {
+    fn refused(&self, _pid: u32, to: SocketAddr, why: Unreachable) {
         self.counters
             .count_denied(&format!("{to}: not a name of the allowlist"));
         if self.records.fetch_add(1, Ordering::Relaxed) >= MAX_RECORDS {
@@ -168,10 +206,21 @@ impl Connector for Transparent {
         self.daemon.audit.record(event::NetworkConnect {
             session: self.session.clone(),
             allowed: false,
-            reason: format!(
-                "{to}: only the names of network.allow are reached, through the sandbox's resolver (ENETUNREACH)"
-            ),
-            protocol: "transparent".into(),
+            reason: match why {
+                Unreachable::Address => format!(
+                    "{to}: only the names of network.allow are reached, through the sandbox's resolver (ENETUNREACH)"
+                ),
+                Unreachable::Datagram => format!(
+                    "{to}: UDP is not handed over; the sandbox's one UDP service is its resolver (ENETUNREACH)"
+                ),
+                Unreachable::Unreadable => format!(
+                    "{to}: the connecting socket could not be looked at (pidfd_getfd refused: is ptrace restricted?); refused (ECONNREFUSED)"
+                ),
+            },
+            protocol: match why {
+                Unreachable::Datagram => "udp".into(),
+                _ => "transparent".into(),
+            },
             host,
             port: to.port(),
             address: None,
@@ -179,5 +228,19 @@ impl Connector for Transparent {
             code: "not-allowed".into(),
             approval: None,
         });
+    }
+}
+
+/// Hands `sock` over (off the runtime: it touches the caller's fd table);
+/// false when the caller is gone.
+async fn hand_over(call: HeldConnect, sock: OwnedFd) -> bool {
+    let done = tokio::task::spawn_blocking(move || call.hand_over(sock)).await;
+    match done {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "a held connect's caller is gone");
+            false
+        }
+        Err(_) => false,
     }
 }

@@ -218,6 +218,11 @@ pub const OPTION_PRIVATE: &str = "private";
 /// The option that lets a tunnel to one name entry carry TLS without a server name.
 pub const OPTION_NO_SNI: &str = "insecure-no-sni";
 
+/// The option that hands transparent connections to one name entry over
+/// without a relay (`network.mode: transparent | both`): the upstream socket
+/// itself, no byte checked or counted by the daemon.
+pub const OPTION_DIRECT: &str = "direct";
+
 /// One compiled `network.allow` entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetRule {
@@ -234,6 +239,11 @@ pub struct NetRule {
     /// this entry may carry a TLS ClientHello without a server name.
     #[serde(default, skip_serializing_if = "is_false")]
     pub no_sni: bool,
+    /// The `direct` option (names only): a transparent connection to this
+    /// entry is the upstream socket itself, handed over unrelayed (its bytes
+    /// are neither checked nor counted).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub direct: bool,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -252,6 +262,9 @@ impl fmt::Display for NetRule {
         if self.no_sni {
             write!(f, " {OPTION_NO_SNI}")?;
         }
+        if self.direct {
+            write!(f, " {OPTION_DIRECT}")?;
+        }
         Ok(())
     }
 }
@@ -266,6 +279,9 @@ pub struct TunnelUse {
     /// A ClientHello without a server name: always for an IP target (a server name
     /// cannot be an address), for a name only with `insecure-no-sni`.
     pub no_sni: bool,
+    /// A transparent connection is handed over unrelayed (`direct`): none of
+    /// the checks above apply to it.
+    pub direct: bool,
 }
 
 /// The compiled `network:` section.
@@ -701,6 +717,7 @@ impl NetworkPolicy {
             ports: PortSpec::Any,
             private: true,
             no_sni: true,
+            direct: false,
         };
         NetworkPolicy {
             allow: vec![
@@ -889,10 +906,12 @@ impl NetworkPolicy {
         let mut out = TunnelUse {
             plain: false,
             no_sni: matches!(normal, Host::Ip(_)),
+            direct: false,
         };
         for r in self.matching(&normal, port) {
             out.plain |= r.ports != PortSpec::Web;
             out.no_sni |= r.no_sni;
+            out.direct |= r.direct;
         }
         out
     }
@@ -945,6 +964,7 @@ fn compile_entry(entry: &str) -> Result<NetRule, String> {
         ports,
         private: false,
         no_sni: false,
+        direct: false,
     };
     entry_options(&mut rule, options)?;
     Ok(rule)
@@ -957,10 +977,11 @@ fn entry_options(rule: &mut NetRule, options: &str) -> Result<(), String> {
         let slot = match option {
             OPTION_PRIVATE => &mut rule.private,
             OPTION_NO_SNI => &mut rule.no_sni,
+            OPTION_DIRECT => &mut rule.direct,
             other if other.bytes().all(|b| b.is_ascii_lowercase() || b == b'-') => {
                 return Err(format!(
-                    "unknown option `{other}`: after a space only the options `{OPTION_PRIVATE}` \
-                     and `{OPTION_NO_SNI}` may follow"
+                    "unknown option `{other}`: after a space only the options `{OPTION_PRIVATE}`, \
+                     `{OPTION_NO_SNI}` and `{OPTION_DIRECT}` may follow"
                 ))
             }
             _ => return Err(forbidden_char(' ')),
@@ -974,9 +995,13 @@ fn entry_options(rule: &mut NetRule, options: &str) -> Result<(), String> {
                     "`{OPTION_PRIVATE}` is for names: an address entry reaches its own addresses \
                      whatever their class (loopback and metadata only by an entry for the exact address)"
                 ),
-                _ => format!(
+                OPTION_NO_SNI => format!(
                     "`{OPTION_NO_SNI}` is for names: a TLS client never sends an address as the \
                      server name, so tunnels to an address entry accept a ClientHello without one already"
+                ),
+                _ => format!(
+                    "`{OPTION_DIRECT}` is for names: transparent egress reaches names only \
+                     (a connection to an address is refused)"
                 ),
             });
         }
@@ -1658,7 +1683,7 @@ mod tests {
             ("127.0.0.0/8:8080", "`127.0.0.0/8` is a loopback range: a range never opens loopback addresses"),
             ("127.0.0.0/31", "loopback range"),
             ("a.com private private", "option `private` is written twice"),
-            ("a.com public", "unknown option `public`: after a space only the options `private` and `insecure-no-sni` may follow"),
+            ("a.com public", "unknown option `public`: after a space only the options `private`, `insecure-no-sni` and `direct` may follow"),
             ("a.com 1", "` ` (space) is not allowed in a host name"),
             (" a.com", "` ` (space) is not allowed"),
             ("10.0.0.1 private", "`private` is for names"),
@@ -2074,6 +2099,7 @@ mod tests {
         let plain = TunnelUse {
             plain: true,
             no_sni: false,
+            direct: false,
         };
         let neither = TunnelUse::default();
         assert_eq!(use_of("web.example", 443), neither);
@@ -2086,7 +2112,8 @@ mod tests {
             use_of("old.example", 443),
             TunnelUse {
                 plain: true,
-                no_sni: true
+                no_sni: true,
+                direct: false,
             }
         );
         assert_eq!(use_of("a.wild.example", 8443), plain);
@@ -2095,14 +2122,16 @@ mod tests {
             use_of("10.2.3.4", 443),
             TunnelUse {
                 plain: false,
-                no_sni: true
+                no_sni: true,
+                direct: false,
             }
         );
         assert_eq!(
             use_of("10.0.0.1", 5432),
             TunnelUse {
                 plain: true,
-                no_sni: true
+                no_sni: true,
+                direct: false,
             }
         );
         // Not allowed at all: nothing (check refuses first anyway).
@@ -2151,6 +2180,7 @@ mod tests {
                 ports,
                 private: false,
                 no_sni: false,
+                direct: false,
             };
             assert_eq!(r.to_string(), want);
         }

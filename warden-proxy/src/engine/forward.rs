@@ -1,5 +1,7 @@
-//! The HTTP/1.1 side: absolute-form forwarding with keep-alive and upgrades, and
-//! CONNECT tunnels.
+//! The HTTP/1.1 side: absolute-form forwarding with keep-alive and upgrades,
+//! CONNECT tunnels, and the plain HTTP of a transparent connection to a name
+//! whose entry lists no port ([`Fixed`]: origin-form requests whose `Host`
+//! must name the connection's host and port, each decided again).
 
 use std::io;
 use std::net::SocketAddr;
@@ -19,8 +21,15 @@ use crate::ProxyConfig;
 /// How much is read at a time while relaying bodies.
 const CHUNK: usize = 128 * 1024;
 
+/// The one host and port a transparent connection reaches: every request on
+/// it must name them (`Host`, or an absolute-form target).
+pub(crate) struct Fixed {
+    pub host: Host,
+    pub port: u16,
+}
+
 /// The upstream connection kept between requests of one client connection.
-struct Upstream {
+pub(crate) struct Upstream {
     stream: TcpStream,
     host: Host,
     port: u16,
@@ -37,6 +46,21 @@ struct Upstream {
 impl Upstream {
     /// Whether the connection can carry another request: still open, and the
     /// upstream has sent nothing unasked.
+    /// The connection a transparent connection's decision opened, for its
+    /// first request.
+    pub(crate) fn opened(cfg: &ProxyConfig, host: &Host, port: u16, o: decide::Opened) -> Self {
+        let link = Link::new(cfg, Protocol::Transparent, &host.to_string(), port, o.addr);
+        Upstream {
+            stream: o.stream,
+            host: host.clone(),
+            port,
+            addr: o.addr,
+            grant: o.grant,
+            buf: Vec::new(),
+            link,
+        }
+    }
+
     fn reusable(&self) -> bool {
         if !self.buf.is_empty() {
             return false;
@@ -111,7 +135,7 @@ pub(crate) fn denial_response(status: u16, code: &str, message: &str) -> Vec<u8>
 }
 
 /// The refusal of a method the proxy does not forward, or None.
-fn vet_method(method: &str, host: &str, port: u16) -> Option<Deny> {
+fn vet_method(protocol: Protocol, method: &str, host: &str, port: u16) -> Option<Deny> {
     let (code, message) = match http::method_use(method) {
         MethodUse::Forward | MethodUse::Connect => return None,
         MethodUse::Refused => (
@@ -127,7 +151,7 @@ fn vet_method(method: &str, host: &str, port: u16) -> Option<Deny> {
         ),
     };
     Some(Deny {
-        protocol: Protocol::Http,
+        protocol,
         host: host.to_string(),
         port,
         code,
@@ -175,23 +199,60 @@ async fn read_head(client: &mut TcpStream, buf: &mut Vec<u8>, cfg: &ProxyConfig)
     }
 }
 
-pub(crate) async fn serve(mut client: TcpStream, mut buf: Vec<u8>, cfg: &ProxyConfig) {
-    let mut upstream: Option<Upstream> = None;
+pub(crate) async fn serve(client: TcpStream, buf: Vec<u8>, cfg: &ProxyConfig) {
+    serve_on(client, buf, cfg, None, None).await
+}
+
+/// [`serve`] for a transparent connection to `fixed`, its first request on
+/// `upstream` (already decided and recorded).
+pub(crate) async fn serve_fixed(
+    client: TcpStream,
+    buf: Vec<u8>,
+    cfg: &ProxyConfig,
+    fixed: Fixed,
+    upstream: Upstream,
+) {
+    serve_on(client, buf, cfg, Some(&fixed), Some(upstream)).await
+}
+
+async fn serve_on(
+    mut client: TcpStream,
+    mut buf: Vec<u8>,
+    cfg: &ProxyConfig,
+    fixed: Option<&Fixed>,
+    mut upstream: Option<Upstream>,
+) {
+    let protocol = protocol_of(fixed);
     loop {
         let head = match read_head(&mut client, &mut buf, cfg).await {
             HeadRead::Head(h) => h,
             HeadRead::Gone => return,
             HeadRead::Bad(e) => {
-                let d = Deny::bad_request(Protocol::Http, String::new(), 0, &e);
+                let (host, port) =
+                    fixed.map_or((String::new(), 0), |f| (f.host.to_string(), f.port));
+                let d = Deny::bad_request(protocol, host, port, &e);
                 return refuse(&mut client, cfg, d).await;
             }
         };
         buf.drain(..head.len);
         if head.method == "CONNECT" {
             drop(upstream.take());
+            if let Some(f) = fixed {
+                let d = Deny {
+                    protocol,
+                    host: f.host.to_string(),
+                    port: f.port,
+                    code: RefusalCode::MethodRefused,
+                    message: "CONNECT is for proxies; this connection already reaches its host"
+                        .into(),
+                    rule: None,
+                    address: None,
+                };
+                return refuse(&mut client, cfg, d).await;
+            }
             return connect(client, buf, head, cfg).await;
         }
-        match exchange(&mut client, &mut buf, &head, &mut upstream, cfg).await {
+        match exchange(&mut client, &mut buf, &head, &mut upstream, cfg, fixed).await {
             Next::Continue => {}
             Next::Close => return,
         }
@@ -203,25 +264,62 @@ enum Next {
     Close,
 }
 
-/// The checks of an absolute-form request that need no DNS: the target and the
-/// Host header, framing. Returns the normalised host, port and origin-form target.
-fn vet_request(head: &RequestHead) -> Result<(Host, u16, String, BodyLength), Box<Deny>> {
-    let (authority, path) = http::parse_absolute_target(&head.target)
-        .map_err(|e| Deny::bad_request(Protocol::Http, printable(head.target.as_bytes()), 0, &e))?;
-    let port = authority.port;
-    let host = parse_host(&authority.host).map_err(|d| {
-        Deny::refusal(
-            Protocol::Http,
-            printable(authority.host.as_bytes()),
-            port,
-            Refusal::denial(&d, None),
-        )
-    })?;
+fn protocol_of(fixed: Option<&Fixed>) -> Protocol {
+    if fixed.is_some() {
+        Protocol::Transparent
+    } else {
+        Protocol::Http
+    }
+}
+
+/// The checks of a request that need no DNS: the target and the Host header,
+/// framing. Returns the normalised host, port and origin-form target. With
+/// `fixed` (a transparent connection), an origin-form target is for the
+/// connection's host and port, and the request must name exactly those.
+fn vet_request(
+    head: &RequestHead,
+    fixed: Option<&Fixed>,
+) -> Result<(Host, u16, String, BodyLength), Box<Deny>> {
+    let protocol = protocol_of(fixed);
+    let (host, port, path) = match fixed {
+        Some(f) if head.target.starts_with('/') || head.target == "*" => {
+            (f.host.clone(), f.port, head.target.clone())
+        }
+        _ => {
+            let (authority, path) = http::parse_absolute_target(&head.target).map_err(|e| {
+                Deny::bad_request(protocol, printable(head.target.as_bytes()), 0, &e)
+            })?;
+            let port = authority.port;
+            let host = parse_host(&authority.host).map_err(|d| {
+                Deny::refusal(
+                    protocol,
+                    printable(authority.host.as_bytes()),
+                    port,
+                    Refusal::denial(&d, None),
+                )
+            })?;
+            (host, port, path)
+        }
+    };
     let shown = host.to_string();
-    let bad = |e: HttpError| Deny::bad_request(Protocol::Http, shown.clone(), port, &e);
+    if let Some(f) = fixed.filter(|f| (&f.host, f.port) != (&host, port)) {
+        return Err(Box::new(Deny {
+            protocol,
+            host: shown.clone(),
+            port,
+            code: RefusalCode::HostMismatch,
+            message: format!(
+                "the request names {shown}:{port}, but this connection reaches {}:{}",
+                f.host, f.port
+            ),
+            rule: None,
+            address: None,
+        }));
+    }
+    let bad = |e: HttpError| Deny::bad_request(protocol, shown.clone(), port, &e);
     let host_value = http::host_header(&head.headers).map_err(bad)?;
     let mismatch = |what: String| Deny {
-        protocol: Protocol::Http,
+        protocol,
         host: shown.clone(),
         port,
         code: RefusalCode::HostMismatch,
@@ -259,8 +357,10 @@ async fn exchange(
     head: &RequestHead,
     slot: &mut Option<Upstream>,
     cfg: &ProxyConfig,
+    fixed: Option<&Fixed>,
 ) -> Next {
-    let (host, port, path, body) = match vet_request(head) {
+    let protocol = protocol_of(fixed);
+    let (host, port, path, body) = match vet_request(head, fixed) {
         Ok(v) => v,
         Err(d) => {
             refuse(client, cfg, *d).await;
@@ -269,7 +369,7 @@ async fn exchange(
     };
     let shown = host.to_string();
     // Before any lookup or connection: TRACE, TRACK and unknown methods.
-    if let Some(d) = vet_method(&head.method, &shown, port) {
+    if let Some(d) = vet_method(protocol, &head.method, &shown, port) {
         *slot = None;
         refuse(client, cfg, d).await;
         return Next::Close;
@@ -290,14 +390,14 @@ async fn exchange(
                 .map_err(|d| Refusal::denial(&d, None));
             if let Err(r) = checked {
                 *slot = None;
-                refuse(client, cfg, Deny::refusal(Protocol::Http, shown, port, r)).await;
+                refuse(client, cfg, Deny::refusal(protocol, shown, port, r)).await;
                 return Next::Close;
             }
             up
         }
-        None => match decide::open(cfg, &host, port, Protocol::Http).await {
+        None => match decide::open(cfg, &host, port, protocol).await {
             Ok(o) => {
-                let link = Link::new(cfg, Protocol::Http, &shown, port, o.addr);
+                let link = Link::new(cfg, protocol, &shown, port, o.addr);
                 slot.insert(Upstream {
                     stream: o.stream,
                     host: host.clone(),
@@ -309,12 +409,12 @@ async fn exchange(
                 })
             }
             Err(r) => {
-                refuse(client, cfg, Deny::refusal(Protocol::Http, shown, port, r)).await;
+                refuse(client, cfg, Deny::refusal(protocol, shown, port, r)).await;
                 return Next::Close;
             }
         },
     };
-    allowed_event(cfg, Protocol::Http, &shown, port, up.addr, &up.grant);
+    allowed_event(cfg, protocol, &shown, port, up.addr, &up.grant);
 
     let upgrade = http::is_upgrade(&head.headers);
     let close = head.minor == 0
@@ -397,7 +497,7 @@ async fn exchange(
             match failure {
                 Failure::Client(e) => {
                     // The rest of the body was refused; what was forwarded was valid.
-                    let d = Deny::bad_request(Protocol::Http, shown, port, &e);
+                    let d = Deny::bad_request(protocol, shown, port, &e);
                     if started {
                         decide_event(cfg, d.protocol, &d.host, port, None, Some(d.code), None);
                     } else {

@@ -5,6 +5,7 @@ mod decide;
 mod forward;
 mod socks5;
 mod splice;
+pub(crate) mod transparent;
 mod tunnel;
 
 use std::future::Future;
@@ -313,55 +314,6 @@ pub(crate) fn allowed_event(
         rule: Some(grant.rule.clone()),
         approval: grant.approval.clone(),
     });
-}
-
-/// Transparent egress: the whole decision for a connection the sandbox made
-/// to the synthetic address its resolver gave `name`, as for a CONNECT
-/// tunnel — the allowlist (and the session's approvals), one lookup, the
-/// address classes of every address, a connection to the first vetted one
-/// that answers — reported like the proxy's. The caller hands the stream
-/// over to the sandbox; no `close` is reported (its bytes never pass here).
-pub async fn open_transparent(
-    cfg: &ProxyConfig,
-    name: &str,
-    port: u16,
-) -> Result<tokio::net::TcpStream, RefusalCode> {
-    let protocol = Protocol::Transparent;
-    let host = match warden_core::policy::net::parse_host(name) {
-        Ok(h) => h,
-        Err(_) => {
-            let shown = crate::events::printable(name.as_bytes());
-            decide_event(
-                cfg,
-                protocol,
-                &shown,
-                port,
-                None,
-                Some(RefusalCode::BadHost),
-                None,
-            );
-            return Err(RefusalCode::BadHost);
-        }
-    };
-    let shown = host.to_string();
-    match decide::open(cfg, &host, port, protocol).await {
-        Ok(o) => {
-            allowed_event(cfg, protocol, &shown, port, o.addr, &o.grant);
-            Ok(o.stream)
-        }
-        Err(r) => {
-            decide_event(
-                cfg,
-                protocol,
-                &shown,
-                port,
-                r.address,
-                Some(r.code),
-                r.rule.as_deref(),
-            );
-            Err(r.code)
-        }
-    }
 }
 
 /// The reason of an allowed decision.

@@ -7,8 +7,13 @@
 //! 0. No byte of the connection passes through the daemon.
 //!
 //! What the notifier decides at once ([`judge`]):
-//! - `AF_INET` to a synthetic address (or its IPv4-mapped IPv6 form): held,
-//!   a [`HeldConnect`] for the [`Connector`];
+//! - a TCP socket to a synthetic address (or its IPv4-mapped IPv6 form):
+//!   held, a [`HeldConnect`] for the [`Connector`]. The notifier looks at the
+//!   caller's socket through a duplicate of it (`pidfd_getfd`): one already
+//!   connected gets `EISCONN` (a second `connect` after `EINPROGRESS` is a
+//!   usual check; never a second connection);
+//! - a UDP socket to a synthetic address: `ENETUNREACH` (the resolver is the
+//!   sandbox's one UDP service), recorded;
 //! - loopback (the proxy's listener, the resolver), `AF_UNIX` and every other
 //!   family: the kernel runs the call as it would (and refuses what the
 //!   sandbox refuses);
@@ -17,9 +22,12 @@
 //!   for the record).
 //!
 //! The replacing socket gets the caller's `O_NONBLOCK` and close-on-exec
-//! flags; a non-blocking caller sees 0 (connected) rather than `EINPROGRESS`,
-//! which every event loop accepts. Socket options the caller set before
-//! `connect` are not copied.
+//! flags and the options it set before `connect` that mean something for a
+//! connected TCP socket ([`COPIED_OPTIONS`]: timeouts, keepalive, linger,
+//! `TCP_NODELAY`...; buffer sizes are not copied, which would turn off the
+//! kernel's autotuning). A blocking caller returns 0; a non-blocking one
+//! `EINPROGRESS`, then finds the socket writable with `SO_ERROR` 0, as after
+//! any non-blocking connect.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -35,9 +43,39 @@ use crate::sys;
 pub trait Connector: Send + Sync {
     /// A connection to a synthetic address: hand over a socket or refuse.
     fn connect(&self, call: HeldConnect);
-    /// A connection refused at once (a non-loopback, non-synthetic address).
-    fn refused(&self, pid: u32, to: SocketAddr);
+    /// A connection refused at once, and why.
+    fn refused(&self, pid: u32, to: SocketAddr, why: Unreachable);
 }
+
+/// Why a `connect` was refused at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unreachable {
+    /// An address that is neither loopback nor synthetic (`ENETUNREACH`).
+    Address,
+    /// A UDP (or other non-stream) socket to a synthetic address
+    /// (`ENETUNREACH`): only TCP is handed over.
+    Datagram,
+    /// The caller's socket could not be looked at (`pidfd_getfd` refused:
+    /// `ECONNREFUSED`, never a guess).
+    Unreadable,
+}
+
+/// The socket options copied from the caller's socket onto the one that
+/// replaces it (`level`, `name`); those its family lacks are skipped.
+pub const COPIED_OPTIONS: &[(libc::c_int, libc::c_int)] = &[
+    (libc::SOL_SOCKET, libc::SO_KEEPALIVE),
+    (libc::SOL_SOCKET, libc::SO_RCVTIMEO),
+    (libc::SOL_SOCKET, libc::SO_SNDTIMEO),
+    (libc::SOL_SOCKET, libc::SO_LINGER),
+    (libc::SOL_SOCKET, libc::SO_OOBINLINE),
+    (libc::SOL_SOCKET, libc::SO_RCVLOWAT),
+    (libc::SOL_SOCKET, libc::SO_PRIORITY),
+    (libc::IPPROTO_TCP, libc::TCP_NODELAY),
+    (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE),
+    (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL),
+    (libc::IPPROTO_TCP, libc::TCP_KEEPCNT),
+    (libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT),
+];
 
 /// Whether `addr` is in 198.18.0.0/15.
 pub fn synthetic(addr: Ipv4Addr) -> bool {
@@ -55,6 +93,10 @@ pub struct HeldConnect {
     pub fd: i32,
     /// Where it connects: a synthetic address and the port.
     pub to: SocketAddrV4,
+    /// The caller's socket is non-blocking: it must not wait for the upstream.
+    pub nonblocking: bool,
+    /// A duplicate of the caller's socket (its options are copied from it).
+    theirs: OwnedFd,
     answered: bool,
 }
 
@@ -90,6 +132,11 @@ impl HeldConnect {
             return Err(Errno::EBADF);
         };
         let nonblocking = flags & libc::O_NONBLOCK != 0;
+        // Each of these is settable on any connected TCP socket: a failure
+        // is the caller's socket gone strange, and leaves the default.
+        for &(level, name) in COPIED_OPTIONS {
+            let _ = sys::net::copy_sockopt(self.theirs.as_fd(), sock.as_fd(), level, name);
+        }
         let fl = nix::fcntl::fcntl(&sock, nix::fcntl::FcntlArg::F_GETFL)?;
         let mut fl = nix::fcntl::OFlag::from_bits_retain(fl);
         fl.set(nix::fcntl::OFlag::O_NONBLOCK, nonblocking);
@@ -111,8 +158,13 @@ impl HeldConnect {
         };
         match sys::seccomp::add_fd(listener, &addfd) {
             Ok(_) => {
-                // Connected: connect(2) returns 0.
-                super::notify::respond_value(listener, self.id, 0);
+                // Connected: connect(2) returns 0, or, non-blocking, what a
+                // connect in progress returns (the socket is writable).
+                if nonblocking {
+                    respond(listener, self.id, libc::EINPROGRESS);
+                } else {
+                    super::notify::respond_value(listener, self.id, 0);
+                }
                 Ok(())
             }
             Err(e) => {
@@ -140,9 +192,32 @@ impl Drop for HeldConnect {
 /// What the notifier does with one `connect`.
 pub(crate) enum Judged {
     Continue,
+    /// The caller's socket is connected already: `EISCONN`.
+    Connected,
     Held(HeldConnect),
     /// Refused at once with this errno, to this address.
-    Refused(i32, SocketAddr),
+    Refused(i32, SocketAddr, Unreachable),
+}
+
+/// What the caller's socket is: a duplicate of it, whether it is a stream
+/// socket and whether it is connected already. The pid is checked to still
+/// name the caller after the pidfd is opened.
+fn look_at(
+    listener: &Arc<OwnedFd>,
+    n: &libc::seccomp_notif,
+    fd: i32,
+) -> Result<(OwnedFd, bool, bool), Errno> {
+    let pidfd = sys::process::pidfd_open(n.pid as libc::pid_t)?;
+    if !sys::seccomp::id_valid(listener.as_fd(), n.id) {
+        return Err(Errno::ESRCH);
+    }
+    let theirs = sys::process::pidfd_getfd(pidfd.as_fd(), fd)?;
+    let stream = nix::sys::socket::getsockopt(&theirs, nix::sys::socket::sockopt::SockType)?
+        == nix::sys::socket::SockType::Stream;
+    let connected =
+        nix::sys::socket::getpeername::<nix::sys::socket::SockaddrStorage>(theirs.as_raw_fd())
+            .is_ok();
+    Ok((theirs, stream, connected))
 }
 
 /// Reads the address `n` connects to and judges it (module doc).
@@ -181,17 +256,27 @@ pub(crate) fn judge(listener: &Arc<OwnedFd>, n: &libc::seccomp_notif) -> Judged 
         IpAddr::V6(a) => a.to_ipv4_mapped(),
     };
     match v4 {
-        Some(a) if synthetic(a) => Judged::Held(HeldConnect {
-            listener: listener.clone(),
-            id: n.id,
-            pid: n.pid,
-            fd,
-            to: SocketAddrV4::new(a, to.port()),
-            answered: false,
-        }),
+        Some(a) if synthetic(a) => match look_at(listener, n, fd) {
+            Ok((_, false, _)) => Judged::Refused(libc::ENETUNREACH, to, Unreachable::Datagram),
+            // Answered here: the kernel would check its own rules first
+            // (Landlock's TCP connect ports: EACCES), where the caller
+            // expects what a connected socket answers.
+            Ok((_, true, true)) => Judged::Connected,
+            Ok((theirs, true, false)) => Judged::Held(HeldConnect {
+                listener: listener.clone(),
+                id: n.id,
+                pid: n.pid,
+                fd,
+                to: SocketAddrV4::new(a, to.port()),
+                nonblocking: fd_flags(n.pid, fd).is_some_and(|f| f & libc::O_NONBLOCK != 0),
+                theirs,
+                answered: false,
+            }),
+            Err(_) => Judged::Refused(libc::ECONNREFUSED, to, Unreachable::Unreadable),
+        },
         _ if to.ip().is_loopback() || to.ip().is_unspecified() => Judged::Continue,
         Some(a) if a.is_loopback() => Judged::Continue,
-        _ => Judged::Refused(libc::ENETUNREACH, to),
+        _ => Judged::Refused(libc::ENETUNREACH, to, Unreachable::Address),
     }
 }
 
@@ -203,10 +288,11 @@ pub(crate) fn handle(
 ) {
     match judge(listener, n) {
         Judged::Continue => respond_continue(listener.as_fd(), n.id),
+        Judged::Connected => respond(listener.as_fd(), n.id, libc::EISCONN),
         Judged::Held(call) => connector.connect(call),
-        Judged::Refused(errno, to) => {
+        Judged::Refused(errno, to, why) => {
             respond(listener.as_fd(), n.id, errno);
-            connector.refused(n.pid, to);
+            connector.refused(n.pid, to, why);
         }
     }
 }

@@ -80,7 +80,7 @@ pub(crate) mod queue;
 pub(crate) mod resolve;
 
 pub use classify::{Action, FileAccess, FileAccesses, BATCH_INTERVAL};
-pub use connect::{Connector, HeldConnect};
+pub use connect::{Connector, HeldConnect, Unreachable, COPIED_OPTIONS};
 pub use hold::{FileHolder, HeldOp, HeldOpen};
 pub use layout::AccessVerdict;
 pub use notify::{RefusedCall, RefusedCalls, Wake, WakeWaiter};

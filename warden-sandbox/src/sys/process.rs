@@ -15,6 +15,13 @@ pub(crate) fn pidfd_open(pid: libc::pid_t) -> Result<OwnedFd, Errno> {
     fd_result(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })
 }
 
+/// `pidfd_getfd(pidfd, fd, 0)`: a duplicate of another process's fd (the same
+/// open file description), close-on-exec. Needs ptrace access to it.
+pub(crate) fn pidfd_getfd(pidfd: BorrowedFd<'_>, fd: RawFd) -> Result<OwnedFd, Errno> {
+    // SAFETY: plain integers; the fd returned is ours.
+    fd_result(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) })
+}
+
 /// `pidfd_send_signal(pidfd, sig, NULL, 0)`: signals exactly the process the pidfd
 /// was opened for, never a process that later reused its pid.
 pub(crate) fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: i32) -> Result<(), Errno> {
