@@ -26,11 +26,25 @@ impl World {
     }
 
     fn run(&self, mode: &str, script: &str) -> (String, String) {
+        let entry = format!("allowed.test:{} private", self.up.http.port());
+        self.run_with(mode, &[entry], "", script)
+    }
+
+    /// `script` under a policy with these `network.allow` entries and
+    /// `extra` YAML (top-level keys).
+    fn run_with(
+        &self,
+        mode: &str,
+        entries: &[String],
+        extra: &str,
+        script: &str,
+    ) -> (String, String) {
+        let allow: Vec<String> = entries.iter().map(|e| format!("{e:?}")).collect();
         let policy = self.env.policy(
             &format!("transparent-{mode}.yaml"),
             &format!(
-                "version: 1\nname: transparent-{mode}\nnetwork:\n  mode: {mode}\n  allow: [\"allowed.test:{} private\"]\n",
-                self.up.http.port()
+                "version: 1\nname: transparent-{mode}\n{extra}network:\n  mode: {mode}\n  allow: [{}]\n",
+                allow.join(", ")
             ),
         );
         let mut cmd = self.env.shim([
@@ -194,4 +208,191 @@ fn mcp_server_fetch_works_with_the_proxy_variables_unset() {
     c.close_stdin();
     c.wait_exit(Duration::from_secs(30));
     assert!(w.up.dns.queries_for("notlisted.test").is_empty());
+}
+
+/// The relay's checks of the bytes (the default hand-over): a TLS
+/// ClientHello to an allowlisted name must name it, or the connection is
+/// reset before any byte reaches the upstream (`sni-mismatch`); the control,
+/// the same client naming the host, completes its request. UDP to a
+/// synthetic address is refused at once (the resolver is the sandbox's one
+/// UDP service), with a record.
+#[test]
+fn tls_must_name_the_host_and_udp_is_refused() {
+    let Some(w) = World::new() else { return };
+    let port = w.up.https.port();
+    let ca = w.up.pki.ca_pem.display().to_string();
+    let pki_dir = w.up.pki.ca_pem.parent().unwrap().display().to_string();
+    let script = format!(
+        "/usr/bin/python3 -c '
+import errno, socket, ssl
+def get(sni, verify):
+    ctx = ssl.create_default_context(cafile=\"{ca}\")
+    if not verify:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    try:
+        s = socket.create_connection((\"allowed.test\", {port}), timeout=20)
+        t = ctx.wrap_socket(s, server_hostname=sni)
+        t.sendall(b\"GET /hello HTTP/1.1\\r\\nHost: allowed.test\\r\\nConnection: close\\r\\n\\r\\n\")
+        print(sni, t.recv(12).decode())
+    except OSError as e:
+        print(sni, \"refused\")
+get(\"allowed.test\", True)
+get(\"evil.test\", False)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    u.connect((\"allowed.test\", 53))
+    print(\"udp connected\")
+except OSError as e:
+    print(\"udp\", errno.errorcode[e.errno])
+'"
+    );
+    let (stdout, stderr) = w.run_with(
+        "transparent",
+        &[format!("allowed.test:{port} private")],
+        &format!("filesystem:\n  read: [\"{pki_dir}\"]\n"),
+        &script,
+    );
+    assert_eq!(
+        stdout, "allowed.test HTTP/1.1 200\nevil.test refused\nudp ENETUNREACH\n",
+        "{stderr}"
+    );
+    // The refused ClientHello never reached the upstream.
+    let snis: Vec<Option<String>> =
+        w.up.https
+            .connections()
+            .into_iter()
+            .map(|c| c.sni)
+            .collect();
+    assert!(snis.contains(&Some("allowed.test".into())), "{snis:?}");
+    assert!(!snis.contains(&Some("evil.test".into())), "{snis:?}");
+    let recs = audit_records(&w.env);
+    let net: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["type"] == "network" && r["action"] == "connect")
+        .collect();
+    assert!(
+        net.iter()
+            .any(|r| r["resource"] == format!("allowed.test:{port}")
+                && r["decision"] == "deny"
+                && r["details"]["code"] == "sni-mismatch"),
+        "{net:?}"
+    );
+    assert!(
+        net.iter()
+            .any(|r| r["details"]["protocol"] == "udp" && r["decision"] == "deny"),
+        "{net:?}"
+    );
+}
+
+/// A real `git daemon` on the host, its port allowlisted for a name.
+struct GitDaemon {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl GitDaemon {
+    /// Serves `base` (every repository in it).
+    fn start(base: &std::path::Path) -> GitDaemon {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("git")
+            .args([
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                "--listen=127.0.0.1",
+            ])
+            .arg(format!("--port={port}"))
+            .arg(format!("--base-path={}", base.display()))
+            .arg(base)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("git daemon");
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return GitDaemon { child, port };
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("git daemon did not listen on {port}");
+    }
+}
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Clients with their own resolver and connect, none told of a proxy:
+/// Node 20's `fetch` (undici) and `git clone git://` from a real `git
+/// daemon` on an allowed `host:port` both reach the allowlisted name.
+#[test]
+fn node_fetch_and_git_reach_an_allowlisted_name() {
+    let Some(w) = World::new() else { return };
+    let http = w.up.http.port();
+    let node = find_on_path("node").expect("node on PATH");
+    let base = w.env.root.join("git-served");
+    std::fs::create_dir_all(&base).unwrap();
+    let git = |args: &[&str], dir: &std::path::Path| {
+        let out = std::process::Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    let work = w.env.root.join("git-work");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&["init", "-q"], &work);
+    std::fs::write(work.join("README"), "hello\n").unwrap();
+    git(&["add", "README"], &work);
+    git(&["commit", "-qm", "served over git://"], &work);
+    git(
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            work.to_str().unwrap(),
+            base.join("repo.git").to_str().unwrap(),
+        ],
+        &base,
+    );
+    let daemon = GitDaemon::start(&base);
+    let script = format!(
+        "{node} -e 'fetch(\"http://allowed.test:{http}/hello\").then(r => console.log(\"fetch\", r.status), e => console.log(\"fetch\", e.cause && e.cause.code))'; \
+         git clone -q git://allowed.test:{git}/repo.git /tmp/clone && git -C /tmp/clone log -1 --format=%s",
+        node = node.display(),
+        git = daemon.port,
+    );
+    let (stdout, stderr) = w.run_with(
+        "transparent",
+        &[
+            format!("allowed.test:{http} private"),
+            format!("allowed.test:{} private", daemon.port),
+        ],
+        "",
+        &script,
+    );
+    assert_eq!(stdout, "fetch 200\nserved over git://\n", "{stderr}");
+    let recs = audit_records(&w.env);
+    assert!(recs.iter().any(|r| r["type"] == "network"
+        && r["action"] == "connect"
+        && r["resource"] == format!("allowed.test:{}", daemon.port)
+        && r["decision"] == "allow"
+        && r["details"]["protocol"] == "transparent"));
 }
