@@ -10,7 +10,13 @@
 //!   1) Gbit/s, direct and through the proxy;
 //! - latency: a Python client makes R (default 1000) sequential small requests,
 //!   each on a new connection, on the host directly and inside the sandbox through
-//!   the proxy (which resolves `localhost` and vets it per request); median, p90.
+//!   the proxy (which resolves `localhost` and vets it per request); median, p90;
+//! - transparent egress (`network.mode: transparent`, the client told of no
+//!   proxy): the same download with `curl --noproxy '*'` to a name the
+//!   bench's own DNS server answers with the upstream's loopback address,
+//!   relayed (the default hand-over) and `direct`; and what `connect()`
+//!   costs: R blocking connects from Python to the name's synthetic address
+//!   inside, each timed alone, against R connects to the upstream on the host.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -283,11 +289,78 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
+/// The bench's DNS server on the host's loopback: every A question is
+/// answered with 127.0.0.1, everything else gets an empty answer. Returns
+/// its address, for `wardend --dns`.
+fn dns_server() -> String {
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind dns");
+    let addr = sock.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        while let Ok((n, from)) = sock.recv_from(&mut buf) {
+            if n < 12 {
+                continue;
+            }
+            // The question: labels, then type and class.
+            let mut i = 12;
+            while i < n && buf[i] != 0 {
+                i += 1 + buf[i] as usize;
+            }
+            if i + 5 > n {
+                continue;
+            }
+            let qtype = u16::from_be_bytes([buf[i + 1], buf[i + 2]]);
+            let end = i + 5;
+            let mut r = buf[..end].to_vec();
+            r[2] = 0x81; // a response, recursion desired
+            r[3] = 0x80; // recursion available, no error
+            r[6..12].copy_from_slice(&[0, u8::from(qtype == 1), 0, 0, 0, 0]);
+            if qtype == 1 {
+                r.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 127, 0, 0, 1]);
+            }
+            let _ = sock.send_to(&r, from);
+        }
+    });
+    addr
+}
+
+/// Blocking connects, each timed alone (µs), to `host` `port` resolved once.
+const CONNECT_PY: &str = r#"
+import socket, sys, time
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+addr = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4]
+out = []
+for i in range(n + 5):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    t = time.perf_counter_ns()
+    s.connect(addr)
+    d = (time.perf_counter_ns() - t) // 1000
+    s.close()
+    if i >= 5:
+        out.append(d)
+print(" ".join(map(str, out)))
+"#;
+
+fn transparent_policy(dir: &Path, name: &str, argv: &[&str], entry: &str) -> std::path::PathBuf {
+    let cmd: Vec<String> = argv
+        .iter()
+        .map(|a| serde_json::to_string(a).unwrap())
+        .collect();
+    let text = format!(
+        "command: [{}]\nnetwork:\n  mode: transparent\n  allow: [\"{entry}\"]\n",
+        cmd.join(", ")
+    );
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
 pub fn main() {
     let mib = arg("--mib", 1024);
     let requests = arg("--requests", 1000);
     let runs = arg("--runs", 3);
-    let daemon = Daemon::start();
+    let dns = dns_server();
+    let daemon = Daemon::start_with(&["--dns", &dns]);
     let s = daemon.socket.clone();
     let port = upstream();
     let dir = tempfile::tempdir().unwrap();
@@ -314,24 +387,56 @@ pub fn main() {
         "%{speed_download}",
         relayed_url.as_str(),
     ];
+    let named_url = format!("http://bench.test:{port}/bytes/{}", mib << 20);
+    let curl_named = [
+        "curl",
+        "-sS",
+        "--noproxy",
+        "*",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{speed_download}",
+        named_url.as_str(),
+    ];
+    let entry = format!("bench.test:{port} private");
+    let t_relayed = transparent_policy(dir.path(), "t-relayed.yaml", &curl_named, &entry);
+    let t_direct = transparent_policy(
+        dir.path(),
+        "t-direct.yaml",
+        &curl_named,
+        &format!("{entry} direct"),
+    );
     let (mut direct, mut proxied, mut relayed) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut tr, mut td) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let speed = |out: String| out.trim().parse::<f64>().expect("curl speed") / (1 << 20) as f64;
         direct.push(speed(run(&curl, &s, None)));
         relayed.push(speed(run(&curl_relayed, &s, None)));
         proxied.push(speed(run(&curl, &s, Some(&curl_policy))));
+        tr.push(speed(run(&curl_named, &s, Some(&t_relayed))));
+        td.push(speed(run(&curl_named, &s, Some(&t_direct))));
     }
     let (d, p, r) = (median(direct), median(proxied), median(relayed));
+    let (tr, td) = (median(tr), median(td));
     println!("## egress throughput: {mib} MiB download with curl ({runs} runs each, median)\n");
     println!("| path | MiB/s |");
     println!("| --- | --- |");
     println!("| host, direct to the upstream | {d:.0} |");
     println!("| host, through a plain relay (no parsing, no policy) | {r:.0} |");
     println!("| sandbox, through the proxy (HTTP forward) | {p:.0} |");
+    println!("| sandbox, transparent, relayed (`curl --noproxy`) | {tr:.0} |");
+    println!("| sandbox, transparent, `direct` hand-over (`curl --noproxy`) | {td:.0} |");
     println!(
-        "\nthroughput through the proxy: {:.0}% of direct, {:.0}% of the plain relay\n",
+        "\nthroughput through the proxy: {:.0}% of direct, {:.0}% of the plain relay",
         100.0 * p / d,
         100.0 * p / r
+    );
+    println!(
+        "transparent relayed: {:.0}% of the plain relay ({:.0}% of direct); direct hand-over: {:.0}% of direct\n",
+        100.0 * tr / r,
+        100.0 * tr / d,
+        100.0 * td / d
     );
 
     // The same download from an upstream behind a 1 Gbit/s link (what a real
@@ -406,5 +511,55 @@ pub fn main() {
     println!("| --- | --- | --- |");
     println!("| host, direct to the upstream | {dm:.0} µs | {d90:.0} µs |");
     println!("| sandbox, through the proxy | {pm:.0} µs | {p90:.0} µs |");
-    println!("\nadded latency per connection (median): {:.0} µs", pm - dm);
+    println!(
+        "\nadded latency per connection (median): {:.0} µs\n",
+        pm - dm
+    );
+
+    // connect() alone: the host's connect to the upstream against the
+    // sandbox's to the name's synthetic address (held, decided, dialled by
+    // the daemon, handed over), relayed and direct.
+    let cpy = |host: &str| -> Vec<String> {
+        [
+            "/usr/bin/python3",
+            "-c",
+            CONNECT_PY,
+            host,
+            &port.to_string(),
+            &n,
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect()
+    };
+    let host_argv = cpy("127.0.0.1");
+    let named_argv = cpy("bench.test");
+    let host_argv: Vec<&str> = host_argv.iter().map(String::as_str).collect();
+    let named_argv: Vec<&str> = named_argv.iter().map(String::as_str).collect();
+    let c_relayed = transparent_policy(dir.path(), "c-relayed.yaml", &named_argv, &entry);
+    let c_direct = transparent_policy(
+        dir.path(),
+        "c-direct.yaml",
+        &named_argv,
+        &format!("{entry} direct"),
+    );
+    let mut h = parse(run(&host_argv, &s, None));
+    let mut cr = parse(run(&named_argv, &s, Some(&c_relayed)));
+    let mut cd = parse(run(&named_argv, &s, Some(&c_direct)));
+    let (hm, h90) = (pct(&mut h, 0.5), pct(&mut h, 0.9));
+    let (rm, r90) = (pct(&mut cr, 0.5), pct(&mut cr, 0.9));
+    let (dm2, d90) = (pct(&mut cd, 0.5), pct(&mut cd, 0.9));
+    println!(
+        "## transparent egress: {requests} blocking connect() calls, each timed alone (Python)\n"
+    );
+    println!("| path | median | p90 |");
+    println!("| --- | --- | --- |");
+    println!("| host, to the upstream | {hm:.0} µs | {h90:.0} µs |");
+    println!("| sandbox, to the synthetic address, relayed | {rm:.0} µs | {r90:.0} µs |");
+    println!("| sandbox, to the synthetic address, direct | {dm2:.0} µs | {d90:.0} µs |");
+    println!(
+        "\nadded by connect() (median): relayed {:.0} µs, direct {:.0} µs",
+        rm - hm,
+        dm2 - hm
+    );
 }

@@ -58,6 +58,11 @@ struct Daemon {
 
 impl Daemon {
     fn start() -> Daemon {
+        Daemon::start_with(&[])
+    }
+
+    /// With these extra `wardend` arguments.
+    fn start_with(extra: &[&str]) -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         let run = dir.path().join("run");
         std::fs::create_dir(&run).unwrap();
@@ -69,6 +74,7 @@ impl Daemon {
             .arg(&socket)
             .arg("--state-dir")
             .arg(dir.path().join("state"))
+            .args(extra)
             .env("WARDEN_LOG", "warn")
             // Measured as root too (this VM): a root daemon runs servers only
             // when told to (see docs/security-model.md; `wardend::ROOT_SERVERS_ENV`,

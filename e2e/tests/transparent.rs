@@ -215,7 +215,7 @@ fn mcp_server_fetch_works_with_the_proxy_variables_unset() {
 /// reset before any byte reaches the upstream (`sni-mismatch`); the control,
 /// the same client naming the host, completes its request. UDP to a
 /// synthetic address is refused at once (the resolver is the sandbox's one
-/// UDP service), with a record.
+/// UDP service), with a record; so is a raw (ICMP) socket.
 #[test]
 fn tls_must_name_the_host_and_udp_is_refused() {
     let Some(w) = World::new() else { return };
@@ -245,6 +245,11 @@ try:
     print(\"udp connected\")
 except OSError as e:
     print(\"udp\", errno.errorcode[e.errno])
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    print(\"raw created\")
+except OSError as e:
+    print(\"raw\", errno.errorcode[e.errno])
 '"
     );
     let (stdout, stderr) = w.run_with(
@@ -254,7 +259,7 @@ except OSError as e:
         &script,
     );
     assert_eq!(
-        stdout, "allowed.test HTTP/1.1 200\nevil.test refused\nudp ENETUNREACH\n",
+        stdout, "allowed.test HTTP/1.1 200\nevil.test refused\nudp ENETUNREACH\nraw EPERM\n",
         "{stderr}"
     );
     // The refused ClientHello never reached the upstream.
@@ -282,6 +287,14 @@ except OSError as e:
         net.iter()
             .any(|r| r["details"]["protocol"] == "udp" && r["decision"] == "deny"),
         "{net:?}"
+    );
+    // The raw socket: refused by the seccomp filter, recorded.
+    assert!(
+        recs.iter().any(|r| r["type"] == "policy"
+            && r["action"] == "syscall"
+            && r["resource"] == "socket"
+            && r["decision"] == "deny"),
+        "{recs:?}"
     );
 }
 
@@ -319,6 +332,9 @@ impl GitDaemon {
             }
             std::thread::sleep(Duration::from_millis(25));
         }
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
         panic!("git daemon did not listen on {port}");
     }
 }

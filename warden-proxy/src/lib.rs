@@ -111,7 +111,9 @@ pub use approve::{Answer, Approval, Approver, Ask};
 pub use dns::DnsResolver;
 pub use engine::transparent::{open as open_transparent, Handover, Relay};
 pub use events::{AcceptFailure, Closed, ConnDecision, EventSink, NullSink, Protocol, RefusalCode};
-pub use resolve::{BoxFuture, Connector, Resolver, SystemResolver, TcpConnector};
+pub use resolve::{
+    BoxFuture, Cached, Connector, LookupCache, Resolver, SystemResolver, TcpConnector,
+};
 
 /// The default of [`Limits::max_connections`].
 pub const DEFAULT_MAX_CONNECTIONS: usize = 64;

@@ -50,3 +50,80 @@ impl Connector for TcpConnector {
         Box::pin(TcpStream::connect(addr))
     }
 }
+
+/// Answers of a [`Resolver`] remembered for a short time, for [`Cached`]:
+/// transparent egress looks a name up on the host when the sandbox's own
+/// resolver answers it ([`Cached::prefetch`]), so the `connect` that follows
+/// finds the answer ready instead of waiting for it. Every use still vets the
+/// addresses, so a remembered answer is never trusted more than a fresh one.
+#[derive(Debug)]
+pub struct LookupCache {
+    fresh: std::time::Duration,
+    answers: std::sync::Mutex<std::collections::HashMap<String, (std::time::Instant, Vec<IpAddr>)>>,
+}
+
+/// Names remembered at most (the whole cache is dropped beyond it).
+const CACHED_NAMES: usize = 1024;
+
+impl LookupCache {
+    /// Remembers answers for `fresh`.
+    pub fn new(fresh: std::time::Duration) -> Self {
+        LookupCache {
+            fresh,
+            answers: Default::default(),
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<Vec<IpAddr>> {
+        let answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        answers
+            .get(name)
+            .filter(|(at, _)| at.elapsed() < self.fresh)
+            .map(|(_, a)| a.clone())
+    }
+
+    fn put(&self, name: &str, addrs: &[IpAddr]) {
+        let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        if answers.len() >= CACHED_NAMES {
+            answers.clear();
+        }
+        answers.insert(name.to_owned(), (std::time::Instant::now(), addrs.to_vec()));
+    }
+}
+
+/// `inner` with its answers remembered in `cache` (failures are not).
+#[derive(Clone)]
+pub struct Cached {
+    pub cache: std::sync::Arc<LookupCache>,
+    pub inner: std::sync::Arc<dyn Resolver>,
+}
+
+impl Cached {
+    /// Looks `name` up now (in the background) unless a fresh answer is
+    /// remembered.
+    pub fn prefetch(&self, name: &str) {
+        if self.cache.get(name).is_some() {
+            return;
+        }
+        let me = self.clone();
+        let name = name.to_owned();
+        tokio::spawn(async move {
+            let _ = me.resolve(&name, 0).await;
+        });
+    }
+}
+
+impl Resolver for Cached {
+    fn resolve<'a>(&'a self, name: &'a str, port: u16) -> BoxFuture<'a, io::Result<Vec<IpAddr>>> {
+        Box::pin(async move {
+            if let Some(a) = self.cache.get(name) {
+                return Ok(a);
+            }
+            let a = self.inner.resolve(name, port).await?;
+            if !a.is_empty() {
+                self.cache.put(name, &a);
+            }
+            Ok(a)
+        })
+    }
+}

@@ -457,7 +457,6 @@ impl Daemon {
         let net = Arc::new(crate::egress::NetCounters::default());
         let transparent = policy
             .network
-            .mode
             .transparent()
             .then(|| crate::transparent::Transparent::new(self.clone(), &id, net.clone()));
         let hooks = warden_sandbox::Hooks {

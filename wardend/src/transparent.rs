@@ -41,7 +41,13 @@ pub struct Transparent {
     /// Relayed connections at once (the proxy's `max_connections`: each
     /// holds daemon descriptors); further connects wait for a slot.
     slots: Arc<tokio::sync::Semaphore>,
+    /// The host's answers for the names the sandbox's resolver gave out,
+    /// looked up as it answers them (the `connect` follows).
+    lookups: Arc<warden_proxy::LookupCache>,
 }
+
+/// How long a host lookup made for a transparent connection is reused.
+const LOOKUP_FRESH: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Transparent {
     /// With the sender that hands it the proxy's configuration.
@@ -67,6 +73,7 @@ impl Transparent {
                 slots: Arc::new(tokio::sync::Semaphore::new(
                     warden_proxy::DEFAULT_MAX_CONNECTIONS,
                 )),
+                lookups: Arc::new(warden_proxy::LookupCache::new(LOOKUP_FRESH)),
             }),
             tx,
         )
@@ -102,7 +109,21 @@ impl Transparent {
         }
     }
 
+    /// The proxy's configuration with the remembered host lookups.
+    fn cached(&self, cfg: &ProxyConfig) -> warden_proxy::Cached {
+        warden_proxy::Cached {
+            cache: self.lookups.clone(),
+            inner: cfg.resolver.clone(),
+        }
+    }
+
     fn record_resolve(&self, o: &Outcome) {
+        if let Outcome::Synthetic { name, .. } = o {
+            let cfg = self.cfg.borrow().clone();
+            if let Some(cfg) = cfg {
+                self.cached(&cfg).prefetch(name);
+            }
+        }
         let (name, allowed, address, code, reason) = match o {
             Outcome::Synthetic { name, addr } => (
                 name.clone(),
@@ -147,6 +168,7 @@ impl Connector for Transparent {
         let session = self.session.clone();
         // Weak: a relay made after the session ended is not kept.
         let relays = Arc::downgrade(&self.relays);
+        let lookups = self.lookups.clone();
         self.runtime.spawn(async move {
             // A synthetic address the resolver never gave: nothing to reach.
             let Some(name) = name else {
@@ -161,6 +183,13 @@ impl Connector for Transparent {
                 call.refuse(libc::ECONNREFUSED);
                 return;
             };
+            let cfg = ProxyConfig {
+                resolver: Arc::new(warden_proxy::Cached {
+                    cache: lookups,
+                    inner: cfg.resolver.clone(),
+                }),
+                ..(*cfg).clone()
+            };
             let slot = tokio::time::timeout(cfg.limits.connect_timeout, slots.acquire_owned());
             let Ok(Ok(slot)) = slot.await else {
                 tracing::warn!(session = %session, %name, "transparent: every relay slot is busy; connect refused");
@@ -173,10 +202,10 @@ impl Connector for Transparent {
             match warden_proxy::open_transparent(&cfg, &name, port, !call.nonblocking).await {
                 Ok(warden_proxy::Handover::Direct(s)) => {
                     drop(slot);
-                    hand_over(call, OwnedFd::from(s)).await;
+                    hand_over(call, OwnedFd::from(s));
                 }
                 Ok(warden_proxy::Handover::Relayed(theirs, relay)) => {
-                    if hand_over(call, OwnedFd::from(theirs)).await {
+                    if hand_over(call, OwnedFd::from(theirs)) {
                         let Some(relays) = relays.upgrade() else { return };
                         let mut set = relays.lock().unwrap_or_else(|e| e.into_inner());
                         let Some(set) = set.as_mut() else { return };
@@ -231,16 +260,14 @@ impl Connector for Transparent {
     }
 }
 
-/// Hands `sock` over (off the runtime: it touches the caller's fd table);
+/// Hands `sock` over (a few non-blocking syscalls: done on the runtime);
 /// false when the caller is gone.
-async fn hand_over(call: HeldConnect, sock: OwnedFd) -> bool {
-    let done = tokio::task::spawn_blocking(move || call.hand_over(sock)).await;
-    match done {
-        Ok(Ok(())) => true,
-        Ok(Err(e)) => {
+fn hand_over(call: HeldConnect, sock: OwnedFd) -> bool {
+    match call.hand_over(sock) {
+        Ok(()) => true,
+        Err(e) => {
             tracing::debug!(error = %e, "a held connect's caller is gone");
             false
         }
-        Err(_) => false,
     }
 }

@@ -295,7 +295,7 @@ pub struct NetworkPolicy {
     #[serde(default)]
     pub allow_private: bool,
     /// `network.mode`: how the sandbox reaches the allowlist.
-    #[serde(default, skip_serializing_if = "NetMode::is_proxy")]
+    #[serde(default, skip_serializing_if = "NetMode::is_default")]
     pub mode: NetMode,
 }
 
@@ -312,6 +312,13 @@ pub enum NetMode {
 
 impl NetMode {
     pub fn is_proxy(&self) -> bool {
+        *self == NetMode::Proxy
+    }
+
+    /// `proxy`, the default (docs/policy.md "Transparent egress" says why
+    /// it is not `both`: clients that use the proxy but check addresses
+    /// themselves refuse the synthetic ones).
+    pub fn is_default(&self) -> bool {
         *self == NetMode::Proxy
     }
 
@@ -740,6 +747,13 @@ impl NetworkPolicy {
             allow_private: false,
             mode: NetMode::Proxy,
         }
+    }
+
+    /// Whether the sandbox gets its resolver and connect hand-over: a mode
+    /// with it and something to reach (an empty allowlist has no name to
+    /// answer, and every `connect` would be a notification for nothing).
+    pub fn transparent(&self) -> bool {
+        self.mode.transparent() && !self.allow.is_empty()
     }
 
     /// Compiles the entries of `network.allow` (each error is for one entry).

@@ -279,7 +279,7 @@ pub fn spec(
         pids_max: policy.limits.pids,
         landlock_min_abi: policy.sandbox.landlock_min_abi,
         proxy_port: Some(crate::egress::PROXY_PORT),
-        resolver: policy.network.mode.transparent(),
+        resolver: policy.network.transparent(),
         cgroup: None,
         audit_files: file_watch(policy.audit.files),
         hold_files: false,

@@ -229,9 +229,11 @@ pub(crate) static RULES: &[Rule] = &[
     // is AF_INET or AF_INET6). Raw sockets (the kernel's own answer without
     // CAP_NET_RAW is EPERM too), SOCK_SEQPACKET (SCTP), SOCK_DCCP, SOCK_PACKET;
     // then protocols: SCTP, DCCP, UDP-Lite, L2TP, MPTCP, IPPROTO_SMC, and ICMP
-    // "ping" sockets (the sandbox's network has no route for them anyway). Plain
-    // errno, not recorded: Go probes MPTCP on its own and falls back to TCP.
-    rule!(SYS_socket, EPERM, Some(ArgCond::All(&[IP, ArgCond::MaskedNotIn { arg: 1, mask: SOCK_TYPE_MASK, values: IP_TYPES }])),
+    // "ping" sockets (the sandbox's network has no route for them anyway). The
+    // types are recorded (raw sockets: nothing a server needs; transparent
+    // egress says so in the record); the protocols are a plain errno, not
+    // recorded: Go probes MPTCP on its own and falls back to TCP.
+    rule!(SYS_socket, NOTIFY_EPERM, Some(ArgCond::All(&[IP, ArgCond::MaskedNotIn { arg: 1, mask: SOCK_TYPE_MASK, values: IP_TYPES }])),
         "IP socket types other than stream and datagram: raw (CVE-2017-17712), SOCK_SEQPACKET (SCTP), SOCK_DCCP (CVE-2017-6074), SOCK_PACKET"),
     rule!(SYS_socket, EPROTONOSUPPORT, Some(ArgCond::All(&[IP, ArgCond::NotIn { arg: 2, values: IP_PROTOCOLS }])),
         "IP protocols other than TCP/UDP: SCTP (CVE-2021-23133), DCCP, UDP-Lite, L2TP (CVE-2016-10200), MPTCP, IPPROTO_SMC, ICMP ping (CVE-2017-2671); each may also autoload a module"),
