@@ -412,3 +412,43 @@ fn node_fetch_and_git_reach_an_allowlisted_name() {
         && r["decision"] == "allow"
         && r["details"]["protocol"] == "transparent"));
 }
+
+/// The `direct` option: the upstream's own socket is handed over (the
+/// sandbox's peer is the upstream's address, no `network.close` with byte
+/// counts: no byte passed through the daemon), while the default relayed
+/// connection's peer is a loopback address of the daemon's and its bytes
+/// are counted.
+#[test]
+fn direct_hands_over_the_upstream_socket_itself() {
+    let Some(w) = World::new() else { return };
+    let port = w.up.http.port();
+    let script = format!(
+        "/usr/bin/python3 -c '
+import socket
+s = socket.create_connection((\"allowed.test\", {port}), timeout=20)
+peer = s.getpeername()
+s.sendall(b\"GET /hello HTTP/1.1\\r\\nHost: allowed.test\\r\\nConnection: close\\r\\n\\r\\n\")
+print(s.recv(12).decode(), peer[1] == {port})
+'"
+    );
+    let (direct, stderr) = w.run_with(
+        "transparent",
+        &[format!("allowed.test:{port} private direct")],
+        "",
+        &script,
+    );
+    assert_eq!(direct, "HTTP/1.1 200 True\n", "{stderr}");
+    let closes = |recs: &[Value]| {
+        recs.iter()
+            .filter(|r| {
+                r["type"] == "network"
+                    && r["action"] == "close"
+                    && r["resource"] == format!("allowed.test:{port}")
+            })
+            .count()
+    };
+    assert_eq!(closes(&audit_records(&w.env)), 0);
+    let (relayed, stderr) = w.run("transparent", &script);
+    assert_eq!(relayed, "HTTP/1.1 200 False\n", "{stderr}");
+    assert_eq!(closes(&audit_records(&w.env)), 1);
+}
