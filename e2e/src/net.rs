@@ -712,6 +712,8 @@ pub fn standard_zone() -> Vec<(String, Answer)> {
         ("github.test".into(), v4(IP_FORBIDDEN)),
         ("evil-github.test".into(), v4(IP_FORBIDDEN)),
         ("loopback.test".into(), v4(IP_ALLOWED)),
+        // A public name (nothing listens there: no test reaches it).
+        ("public.test".into(), v4(REBIND_FIRST)),
         ("meta.test".into(), v4(Ipv4Addr::new(169, 254, 169, 254))),
         ("private.test".into(), v4(Ipv4Addr::new(10, 0, 0, 1))),
         ("cgnat.test".into(), v4(Ipv4Addr::new(100, 64, 0, 1))),

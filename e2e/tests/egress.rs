@@ -1635,6 +1635,14 @@ fn ps_counts_allowed_and_denied_connections() {
     w.assert_forbidden_untouched();
 }
 
+/// mcp-server-fetch honours the proxy variables (httpx) and, before each
+/// request, refuses names that resolve to a non-public address (its SSRF
+/// guard). The test's names resolve on the host to loopback upstreams, so
+/// the sandbox's resolver (network.mode `both`, the default) gives them
+/// synthetic addresses, which the guard refuses as it would refuse the
+/// loopback ones unsandboxed: the server runs with `--allow-private-ips`,
+/// as it would need to without Warden. (A public name gets its public
+/// addresses, which the guard accepts: warden-proxy's resolver tests.)
 #[test]
 fn mcp_server_fetch_through_the_proxy() {
     let Some(w) = World::new() else { return };
@@ -1647,6 +1655,7 @@ fn mcp_server_fetch_through_the_proxy() {
         python.into_os_string(),
         OsString::from("-m"),
         OsString::from("mcp_server_fetch"),
+        OsString::from("--allow-private-ips"),
     ]);
     // The CA for httpx (SSL_CERT_FILE) reaches the server through env.allow.
     cmd.env("SSL_CERT_FILE", w.ca());

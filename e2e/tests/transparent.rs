@@ -215,7 +215,7 @@ fn mcp_server_fetch_works_with_the_proxy_variables_unset() {
 /// reset before any byte reaches the upstream (`sni-mismatch`); the control,
 /// the same client naming the host, completes its request. UDP to a
 /// synthetic address is refused at once (the resolver is the sandbox's one
-/// UDP service), with a record; so is a raw (ICMP) socket.
+/// UDP service), with a record; so are a raw (ICMP) and a ping socket.
 #[test]
 fn tls_must_name_the_host_and_udp_is_refused() {
     let Some(w) = World::new() else { return };
@@ -250,6 +250,11 @@ try:
     print(\"raw created\")
 except OSError as e:
     print(\"raw\", errno.errorcode[e.errno])
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)
+    print(\"ping created\")
+except OSError as e:
+    print(\"ping\", errno.errorcode[e.errno])
 '"
     );
     let (stdout, stderr) = w.run_with(
@@ -259,7 +264,8 @@ except OSError as e:
         &script,
     );
     assert_eq!(
-        stdout, "allowed.test HTTP/1.1 200\nevil.test refused\nudp ENETUNREACH\nraw EPERM\n",
+        stdout,
+        "allowed.test HTTP/1.1 200\nevil.test refused\nudp ENETUNREACH\nraw EPERM\nping EPROTONOSUPPORT\n",
         "{stderr}"
     );
     // The refused ClientHello never reached the upstream.
@@ -288,14 +294,17 @@ except OSError as e:
             .any(|r| r["details"]["protocol"] == "udp" && r["decision"] == "deny"),
         "{net:?}"
     );
-    // The raw socket: refused by the seccomp filter, recorded.
-    assert!(
-        recs.iter().any(|r| r["type"] == "policy"
-            && r["action"] == "syscall"
-            && r["resource"] == "socket"
-            && r["decision"] == "deny"),
-        "{recs:?}"
-    );
+    // The raw and the ping socket: refused by the seccomp filter, recorded.
+    let sockets = recs
+        .iter()
+        .filter(|r| {
+            r["type"] == "policy"
+                && r["action"] == "syscall"
+                && r["resource"] == "socket"
+                && r["decision"] == "deny"
+        })
+        .count();
+    assert_eq!(sockets, 2, "{recs:?}");
 }
 
 /// A real `git daemon` on the host, its port allowlisted for a name.
@@ -451,4 +460,149 @@ print(s.recv(12).decode(), peer[1] == {port})
     let (relayed, stderr) = w.run("transparent", &script);
     assert_eq!(relayed, "HTTP/1.1 200 False\n", "{stderr}");
     assert_eq!(closes(&audit_records(&w.env)), 1);
+}
+
+/// The default mode (`both`, no `network.mode` in the policy): the proxy
+/// variables are set, and a client that ignores them reaches the same
+/// names. A public name is answered with its public address as the host
+/// resolved it (so a client's own address check sees what it would see
+/// unsandboxed), a loopback one with a synthetic address; a `connect` to
+/// the public address is decided for its name (allowed on the listed port,
+/// refused on another, each recorded under the name). An address an IP
+/// entry lists is reached as itself; UDP datagrams to outside addresses
+/// (`sendto`, `sendmsg`) are refused at once and recorded, while the
+/// sandbox's resolver still answers over UDP.
+#[test]
+fn the_default_answers_public_names_with_their_addresses() {
+    let Some(w) = World::new() else { return };
+    let port = w.up.http.port();
+    // An upstream on a non-loopback address of this host, for the IP entry.
+    let host_ip = {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        s.connect("192.0.2.1:9")
+            .ok()
+            .and_then(|()| s.local_addr().ok())
+            .map(|a| a.ip())
+            .filter(|ip| !ip.is_loopback() && ip.is_ipv4())
+    };
+    let upstream = host_ip.map(|ip| {
+        let l = std::net::TcpListener::bind((ip, 0)).unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            if let Ok((mut c, _)) = l.accept() {
+                let _ = c.write_all(b"ip entry ok\n");
+            }
+        });
+        addr
+    });
+    let mut allow = vec![
+        "public.test:443".to_string(),
+        format!("allowed.test:{port} private"),
+    ];
+    if let Some(a) = upstream {
+        allow.push(a.to_string());
+    }
+    let allow: Vec<String> = allow.iter().map(|e| format!("{e:?}")).collect();
+    let policy = w.env.policy(
+        "default-mode.yaml",
+        &format!(
+            "version: 1\nname: default-mode\nnetwork:\n  allow: [{}]\n",
+            allow.join(", ")
+        ),
+    );
+    let ip_entry = upstream.map(|a| a.to_string()).unwrap_or_default();
+    let script = format!(
+        "/usr/bin/python3 -c '
+import errno, os, socket
+print(\"proxy\", \"HTTP_PROXY\" in os.environ)
+print(\"public\", socket.gethostbyname(\"public.test\"))
+print(\"loopback\", socket.gethostbyname(\"allowed.test\").startswith(\"198.18.\"))
+# Blocking: answered once the daemon has dialled (or failed to: nothing
+# may answer there from this machine), so the record is written by then.
+try:
+    socket.create_connection((\"{REBIND_FIRST}\", 443))
+except OSError as e:
+    pass
+print(443, \"decided\")
+try:
+    socket.create_connection((\"{REBIND_FIRST}\", 80))
+    print(80, \"handed over\")
+except OSError as e:
+    print(80, errno.errorcode[e.errno])
+if \"{ip_entry}\":
+    h, p = \"{ip_entry}\".rsplit(\":\", 1)
+    print(socket.create_connection((h, int(p))).recv(100).decode().strip())
+else:
+    print(\"ip entry ok\")
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for how in (\"sendto\", \"sendmsg\"):
+    try:
+        if how == \"sendto\":
+            u.sendto(b\"q\", (\"8.8.8.8\", 53))
+        else:
+            u.sendmsg([b\"q\"], [], 0, (\"9.9.9.9\", 53))
+        print(how, \"sent\")
+    except OSError as e:
+        print(how, errno.errorcode[e.errno])
+'"
+    );
+    let mut cmd = w.env.shim([
+        "--policy",
+        policy.to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        &script,
+    ]);
+    let out = run(&mut cmd, Duration::from_secs(90));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout,
+        format!(
+            "proxy True\npublic {REBIND_FIRST}\nloopback True\n443 decided\n80 ECONNREFUSED\n\
+             ip entry ok\nsendto ENETUNREACH\nsendmsg ENETUNREACH\n"
+        ),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let recs = audit_records(&w.env);
+    let of = |action: &str, resource: &str| -> Vec<Value> {
+        recs.iter()
+            .filter(|r| {
+                r["type"] == "network" && r["action"] == action && r["resource"] == resource
+            })
+            .cloned()
+            .collect()
+    };
+    let resolved = of("resolve", "public.test");
+    assert_eq!(resolved[0]["details"]["code"], "resolved", "{resolved:?}");
+    assert_eq!(resolved[0]["details"]["address"], REBIND_FIRST.to_string());
+    let synthetic = of("resolve", "allowed.test");
+    assert_eq!(
+        synthetic[0]["details"]["code"], "synthetic",
+        "{synthetic:?}"
+    );
+    // The public address maps back to its name: the listed port is decided
+    // (and dialled: nothing answers there, so it ends connect-failed), the
+    // other refused before any hand-over.
+    let listed = of("connect", "public.test:443");
+    assert!(!listed.is_empty(), "{recs:?}");
+    assert!(
+        listed
+            .iter()
+            .all(|r| r["details"]["protocol"] == "transparent"),
+        "{listed:?}"
+    );
+    let other = of("connect", "public.test:80");
+    assert_eq!(other[0]["details"]["code"], "not-allowed", "{other:?}");
+    if let Some(a) = upstream {
+        let ip = of("connect", &a.to_string());
+        assert_eq!(ip[0]["decision"], "allow", "{recs:?}");
+    }
+    for to in ["8.8.8.8:53", "9.9.9.9:53"] {
+        let udp = of("connect", to);
+        assert_eq!(udp[0]["details"]["protocol"], "udp", "{to}: {recs:?}");
+        assert_eq!(udp[0]["decision"], "deny");
+    }
 }

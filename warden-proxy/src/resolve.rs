@@ -53,7 +53,7 @@ impl Connector for TcpConnector {
 
 /// Answers of a [`Resolver`] remembered for a short time, for [`Cached`]:
 /// transparent egress looks a name up on the host when the sandbox's own
-/// resolver answers it ([`Cached::prefetch`]), so the `connect` that follows
+/// resolver answers it (`crate::synthetic`), so the `connect` that follows
 /// finds the answer ready instead of waiting for it. Every use still vets the
 /// addresses, so a remembered answer is never trusted more than a fresh one.
 #[derive(Debug)]
@@ -96,21 +96,6 @@ impl LookupCache {
 pub struct Cached {
     pub cache: std::sync::Arc<LookupCache>,
     pub inner: std::sync::Arc<dyn Resolver>,
-}
-
-impl Cached {
-    /// Looks `name` up now (in the background) unless a fresh answer is
-    /// remembered.
-    pub fn prefetch(&self, name: &str) {
-        if self.cache.get(name).is_some() {
-            return;
-        }
-        let me = self.clone();
-        let name = name.to_owned();
-        tokio::spawn(async move {
-            let _ = me.resolve(&name, 0).await;
-        });
-    }
 }
 
 impl Resolver for Cached {

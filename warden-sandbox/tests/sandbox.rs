@@ -936,7 +936,15 @@ struct Dialer {
     refused: std::sync::Mutex<Vec<(std::net::SocketAddr, warden_sandbox::supervise::Unreachable)>>,
 }
 
+/// The one address outside the synthetic range the dialer reaches (as the
+/// daemon reaches the public addresses its resolver gave a name).
+const REACHED: std::net::Ipv4Addr = std::net::Ipv4Addr::new(140, 82, 112, 5);
+
 impl warden_sandbox::supervise::Connector for Dialer {
+    fn reaches(&self, addr: std::net::Ipv4Addr) -> bool {
+        addr == REACHED
+    }
+
     fn connect(&self, call: warden_sandbox::supervise::HeldConnect) {
         self.held.lock().unwrap().push((call.to, call.nonblocking));
         let upstream = self.upstream;
@@ -957,7 +965,8 @@ impl warden_sandbox::supervise::Connector for Dialer {
     }
 }
 
-/// Transparent egress's hand-over: a `connect` to a synthetic address gets,
+/// Transparent egress's hand-over: a `connect` to a synthetic address (or one
+/// the connector reaches) gets,
 /// in place of the caller's socket, one the connector connected (outside the
 /// sandbox, to an upstream the sandbox cannot reach itself); blocking and
 /// non-blocking callers both see a connected socket (0, or `EINPROGRESS`
@@ -965,7 +974,8 @@ impl warden_sandbox::supervise::Connector for Dialer {
 /// `connect`; a second `connect` is the kernel's `EISCONN`, not a second
 /// connection. UDP to a synthetic address and any other address outside
 /// loopback are refused at once (ENETUNREACH), and the connector hears of
-/// each.
+/// each, as it does of datagrams sent to an outside address (`sendto`,
+/// `sendmsg`); datagrams to loopback are delivered.
 #[test]
 fn a_connect_to_a_synthetic_address_gets_the_connectors_socket() {
     if !userns_available() {
@@ -982,7 +992,7 @@ fn a_connect_to_a_synthetic_address_gets_the_connectors_socket() {
     let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = upstream.local_addr().unwrap();
     let server = std::thread::spawn(move || {
-        for _ in 0..3 {
+        for _ in 0..4 {
             let (mut c, _) = upstream.accept().unwrap();
             use std::io::Write;
             c.write_all(b"hello from upstream\n").unwrap();
@@ -1010,6 +1020,14 @@ o.connect((\"198.18.0.11\", 25))
 print(\"options:\", o.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) != 0,
       o.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
       struct.unpack(\"ll\", o.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16))[0])
+r = socket.create_connection((\"140.82.112.5\", 443), timeout=20)
+print(\"reached:\", r.recv(100).decode().strip())
+v = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    v.connect((\"140.82.112.5\", 53))
+    print(\"udp connected\")
+except OSError as e:
+    print(\"udp refused\", e.errno == errno.ENETUNREACH)
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 try:
     u.connect((\"198.18.0.7\", 53))
@@ -1022,6 +1040,21 @@ for where in [(\"93.184.215.14\", 443), (\"10.0.0.1\", 22)]:
         print(\"reached\", where)
     except OSError as e:
         print(\"refused\", e.errno == errno.ENETUNREACH)
+w = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for how in (\"sendto\", \"sendmsg\"):
+    try:
+        if how == \"sendto\":
+            w.sendto(b\"x\", (\"93.184.215.14\", 53))
+        else:
+            w.sendmsg([b\"x\"], [], 0, (\"10.0.0.1\", 53))
+        print(how, \"sent\")
+    except OSError as e:
+        print(how, \"refused\", e.errno == errno.ENETUNREACH)
+l = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+l.bind((\"127.0.0.1\", 0))
+w.sendto(b\"y\", l.getsockname())
+w.sendmsg([b\"z\"], [], 0, l.getsockname())
+print(\"loopback\", l.recv(10).decode(), l.recv(10).decode())
 '";
     let mut spec = f.spec(script);
     spec.resolver = true;
@@ -1051,7 +1084,9 @@ for where in [(\"93.184.215.14\", 443), (\"10.0.0.1\", 22)]:
     assert_eq!(
         text,
         "blocking: hello from upstream True\nnonblocking: True True 0\nread: hello from upstream False\n\
-         again: True\noptions: True 77 7\nudp refused True\nrefused True\nrefused True\n"
+         again: True\noptions: True 77 7\nreached: hello from upstream\nudp refused True\n\
+         udp refused True\nrefused True\nrefused True\nsendto refused True\nsendmsg refused True\n\
+         loopback y z\n"
     );
     let held = dialer.held.lock().unwrap().clone();
     // Python's create_connection with a timeout is a non-blocking socket.
@@ -1061,6 +1096,7 @@ for where in [(\"93.184.215.14\", 443), (\"10.0.0.1\", 22)]:
             ("198.18.0.7:443".parse().unwrap(), true),
             ("198.18.0.9:80".parse().unwrap(), true),
             ("198.18.0.11:25".parse().unwrap(), false),
+            ("140.82.112.5:443".parse().unwrap(), true),
         ]
     );
     use warden_sandbox::supervise::Unreachable;
@@ -1069,8 +1105,11 @@ for where in [(\"93.184.215.14\", 443), (\"10.0.0.1\", 22)]:
         refused,
         [
             Unreachable::Datagram,
+            Unreachable::Datagram,
             Unreachable::Address,
-            Unreachable::Address
+            Unreachable::Address,
+            Unreachable::Datagram,
+            Unreachable::Datagram
         ]
     );
 }

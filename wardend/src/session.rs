@@ -455,10 +455,9 @@ impl Daemon {
         // Transparent egress: its connector is the sandbox's from the start
         // (a server may connect at once); it decides once the proxy runs.
         let net = Arc::new(crate::egress::NetCounters::default());
-        let transparent = policy
-            .network
-            .transparent()
-            .then(|| crate::transparent::Transparent::new(self.clone(), &id, net.clone()));
+        let transparent = policy.network.transparent().then(|| {
+            crate::transparent::Transparent::new(self.clone(), &id, net.clone(), &policy.network)
+        });
         let hooks = warden_sandbox::Hooks {
             holder,
             connector: transparent
@@ -487,7 +486,7 @@ impl Daemon {
         let sandbox = Arc::new(sandbox);
         // The sandbox's resolver, served until the session ends.
         let resolver_task = match (&transparent, resolver) {
-            (Some((t, _)), Some(fd)) => match t.serve_resolver(fd, &policy.network) {
+            (Some((t, _)), Some(fd)) => match t.serve_resolver(fd) {
                 Ok(task) => Some(task),
                 Err(e) => {
                     let e = DaemonError::Proxy(e);

@@ -1,7 +1,8 @@
 //! Transparent egress of one session (`network.mode: transparent | both`,
 //! docs/policy.md "Transparent egress"): the sandbox's own resolver
-//! (`warden_proxy::synthetic`, on the socket PID 1 made) and the connections
-//! to its synthetic addresses, decided by the proxy's decision path
+//! (`warden_proxy::synthetic`, on the socket PID 1 made, looking allowed
+//! names up on the host) and the connections to the addresses it gave out
+//! or the allowlist names, decided by the proxy's decision path
 //! (`warden_proxy::open_transparent`) and handed over to the sandbox
 //! (`warden_sandbox::supervise::connect`): relayed by the daemon with the
 //! proxy's checks of the bytes, or, for entries with `direct`, the upstream
@@ -14,7 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use warden_audit::event;
 use warden_core::policy::net::NetworkPolicy;
-use warden_proxy::synthetic::{Outcome, SyntheticNames};
+use warden_proxy::resolve::{BoxFuture, Resolver};
+use warden_proxy::synthetic::{AddressBook, Outcome};
 use warden_proxy::ProxyConfig;
 use warden_sandbox::supervise::{Connector, HeldConnect, Unreachable};
 
@@ -28,7 +30,10 @@ const MAX_RECORDS: u64 = 200;
 pub struct Transparent {
     daemon: Arc<Daemon>,
     session: String,
-    pub names: Arc<Mutex<SyntheticNames>>,
+    /// The addresses the sandbox's resolver gave out.
+    pub names: Arc<Mutex<AddressBook>>,
+    /// The session's network policy (its IP entries are reached directly).
+    policy: NetworkPolicy,
     /// The proxy's configuration, once the proxy runs (it is made after the
     /// sandbox, which may connect at once: those calls wait for it).
     cfg: tokio::sync::watch::Receiver<Option<Arc<ProxyConfig>>>,
@@ -55,6 +60,7 @@ impl Transparent {
         daemon: Arc<Daemon>,
         session: &str,
         counters: Arc<crate::egress::NetCounters>,
+        policy: &NetworkPolicy,
     ) -> (
         Arc<Transparent>,
         tokio::sync::watch::Sender<Option<Arc<ProxyConfig>>>,
@@ -65,6 +71,7 @@ impl Transparent {
                 daemon,
                 session: session.to_owned(),
                 names: Arc::default(),
+                policy: policy.clone(),
                 cfg: rx,
                 runtime: tokio::runtime::Handle::current(),
                 counters,
@@ -83,18 +90,21 @@ impl Transparent {
     pub fn serve_resolver(
         self: &Arc<Self>,
         fd: OwnedFd,
-        policy: &NetworkPolicy,
     ) -> std::io::Result<tokio::task::JoinHandle<()>> {
         let sock = std::net::UdpSocket::from(fd);
         sock.set_nonblocking(true)?;
         let sock = tokio::net::UdpSocket::from_std(sock)?;
-        let policy = policy.clone();
+        let policy = self.policy.clone();
         let me = self.clone();
         let on = Arc::new(move |_: SocketAddr, o: &Outcome| me.record_resolve(o));
         let names = self.names.clone();
+        let host = Arc::new(HostLookup {
+            cfg: self.cfg.clone(),
+            lookups: self.lookups.clone(),
+        });
         Ok(tokio::spawn(async move {
             let allowed: warden_proxy::synthetic::Names = Arc::new(move |n| policy.names(n));
-            if let Err(e) = warden_proxy::synthetic::serve(sock, allowed, names, on).await {
+            if let Err(e) = warden_proxy::synthetic::serve(sock, allowed, names, host, on).await {
                 tracing::warn!(error = %e, "the sandbox's resolver stopped");
             }
         }))
@@ -109,28 +119,21 @@ impl Transparent {
         }
     }
 
-    /// The proxy's configuration with the remembered host lookups.
-    fn cached(&self, cfg: &ProxyConfig) -> warden_proxy::Cached {
-        warden_proxy::Cached {
-            cache: self.lookups.clone(),
-            inner: cfg.resolver.clone(),
-        }
-    }
-
     fn record_resolve(&self, o: &Outcome) {
-        if let Outcome::Synthetic { name, .. } = o {
-            let cfg = self.cfg.borrow().clone();
-            if let Some(cfg) = cfg {
-                self.cached(&cfg).prefetch(name);
-            }
-        }
         let (name, allowed, address, code, reason) = match o {
             Outcome::Synthetic { name, addr } => (
                 name.clone(),
                 true,
                 Some(addr.to_string()),
                 "synthetic",
-                "synthetic address for an allowlisted name".to_owned(),
+                "synthetic address for an allowlisted name (the host's answer is not public IPv4, or another name has it)".to_owned(),
+            ),
+            Outcome::Resolved { name, addrs } => (
+                name.clone(),
+                true,
+                Some(addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",")),
+                "resolved",
+                "the host's public addresses for an allowlisted name".to_owned(),
             ),
             Outcome::NxDomain { name } => (
                 name.clone(),
@@ -155,14 +158,60 @@ impl Transparent {
     }
 }
 
+/// The host's lookups for the sandbox's resolver: through the proxy's
+/// resolver once it runs (a query before waits for it), remembered for the
+/// `connect` that follows.
+struct HostLookup {
+    cfg: tokio::sync::watch::Receiver<Option<Arc<ProxyConfig>>>,
+    lookups: Arc<warden_proxy::LookupCache>,
+}
+
+impl Resolver for HostLookup {
+    fn resolve<'a>(
+        &'a self,
+        name: &'a str,
+        port: u16,
+    ) -> BoxFuture<'a, std::io::Result<Vec<std::net::IpAddr>>> {
+        Box::pin(async move {
+            let cfg = self
+                .cfg
+                .clone()
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|c| c.clone());
+            let Some(cfg) = cfg else {
+                return Err(std::io::Error::other("the session's proxy is gone"));
+            };
+            let cached = warden_proxy::Cached {
+                cache: self.lookups.clone(),
+                inner: cfg.resolver.clone(),
+            };
+            cached.resolve(name, port).await
+        })
+    }
+}
+
 impl Connector for Transparent {
+    fn reaches(&self, addr: std::net::Ipv4Addr) -> bool {
+        self.names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .name_of(addr)
+            .is_some()
+            || self.policy.names_address(addr.into())
+    }
+
     fn connect(&self, call: HeldConnect) {
+        let ip = *call.to.ip();
         let name = self
             .names
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .name_of(*call.to.ip())
-            .map(str::to_owned);
+            .name_of(ip)
+            .map(str::to_owned)
+            // An address the allowlist names is decided as that IP host.
+            .or_else(|| self.policy.names_address(ip.into()).then(|| ip.to_string()));
         let mut cfg = self.cfg.clone();
         let slots = self.slots.clone();
         let session = self.session.clone();
@@ -170,7 +219,7 @@ impl Connector for Transparent {
         let relays = Arc::downgrade(&self.relays);
         let lookups = self.lookups.clone();
         self.runtime.spawn(async move {
-            // A synthetic address the resolver never gave: nothing to reach.
+            // An address the resolver never gave: nothing to reach.
             let Some(name) = name else {
                 call.refuse(libc::ECONNREFUSED);
                 return;
@@ -237,7 +286,7 @@ impl Connector for Transparent {
             allowed: false,
             reason: match why {
                 Unreachable::Address => format!(
-                    "{to}: only the names of network.allow are reached, through the sandbox's resolver (ENETUNREACH)"
+                    "{to}: only the names of network.allow (through the sandbox's resolver) and the addresses it lists are reached (ENETUNREACH)"
                 ),
                 Unreachable::Datagram => format!(
                     "{to}: UDP is not handed over; the sandbox's one UDP service is its resolver (ENETUNREACH)"

@@ -605,7 +605,7 @@ pub fn compile(
     })
     .ok();
     let mode = match net_raw.and_then(|n| n.mode.as_deref()) {
-        None => Some(net::NetMode::Proxy),
+        None => Some(net::NetMode::default()),
         Some(m) => {
             let parsed = net::NetMode::parse(m);
             if parsed.is_none() {

@@ -304,9 +304,9 @@ pub struct NetworkPolicy {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NetMode {
-    #[default]
     Proxy,
     Transparent,
+    #[default]
     Both,
 }
 
@@ -315,11 +315,10 @@ impl NetMode {
         *self == NetMode::Proxy
     }
 
-    /// `proxy`, the default (docs/policy.md "Transparent egress" says why
-    /// it is not `both`: clients that use the proxy but check addresses
-    /// themselves refuse the synthetic ones).
+    /// `both`, the default: clients that honour the proxy variables use the
+    /// proxy, the others reach the same names transparently.
     pub fn is_default(&self) -> bool {
-        *self == NetMode::Proxy
+        *self == NetMode::Both
     }
 
     /// The sandbox gets its resolver and its connects to synthetic
@@ -716,7 +715,8 @@ impl NetworkPolicy {
     /// names may resolve to private and loopback addresses), every address
     /// range; cloud metadata, unspecified, multicast and broadcast addresses
     /// stay refused, as do loopback and metadata IP literals (only an exact
-    /// address entry reaches those).
+    /// address entry reaches those). Mode `both`: what a client that ignores
+    /// the proxy variables reaches is traced too.
     pub fn record_all() -> NetworkPolicy {
         let rule = |source: &str, host| NetRule {
             source: source.to_owned(),
@@ -745,7 +745,7 @@ impl NetworkPolicy {
                 ),
             ],
             allow_private: false,
-            mode: NetMode::Proxy,
+            mode: NetMode::Both,
         }
     }
 
@@ -773,7 +773,7 @@ impl NetworkPolicy {
             Ok(NetworkPolicy {
                 allow,
                 allow_private,
-                mode: NetMode::Proxy,
+                mode: NetMode::default(),
             })
         } else {
             Err(errors)
@@ -844,6 +844,14 @@ impl NetworkPolicy {
         let Ok(host) = Self::normal(&Host::Name(name.to_owned())) else {
             return false;
         };
+        self.allow.iter().any(|r| r.host.matches(&host))
+    }
+
+    /// Whether some entry names the address `ip` itself (an IP or a range, on
+    /// any port): a transparent `connect` to it is decided as a connection
+    /// to that IP host.
+    pub fn names_address(&self, ip: IpAddr) -> bool {
+        let host = Host::from_ip(ip);
         self.allow.iter().any(|r| r.host.matches(&host))
     }
 

@@ -292,12 +292,18 @@ fn child_send_fd(sock: RawFd, fd: RawFd) -> Result<(), i32> {
         (*c).cmsg_type = libc::SCM_RIGHTS;
         (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
         std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut RawFd, fd);
+        // These exact flags: the transparent-egress filter, installed by now,
+        // lets this one sendmsg through unnotified (nobody holds the
+        // listener yet to answer it). Non-blocking: a full socket is retried.
+        let flags = crate::confine::seccomp::LISTENER_SEND_FLAGS;
         loop {
-            if libc::sendmsg(sock, &hdr, libc::MSG_NOSIGNAL) >= 0 {
+            if libc::sendmsg(sock, &hdr, flags) >= 0 {
                 return Ok(());
             }
             let e = Errno::last_raw();
-            if e != libc::EINTR {
+            if e == libc::EAGAIN {
+                libc::sched_yield();
+            } else if e != libc::EINTR {
                 return Err(e);
             }
         }

@@ -1,18 +1,20 @@
 //! Intercepted `connect(2)` calls (transparent egress, DESIGN.md §6; with
-//! [`crate::spec::SandboxSpec::resolver`]): a connection to a synthetic
-//! address of the sandbox's resolver (198.18.0.0/15) waits in the kernel
-//! while the daemon decides and dials the real upstream itself; the socket it
-//! connected then **replaces** the caller's (`SECCOMP_IOCTL_NOTIF_ADDFD` with
-//! `SECCOMP_ADDFD_FLAG_SETFD` on the caller's fd number) and the call returns
-//! 0. No byte of the connection passes through the daemon.
+//! [`crate::spec::SandboxSpec::resolver`]): a connection to an address the
+//! sandbox's resolver gave a name (a synthetic one from 198.18.0.0/15, or
+//! the host's own address of a public name) or one the allowlist names
+//! waits in the kernel while the daemon decides and dials the real upstream
+//! itself; the socket it connected then **replaces** the caller's
+//! (`SECCOMP_IOCTL_NOTIF_ADDFD` with `SECCOMP_ADDFD_FLAG_SETFD` on the
+//! caller's fd number) and the call returns 0.
 //!
 //! What the notifier decides at once ([`judge`]):
-//! - a TCP socket to a synthetic address (or its IPv4-mapped IPv6 form):
-//!   held, a [`HeldConnect`] for the [`Connector`]. The notifier looks at the
-//!   caller's socket through a duplicate of it (`pidfd_getfd`): one already
-//!   connected gets `EISCONN` (a second `connect` after `EINPROGRESS` is a
-//!   usual check; never a second connection);
-//! - a UDP socket to a synthetic address: `ENETUNREACH` (the resolver is the
+//! - a TCP socket to a synthetic address, or to one the [`Connector`]
+//!   [`reaches`](Connector::reaches) (either as IPv4 or its IPv4-mapped IPv6
+//!   form): held, a [`HeldConnect`] for the connector. The notifier looks at
+//!   the caller's socket through a duplicate of it (`pidfd_getfd`): one
+//!   already connected gets `EISCONN` (a second `connect` after
+//!   `EINPROGRESS` is a usual check; never a second connection);
+//! - a UDP socket to such an address: `ENETUNREACH` (the resolver is the
 //!   sandbox's one UDP service), recorded;
 //! - loopback (the proxy's listener, the resolver), `AF_UNIX` and every other
 //!   family: the kernel runs the call as it would (and refuses what the
@@ -41,7 +43,13 @@ use crate::sys;
 /// Who decides about intercepted connections; called on the notifier thread,
 /// so it must not block: take the call and answer it later.
 pub trait Connector: Send + Sync {
-    /// A connection to a synthetic address: hand over a socket or refuse.
+    /// Whether a connection to `addr` (neither synthetic nor loopback) is
+    /// to be decided by [`connect`](Self::connect): an address the sandbox's
+    /// resolver gave a name, or one the allowlist names. A quick look-up: it
+    /// runs for every such `connect`.
+    fn reaches(&self, addr: Ipv4Addr) -> bool;
+    /// A connection to a synthetic address or one it [`reaches`](Self::reaches):
+    /// hand over a socket or refuse.
     fn connect(&self, call: HeldConnect);
     /// A connection refused at once, and why.
     fn refused(&self, pid: u32, to: SocketAddr, why: Unreachable);
@@ -50,9 +58,10 @@ pub trait Connector: Send + Sync {
 /// Why a `connect` was refused at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unreachable {
-    /// An address that is neither loopback nor synthetic (`ENETUNREACH`).
+    /// An address that is neither loopback nor synthetic nor reached
+    /// (`ENETUNREACH`).
     Address,
-    /// A UDP (or other non-stream) socket to a synthetic address
+    /// A UDP (or other non-stream) socket to a synthetic or reached address
     /// (`ENETUNREACH`): only TCP is handed over.
     Datagram,
     /// The caller's socket could not be looked at (`pidfd_getfd` refused:
@@ -91,7 +100,7 @@ pub struct HeldConnect {
     pub pid: u32,
     /// The caller's socket fd.
     pub fd: i32,
-    /// Where it connects: a synthetic address and the port.
+    /// Where it connects: a synthetic or reached address and the port.
     pub to: SocketAddrV4,
     /// The caller's socket is non-blocking: it must not wait for the upstream.
     pub nonblocking: bool,
@@ -220,43 +229,120 @@ fn look_at(
     Ok((theirs, stream, connected))
 }
 
-/// Reads the address `n` connects to and judges it (module doc).
-pub(crate) fn judge(listener: &Arc<OwnedFd>, n: &libc::seccomp_notif) -> Judged {
-    let (fd, ptr, len) = (
-        n.data.args[0] as i32,
-        n.data.args[1],
-        n.data.args[2] as usize,
-    );
+/// The IP address a `sockaddr` of `len` bytes at `ptr` in `pid` names;
+/// `None` when it is unreadable, too short or of another family (the kernel
+/// then decides, as it would).
+fn sockaddr_at(pid: u32, ptr: u64, len: usize) -> Option<SocketAddr> {
     let mut buf = [0u8; 28];
     let want = len.min(buf.len());
-    let Ok(got) = super::memory::read_memory(n.pid, ptr, &mut buf[..want]) else {
-        // Unreadable: the kernel fails it (EFAULT) as it would.
-        return Judged::Continue;
-    };
+    let got = super::memory::read_memory(pid, ptr, &mut buf[..want]).ok()?;
     let b = &buf[..got];
     if b.len() < 2 {
-        return Judged::Continue;
+        return None;
     }
     let family = u16::from_ne_bytes([b[0], b[1]]) as i32;
-    let to: SocketAddr = match family {
+    match family {
         libc::AF_INET if b.len() >= 8 => {
             let port = u16::from_be_bytes([b[2], b[3]]);
-            SocketAddr::new(IpAddr::V4(Ipv4Addr::new(b[4], b[5], b[6], b[7])), port)
+            Some(SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::new(b[4], b[5], b[6], b[7])),
+                port,
+            ))
         }
         libc::AF_INET6 if b.len() >= 24 => {
             let port = u16::from_be_bytes([b[2], b[3]]);
             let mut a = [0u8; 16];
             a.copy_from_slice(&b[8..24]);
-            SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::from(a)), port)
+            Some(SocketAddr::new(
+                IpAddr::V6(std::net::Ipv6Addr::from(a)),
+                port,
+            ))
         }
-        _ => return Judged::Continue,
-    };
+        _ => None,
+    }
+}
+
+/// `to` as IPv4 (an IPv4-mapped IPv6 address too), and whether it is the
+/// sandbox's own loopback (or unspecified, which connects there).
+fn classify(to: &SocketAddr) -> (Option<Ipv4Addr>, bool) {
     let v4 = match to.ip() {
         IpAddr::V4(a) => Some(a),
         IpAddr::V6(a) => a.to_ipv4_mapped(),
     };
+    let loopback = to.ip().is_loopback()
+        || to.ip().is_unspecified()
+        || v4.is_some_and(|a| a.is_loopback() || a.is_unspecified());
+    (v4, loopback)
+}
+
+/// `struct msghdr`'s size and `struct mmsghdr`'s (64-bit Linux: x86_64 and
+/// aarch64, the filter's architectures).
+const MSGHDR: usize = 56;
+const MMSGHDR: usize = 64;
+
+/// Judges a datagram send that names its destination (`sendto` with an
+/// address, `sendmsg`, `sendmmsg`: the filter notifies only those, only with
+/// transparent egress): a destination outside the sandbox's loopback is
+/// refused at once (`ENETUNREACH`, what the missing route answers) with a
+/// record; loopback (the resolver), no destination (a connected socket) and
+/// what cannot be read continue, and the kernel decides as it would (it has
+/// no route out: a destination changed after this look is refused too).
+pub(crate) fn judge_send(n: &libc::seccomp_notif) -> Judged {
+    let args = n.data.args;
+    let mut names: Vec<(u64, usize)> = Vec::new();
+    match n.data.nr as libc::c_long {
+        libc::SYS_sendto => names.push((args[4], args[5] as usize)),
+        libc::SYS_sendmsg | libc::SYS_sendmmsg => {
+            let (count, stride) = if n.data.nr as libc::c_long == libc::SYS_sendmsg {
+                (1, MSGHDR)
+            } else {
+                // The kernel sends at most UIO_MAXIOV messages per call.
+                ((args[2] as u32).min(1024) as usize, MMSGHDR)
+            };
+            let mut headers = vec![0u8; count * stride];
+            let Ok(got) = super::memory::read_memory(n.pid, args[1], &mut headers) else {
+                return Judged::Continue;
+            };
+            for h in headers[..got].chunks_exact(stride) {
+                let ptr = u64::from_ne_bytes(h[0..8].try_into().unwrap_or_default());
+                let len = u32::from_ne_bytes(h[8..12].try_into().unwrap_or_default());
+                names.push((ptr, len as usize));
+            }
+        }
+        _ => return Judged::Continue,
+    }
+    for (ptr, len) in names {
+        if ptr == 0 || len == 0 {
+            continue;
+        }
+        let Some(to) = sockaddr_at(n.pid, ptr, len) else {
+            continue;
+        };
+        if !classify(&to).1 {
+            return Judged::Refused(libc::ENETUNREACH, to, Unreachable::Datagram);
+        }
+    }
+    Judged::Continue
+}
+
+/// Reads the address `n` connects to and judges it (module doc).
+pub(crate) fn judge(
+    listener: &Arc<OwnedFd>,
+    n: &libc::seccomp_notif,
+    reaches: &dyn Fn(Ipv4Addr) -> bool,
+) -> Judged {
+    let (fd, ptr, len) = (
+        n.data.args[0] as i32,
+        n.data.args[1],
+        n.data.args[2] as usize,
+    );
+    let Some(to) = sockaddr_at(n.pid, ptr, len) else {
+        // Unreadable, short or another family: the kernel decides.
+        return Judged::Continue;
+    };
+    let (v4, loopback) = classify(&to);
     match v4 {
-        Some(a) if synthetic(a) => match look_at(listener, n, fd) {
+        Some(a) if synthetic(a) || (!loopback && reaches(a)) => match look_at(listener, n, fd) {
             Ok((_, false, _)) => Judged::Refused(libc::ENETUNREACH, to, Unreachable::Datagram),
             // Answered here: the kernel would check its own rules first
             // (Landlock's TCP connect ports: EACCES), where the caller
@@ -274,19 +360,24 @@ pub(crate) fn judge(listener: &Arc<OwnedFd>, n: &libc::seccomp_notif) -> Judged 
             }),
             Err(_) => Judged::Refused(libc::ECONNREFUSED, to, Unreachable::Unreadable),
         },
-        _ if to.ip().is_loopback() || to.ip().is_unspecified() => Judged::Continue,
-        Some(a) if a.is_loopback() => Judged::Continue,
+        _ if loopback => Judged::Continue,
         _ => Judged::Refused(libc::ENETUNREACH, to, Unreachable::Address),
     }
 }
 
-/// Answers a `connect` notification with `connector` (see [`judge`]).
+/// Answers a `connect` notification with `connector` (see [`judge`]), or a
+/// datagram send's ([`judge_send`]).
 pub(crate) fn handle(
     listener: &Arc<OwnedFd>,
     n: &libc::seccomp_notif,
     connector: &Arc<dyn Connector>,
 ) {
-    match judge(listener, n) {
+    let judged = if n.data.nr as libc::c_long == libc::SYS_connect {
+        judge(listener, n, &|a| connector.reaches(a))
+    } else {
+        judge_send(n)
+    };
+    match judged {
         Judged::Continue => respond_continue(listener.as_fd(), n.id),
         Judged::Connected => respond(listener.as_fd(), n.id, libc::EISCONN),
         Judged::Held(call) => connector.connect(call),

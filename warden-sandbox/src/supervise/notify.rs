@@ -366,8 +366,12 @@ impl Served {
             return;
         };
         let nr = n.data.nr as libc::c_long;
-        // Intercepted connects (the filter notifies them only with a connector).
-        if nr == libc::SYS_connect {
+        // Intercepted connects and datagram sends with a destination (the
+        // filter notifies them only with a connector).
+        if matches!(
+            nr,
+            libc::SYS_connect | libc::SYS_sendto | libc::SYS_sendmsg | libc::SYS_sendmmsg
+        ) {
             match &self.connector {
                 Some(c) => crate::supervise::connect::handle(&self.listener, &n, c),
                 // Nobody to hand it to (a resolver without a connector):

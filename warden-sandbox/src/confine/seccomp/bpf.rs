@@ -32,6 +32,11 @@ pub(super) const fn arg_low(arg: u8) -> u32 {
     OFF_ARGS + 8 * arg as u32 + if cfg!(target_endian = "big") { 4 } else { 0 }
 }
 
+/// Offset of the high 32 bits of argument `arg`.
+pub(super) const fn arg_high(arg: u8) -> u32 {
+    OFF_ARGS + 8 * arg as u32 + if cfg!(target_endian = "big") { 0 } else { 4 }
+}
+
 pub(super) const LD_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
 pub(super) const JEQ: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
 pub(super) const JSET: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
@@ -39,6 +44,13 @@ pub(super) const RET: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
 pub(super) const ALU_AND: u16 = (libc::BPF_ALU | libc::BPF_AND | libc::BPF_K) as u16;
 
 pub(crate) const RET_ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
+
+/// The `sendmsg` flags the server child passes the seccomp listener with
+/// (`init::exec`), the one `sendmsg` the transparent-egress filter does not
+/// notify: nobody could answer it before the listener arrives. A server may
+/// use the same flags; its datagram is then not looked at, only refused by
+/// the kernel (no route out), without a record.
+pub(crate) const LISTENER_SEND_FLAGS: libc::c_int = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
 pub(crate) const RET_KILL_PROCESS: u32 = libc::SECCOMP_RET_KILL_PROCESS;
 
 fn stmt(code: u16, k: u32) -> libc::sock_filter {
@@ -160,7 +172,8 @@ pub(crate) fn program(
 }
 
 /// [`program`], and with `connect` (only with `notify`) every `connect(2)`
-/// notifies, for transparent egress (`supervise::connect`).
+/// notifies, for transparent egress (`supervise::connect`), as do
+/// `sendmsg`, `sendmmsg` and `sendto` with a destination address.
 pub(crate) fn program_with(
     notify: bool,
     watch_files: bool,
@@ -224,9 +237,32 @@ pub(crate) fn program_with(
     // The accumulator still holds the number (every block above that matched
     // has returned; no rule names connect).
     if notify && connect {
-        let nr = u32::try_from(libc::SYS_connect)
-            .map_err(|_| Failure::msg("seccomp", "bad number for connect"))?;
-        prog.push(jump(JEQ, nr, 0, 1)?);
+        let number = |nr: libc::c_long| {
+            u32::try_from(nr).map_err(|_| Failure::msg("seccomp", format!("bad number {nr}")))
+        };
+        // connect, and the datagram sends that name their own destination
+        // (so a UDP datagram to an outside address is refused with a record,
+        // not by the kernel's missing route alone): sendmmsg and sendmsg
+        // (their addresses are in memory; sendmsg not with exactly
+        // LISTENER_SEND_FLAGS, how the server child passes this filter's
+        // listener out after installing it: notified, it would wait for a
+        // listener nobody holds yet), sendto with a destination pointer
+        // (argument 4 not NULL: either half; with NULL it is a plain send).
+        for nr in [libc::SYS_connect, libc::SYS_sendmmsg] {
+            prog.push(jump(JEQ, number(nr)?, 0, 1)?);
+            prog.push(stmt(RET, libc::SECCOMP_RET_USER_NOTIF));
+        }
+        prog.push(jump(JEQ, number(libc::SYS_sendmsg)?, 0, 4)?);
+        prog.push(stmt(LD_ABS, arg_low(2)));
+        prog.push(jump(JEQ, LISTENER_SEND_FLAGS as u32, 0, 1)?);
+        prog.push(stmt(RET, RET_ALLOW));
+        prog.push(stmt(RET, libc::SECCOMP_RET_USER_NOTIF));
+        prog.push(jump(JEQ, number(libc::SYS_sendto)?, 0, 6)?);
+        prog.push(stmt(LD_ABS, arg_low(4)));
+        prog.push(jump(JEQ, 0, 0, 3)?);
+        prog.push(stmt(LD_ABS, arg_high(4)));
+        prog.push(jump(JEQ, 0, 0, 1)?);
+        prog.push(stmt(RET, RET_ALLOW));
         prog.push(stmt(RET, libc::SECCOMP_RET_USER_NOTIF));
     }
     // The accumulator still holds the number (every block above that matched

@@ -52,7 +52,7 @@ mod table;
 mod tests;
 mod watched;
 
-pub(crate) use bpf::program_with;
+pub(crate) use bpf::{program_with, LISTENER_SEND_FLAGS};
 pub(crate) use table::{rule_for, SET_ID};
 #[cfg(test)]
 pub(crate) use watched::WATCHED;

@@ -74,6 +74,7 @@ pub(super) const NOTIFY_EPERM: Action = Action::Notify(libc::EPERM);
 pub(super) const ENOSYS: Action = Action::Errno(libc::ENOSYS);
 pub(super) const EAFNOSUPPORT: Action = Action::Errno(libc::EAFNOSUPPORT);
 pub(super) const EPROTONOSUPPORT: Action = Action::Errno(libc::EPROTONOSUPPORT);
+pub(super) const NOTIFY_EPROTONOSUPPORT: Action = Action::Notify(libc::EPROTONOSUPPORT);
 
 /// Namespace flags `clone` accepts. `CLONE_NEWTIME` (0x80) is not among them: in
 /// `clone`'s flags those low 8 bits are the exit signal (`CSIGNAL`).
@@ -231,10 +232,15 @@ pub(crate) static RULES: &[Rule] = &[
     // then protocols: SCTP, DCCP, UDP-Lite, L2TP, MPTCP, IPPROTO_SMC, and ICMP
     // "ping" sockets (the sandbox's network has no route for them anyway). The
     // types are recorded (raw sockets: nothing a server needs; transparent
-    // egress says so in the record); the protocols are a plain errno, not
-    // recorded: Go probes MPTCP on its own and falls back to TCP.
+    // egress says so in the record), as are ICMP ping sockets; the other
+    // protocols are a plain errno, not recorded: Go probes MPTCP on its own
+    // and falls back to TCP.
     rule!(SYS_socket, NOTIFY_EPERM, Some(ArgCond::All(&[IP, ArgCond::MaskedNotIn { arg: 1, mask: SOCK_TYPE_MASK, values: IP_TYPES }])),
         "IP socket types other than stream and datagram: raw (CVE-2017-17712), SOCK_SEQPACKET (SCTP), SOCK_DCCP (CVE-2017-6074), SOCK_PACKET"),
+    rule!(SYS_socket, NOTIFY_EPROTONOSUPPORT, Some(ArgCond::All(&[IP, ArgCond::Eq { arg: 2, value: libc::IPPROTO_ICMP as u32 }])),
+        "ICMP ping sockets (CVE-2017-2671; no route for them): recorded, like raw sockets"),
+    rule!(SYS_socket, NOTIFY_EPROTONOSUPPORT, Some(ArgCond::All(&[IP, ArgCond::Eq { arg: 2, value: libc::IPPROTO_ICMPV6 as u32 }])),
+        "ICMPv6 ping sockets: recorded, like raw sockets"),
     rule!(SYS_socket, EPROTONOSUPPORT, Some(ArgCond::All(&[IP, ArgCond::NotIn { arg: 2, values: IP_PROTOCOLS }])),
         "IP protocols other than TCP/UDP: SCTP (CVE-2021-23133), DCCP, UDP-Lite, L2TP (CVE-2016-10200), MPTCP, IPPROTO_SMC, ICMP ping (CVE-2017-2671); each may also autoload a module"),
     rule!(SYS_socketpair, EAFNOSUPPORT, Some(ArgCond::NotIn { arg: 0, values: FAMILIES }),

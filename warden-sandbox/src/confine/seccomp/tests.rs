@@ -368,7 +368,7 @@ fn every_listed_call_is_in_the_table_with_its_action() {
     ns("clone", CLONE_NS_FLAGS);
     for name in ["socket", "socketpair"] {
         let r = find(name);
-        assert_eq!(r.len(), if name == "socket" { 3 } else { 1 });
+        assert_eq!(r.len(), if name == "socket" { 5 } else { 1 });
         assert_eq!(r[0].action, EAFNOSUPPORT);
         let Some(ArgCond::NotIn { arg: 0, values }) = r[0].cond else {
             panic!("{name}: {:?}", r[0].cond)
@@ -554,14 +554,22 @@ fn ip_sockets_are_tcp_and_udp_only() {
             libc::IPPROTO_MPTCP,
             256, // IPPROTO_SMC
             115, // IPPROTO_L2TP
-            libc::IPPROTO_ICMP,
-            libc::IPPROTO_ICMPV6,
             libc::IPPROTO_RAW,
         ] {
             for t in [stream, dgram, stream | flags] {
                 assert_eq!(
                     native(libc::SYS_socket, sock(d, t, p)),
                     eproto,
+                    "{d} {t} {p}"
+                );
+            }
+        }
+        // ICMP ping sockets: recorded, the notifier answers EPROTONOSUPPORT.
+        for p in [libc::IPPROTO_ICMP, libc::IPPROTO_ICMPV6] {
+            for t in [stream, dgram, dgram | flags] {
+                assert_eq!(
+                    native(libc::SYS_socket, sock(d, t, p)),
+                    libc::SECCOMP_RET_USER_NOTIF,
                     "{d} {t} {p}"
                 );
             }
@@ -582,15 +590,20 @@ fn ip_sockets_are_tcp_and_udp_only() {
         assert_eq!(native(libc::SYS_socket, unix), RET_ALLOW, "unix {t}");
         assert_eq!(native(libc::SYS_socketpair, unix), RET_ALLOW, "unix {t}");
     }
-    // Of the socket rules only the types (raw sockets) are recorded: never
-    // the families or protocols, which libraries probe on their own.
+    // Of the socket rules only the types (raw sockets) and ICMP ping
+    // sockets are recorded: never the families or other protocols, which
+    // libraries probe on their own (Go and MPTCP).
     let recorded: Vec<&str> = RULES
         .iter()
         .filter(|r| r.nr == libc::SYS_socket && matches!(r.action, Action::Notify(_)))
         .map(|r| r.why)
         .collect();
-    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded.len(), 3, "{recorded:?}");
     assert!(recorded[0].starts_with("IP socket types"), "{recorded:?}");
+    assert!(
+        recorded[1..].iter().all(|w| w.contains("ping")),
+        "{recorded:?}"
+    );
 }
 
 /// The NUMA memory-policy family answers ENOSYS (a kernel without NUMA).
@@ -914,7 +927,8 @@ fn without_a_listener_recorded_rules_return_their_errno() {
         assert_eq!((a.code, a.jt, a.jf), (b.code, b.jt, b.jf));
         if a.k != b.k {
             assert_eq!((a.code, a.k), (RET, NOTIF));
-            assert_eq!(b.k, EPERM_RET);
+            let eproto = libc::SECCOMP_RET_ERRNO | libc::EPROTONOSUPPORT as u32;
+            assert!(b.k == EPERM_RET || b.k == eproto, "{:#x}", b.k);
         }
     }
     assert!(without.iter().all(|i| i.code != RET || i.k != NOTIF));
@@ -1184,4 +1198,60 @@ fn connect_notifies_only_for_transparent_egress() {
     // Without a listener there is nobody to hand connections to.
     let no_notify = program_with(false, false, false, true, true).unwrap();
     assert_eq!(run(&no_notify, arch, nr, [3, 0, 16, 0, 0, 0]), RET_ALLOW);
+}
+
+#[test]
+fn datagram_sends_with_a_destination_notify_only_for_transparent_egress() {
+    let arch = native_arch().unwrap();
+    let (sendto, sendmsg, sendmmsg) = (
+        libc::SYS_sendto as u32,
+        libc::SYS_sendmsg as u32,
+        libc::SYS_sendmmsg as u32,
+    );
+    let notif = libc::SECCOMP_RET_USER_NOTIF;
+    for (watch, guard) in [(false, false), (true, false), (false, true)] {
+        let with = program_with(true, watch, guard, true, true).unwrap();
+        // sendto(fd, buf, len, flags, dest, addrlen): a plain send (NULL
+        // destination) is allowed; any non-NULL pointer notifies, whichever
+        // half of it is set.
+        assert_eq!(run(&with, arch, sendto, [3, 0x1000, 5, 0, 0, 0]), RET_ALLOW);
+        for dest in [0x7ffd_1234_5678u64, 0x1_0000_0000, 0x10] {
+            assert_eq!(
+                run(&with, arch, sendto, [3, 0x1000, 5, 0, dest, 16]),
+                notif,
+                "{dest:#x}"
+            );
+        }
+        assert_eq!(run(&with, arch, sendmsg, [3, 0x1000, 0, 0, 0, 0]), notif);
+        assert_eq!(
+            run(
+                &with,
+                arch,
+                sendmsg,
+                [3, 0x1000, libc::MSG_DONTWAIT as u64, 0, 0, 0]
+            ),
+            notif
+        );
+        // The server child's pass of the listener: not notified.
+        let pass = super::bpf::LISTENER_SEND_FLAGS as u64;
+        assert_eq!(
+            run(&with, arch, sendmsg, [3, 0x1000, pass, 0, 0, 0]),
+            RET_ALLOW
+        );
+        assert_eq!(run(&with, arch, sendmmsg, [3, 0x1000, 2, 0, 0, 0]), notif);
+        // The rest of the filter as without: reads, writes and recvs allowed.
+        for nr in [libc::SYS_write, libc::SYS_recvfrom, libc::SYS_recvmsg] {
+            assert_eq!(
+                run(&with, arch, nr as u32, [3, 0, 0, 0, 0x1000, 0]),
+                RET_ALLOW
+            );
+        }
+    }
+    let plain = program(true, true, true, true).unwrap();
+    for nr in [sendto, sendmsg, sendmmsg] {
+        assert_eq!(
+            run(&plain, arch, nr, [3, 0x1000, 5, 0, 0x7ffd_0000, 16]),
+            RET_ALLOW
+        );
+    }
 }
