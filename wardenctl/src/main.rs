@@ -10,6 +10,7 @@ mod approve;
 mod init;
 mod logs;
 mod mcp;
+mod profiles;
 mod suggest;
 mod trace;
 
@@ -20,7 +21,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 use warden_client::pb;
-use warden_core::policy::{self, CompileContext, Overrides, PolicyInput};
+use warden_core::policy;
 
 #[derive(Parser, Debug)]
 #[command(name = "wardenctl", version, about = "Watch and steer Warden sessions")]
@@ -73,6 +74,13 @@ struct KillArgs {
 enum PolicyCmd {
     /// Validate a policy file and print the compiled policy.
     Check { file: PathBuf },
+    /// List the profiles (`warden-shim --profile NAME`), each compiled.
+    List,
+    /// Print a profile's path and its compiled policy: what it allows.
+    Show { name: String },
+    /// Edit a profile with $VISUAL/$EDITOR on a copy, put in place only
+    /// once it compiles.
+    Edit { name: String },
 }
 
 #[derive(Serialize)]
@@ -142,11 +150,14 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    if let Cmd::Policy {
-        cmd: PolicyCmd::Check { file },
-    } = &cli.cmd
-    {
-        return policy_check(file, cli.socket.as_deref(), cli.json);
+    if let Cmd::Policy { cmd } = &cli.cmd {
+        let socket = cli.socket.as_deref();
+        return match cmd {
+            PolicyCmd::Check { file } => policy_check(file, socket, cli.json),
+            PolicyCmd::List => profiles::list(socket, cli.json),
+            PolicyCmd::Show { name } => profiles::show(name, socket, cli.json),
+            PolicyCmd::Edit { name } => profiles::edit(name, socket),
+        };
     }
     if let Cmd::Logs(args) = &cli.cmd {
         return logs::run(args, cli.socket.as_deref(), cli.json);
@@ -439,37 +450,12 @@ fn print_features(title: &str, features: &[Feature], width: usize) {
 }
 
 fn policy_check(file: &Path, socket: Option<&Path>, json: bool) -> anyhow::Result<ExitCode> {
-    let cwd = std::env::current_dir()?;
     let path = if file.is_absolute() {
         file.to_path_buf()
     } else {
-        cwd.join(file)
+        std::env::current_dir()?.join(file)
     };
-    let text = match policy::load_file(&path) {
-        Ok(t) => t,
-        Err(e) => {
-            eprint!("{}", with_newline(&e.to_string()));
-            return Ok(ExitCode::from(1));
-        }
-    };
-    let ctx = CompileContext {
-        home: warden_core::paths::home_dir()?,
-        cwd: cwd.clone(),
-        path_env: std::env::var_os("PATH"),
-        // Warden's socket, to refuse grants that expose it; none if it cannot
-        // be determined (the daemon checks again with its real paths).
-        reserved: warden_core::paths::client_reserved(
-            warden_core::paths::socket_path(socket)
-                .ok()
-                .map(|s| cwd.join(s))
-                .as_deref(),
-        ),
-    };
-    let input = PolicyInput {
-        path: Some(&path),
-        text: &text,
-    };
-    match policy::compile(&input, &Overrides::default(), &ctx) {
+    match profiles::compile_file(&path, socket)? {
         Ok(p) => {
             for w in &p.warnings {
                 eprintln!("warning: {w}");
@@ -485,7 +471,7 @@ fn policy_check(file: &Path, socket: Option<&Path>, json: bool) -> anyhow::Resul
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            eprint!("{}", with_newline(&e.to_string()));
+            eprint!("{}", with_newline(&e));
             Ok(ExitCode::from(1))
         }
     }
