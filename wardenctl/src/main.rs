@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 mod approve;
+mod doctor;
 mod init;
 mod logs;
 mod mcp;
@@ -57,6 +58,10 @@ enum Cmd {
     /// Write a starter policy from a trace (--log FILE), or trace the server
     /// first (-- CMD ...): only what it used, collapsed, each grant commented.
     Init(init::InitArgs),
+    /// Check this machine: kernel features and what needs them, the daemon,
+    /// the audit store, the service and the MCP clients' configs, with the
+    /// fix for each problem.
+    Doctor(doctor::DoctorArgs),
     /// Policy tools.
     Policy {
         #[command(subcommand)]
@@ -158,6 +163,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             PolicyCmd::Show { name } => profiles::show(name, socket, cli.json),
             PolicyCmd::Edit { name } => profiles::edit(name, socket),
         };
+    }
+    if let Cmd::Doctor(args) = &cli.cmd {
+        return doctor::run(args, cli.socket.as_deref(), cli.json);
     }
     if let Cmd::Logs(args) = &cli.cmd {
         return logs::run(args, cli.socket.as_deref(), cli.json);
@@ -263,7 +271,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             }
             Cmd::Approve(a) => return approve::run(&mut c, &a, cli.json).await,
-            Cmd::Policy { .. } | Cmd::Logs(_) | Cmd::Suggest(_) | Cmd::Trace(_) | Cmd::Init(_) => {
+            Cmd::Policy { .. }
+            | Cmd::Doctor(_)
+            | Cmd::Logs(_)
+            | Cmd::Suggest(_)
+            | Cmd::Trace(_)
+            | Cmd::Init(_) => {
                 unreachable!("handled above")
             }
         }
@@ -386,7 +399,7 @@ fn print_ps(rows: &[SessionRow]) {
 /// implicit bare repositories (a directory that is itself a git dir), a
 /// second line of defence behind the sandbox's refusal to let a server make
 /// one (docs/security-model.md, "Git: protect what runs, not what stores").
-fn git_bare_repositories() -> Feature {
+pub(crate) fn git_bare_repositories() -> Feature {
     let name = "git_safe_bare_repository".to_string();
     let out = std::process::Command::new("git")
         .args(["config", "--global", "--get", "safe.bareRepository"])

@@ -155,6 +155,25 @@ fn cgroup(d: &Result<crate::cgroup::Delegation, String>) -> KernelFeature {
     }
 }
 
+/// The [`report`] of this machine now, without a daemon (`wardend
+/// --features`, read by `wardenctl doctor` when no daemon answers): the
+/// kernel probed, the cgroup subtree located and its controllers read, but
+/// not taken over.
+pub fn report_now() -> Vec<KernelFeature> {
+    let uid = warden_core::paths::current_uid();
+    let cgroup = crate::cgroup::locate(uid).map(|root| {
+        let controllers = std::fs::read_to_string(root.join("cgroup.controllers"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        crate::cgroup::Delegation { root, controllers }
+    });
+    let kernel = Kernel::probe();
+    let pretend = std::env::var(PRETEND_MISSING_VAR).ok();
+    report(&kernel, &cgroup, &WriteProtection::judge(&kernel, pretend.as_deref()))
+}
+
 /// The daemon environment variable that makes it treat protections as
 /// missing (a comma-separated list of `landlock`, `create_guard`). For tests
 /// only: it can only make the daemon refuse more (a session that opts into

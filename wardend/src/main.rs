@@ -49,6 +49,10 @@ struct Args {
     /// session. Also WARDEN_DANGEROUSLY_RUN_SERVERS_AS_ROOT=1.
     #[arg(long)]
     dangerously_run_servers_as_root: bool,
+    /// Print what the kernel offers (the `features` of `wardenctl status`)
+    /// as JSON and exit, without starting a daemon.
+    #[arg(long)]
+    features: bool,
 }
 
 fn main() -> ExitCode {
@@ -172,6 +176,14 @@ fn raise_nofile() {
 }
 
 fn real_main(args: Args) -> anyhow::Result<()> {
+    if args.features {
+        let rows: Vec<serde_json::Value> = wardend::features::report_now()
+            .into_iter()
+            .map(|f| serde_json::json!({"name": f.name, "available": f.available, "detail": f.detail}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
     raise_nofile();
     // An explicit socket (--socket, $WARDEN_SOCKET) must sit in a private
     // directory, like the default one: in a shared directory another user

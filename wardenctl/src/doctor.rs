@@ -1,0 +1,404 @@
+//! `wardenctl doctor [--json]`: is this machine ready to sandbox MCP
+//! servers, and what to do where it is not. One [`Check`] per thing looked
+//! at, each with a status and, for every problem, the command that fixes
+//! it. Works without a daemon (a daemon that does not answer is one of the
+//! findings; the kernel is then probed by `wardend --features`).
+//!
+//! The JSON (`--json`) is a contract for scripts (`docs/doctor.md`):
+//! `{"schema": 1, "ok": bool, "checks": [{"id", "area", "status",
+//! "summary", "fix"}]}`, `status` one of `ok`, `warn`, `fail`, `skip`;
+//! `ok` is false when any check failed. Exit status: 0 when `ok`, 1 when
+//! not.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde::Serialize;
+use warden_client::pb;
+
+/// The version of the JSON's shape.
+pub const SCHEMA: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    /// Works, but something is weaker than it could be.
+    Warn,
+    /// Sessions (or the feature named) will not work until fixed.
+    Fail,
+    /// Not applicable here (nothing to look at).
+    Skip,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// Stable, dotted (`kernel.landlock`, `client.cursor`).
+    pub id: String,
+    /// `daemon`, `kernel`, `service`, `audit`, `host`, `client`.
+    pub area: &'static str,
+    pub status: Status,
+    pub summary: String,
+    /// The command (or step) that fixes it; None when nothing is wrong.
+    pub fix: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub schema: u32,
+    pub ok: bool,
+    pub checks: Vec<Check>,
+}
+
+fn check(id: &str, area: &'static str, status: Status, summary: String, fix: Option<String>) -> Check {
+    Check {
+        id: id.to_owned(),
+        area,
+        status,
+        summary,
+        fix,
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct DoctorArgs {
+    /// Skip verifying the audit store's hash chain (it reads every record).
+    #[arg(long)]
+    pub no_verify: bool,
+}
+
+/// What the daemon said, when it answered.
+struct Daemon {
+    status: pb::StatusResponse,
+}
+
+pub fn run(args: &DoctorArgs, socket: Option<&Path>, json: bool) -> anyhow::Result<ExitCode> {
+    let report = gather(args, socket)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print(&report);
+    }
+    Ok(if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+pub fn gather(args: &DoctorArgs, socket: Option<&Path>) -> anyhow::Result<Report> {
+    let mut checks = Vec::new();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let daemon = daemon_checks(&rt, socket, &mut checks);
+    kernel_checks(daemon.as_ref(), &mut checks);
+    audit_checks(&rt, args, socket, daemon.as_ref(), &mut checks);
+    host_checks(&mut checks);
+    let ok = !checks.iter().any(|c| c.status == Status::Fail);
+    Ok(Report {
+        schema: SCHEMA,
+        ok,
+        checks,
+    })
+}
+
+fn daemon_checks(
+    rt: &tokio::runtime::Runtime,
+    socket: Option<&Path>,
+    checks: &mut Vec<Check>,
+) -> Option<Daemon> {
+    let path = match warden_core::paths::socket_path(socket) {
+        Ok(p) => p,
+        Err(e) => {
+            checks.push(check(
+                "daemon.socket",
+                "daemon",
+                Status::Fail,
+                format!("no socket path: {e}"),
+                Some("set HOME, or XDG_RUNTIME_DIR, or pass --socket PATH".into()),
+            ));
+            return None;
+        }
+    };
+    let answered = rt.block_on(async {
+        let mut c = warden_client::connect(&path).await.map_err(|e| e.to_string())?;
+        c.status(pb::StatusRequest {})
+            .await
+            .map(|r| r.into_inner())
+            .map_err(|s| s.message().to_owned())
+    });
+    match answered {
+        Ok(status) => {
+            checks.push(check(
+                "daemon.socket",
+                "daemon",
+                Status::Ok,
+                format!(
+                    "wardend {} answers on {} (pid {}, {} session{})",
+                    status.version,
+                    path.display(),
+                    status.pid,
+                    status.sessions,
+                    if status.sessions == 1 { "" } else { "s" }
+                ),
+                None,
+            ));
+            let ours = env!("CARGO_PKG_VERSION");
+            if status.version != ours {
+                checks.push(check(
+                    "daemon.version",
+                    "daemon",
+                    Status::Warn,
+                    format!("wardend is {}, wardenctl {ours}", status.version),
+                    Some("restart the daemon after upgrading: systemctl --user restart wardend (or stop it: the shim starts the new one)".into()),
+                ));
+            }
+            Some(Daemon { status })
+        }
+        Err(e) => {
+            // Not a failure by itself: the shim starts a daemon when none
+            // answers (unless --no-autostart).
+            checks.push(check(
+                "daemon.socket",
+                "daemon",
+                Status::Warn,
+                format!(
+                    "no daemon answers on {} ({e}); warden-shim starts one on first use",
+                    path.display()
+                ),
+                Some("wardenctl install (a user service), or run wardend".into()),
+            ));
+            None
+        }
+    }
+}
+
+/// The policy features each kernel feature serves, for the summary.
+fn needed_by(name: &str) -> &'static str {
+    match name {
+        "user_namespaces" => "every session",
+        "landlock" => "filesystem grants as a second layer, the TCP port rule",
+        "seccomp" => "every session",
+        "seccomp_user_notif" => {
+            "recorded refusals, file audit, approvals (approve:), transparent egress (network.mode)"
+        }
+        "file_audit" => "audit.files, approvals of file access",
+        "create_guard" => "write grants (protected names such as .git/hooks)",
+        "write_protection" => "write grants",
+        "cgroup_v2_delegation" => "limits.memory_mb, limits.pids, limits.cpu (enforced by the kernel)",
+        _ => "",
+    }
+}
+
+fn kernel_checks(daemon: Option<&Daemon>, checks: &mut Vec<Check>) {
+    let features: Vec<(String, bool, String)> = match daemon {
+        Some(d) => d
+            .status
+            .features
+            .iter()
+            .map(|f| (f.name.clone(), f.available, f.detail.clone()))
+            .collect(),
+        None => match features_from_wardend() {
+            Ok(f) => f,
+            Err(e) => {
+                checks.push(check(
+                    "kernel",
+                    "kernel",
+                    Status::Warn,
+                    format!("could not probe the kernel without a daemon: {e}"),
+                    Some("start the daemon (wardend) and run wardenctl doctor again".into()),
+                ));
+                return;
+            }
+        },
+    };
+    for (name, available, detail) in features {
+        let required = matches!(name.as_str(), "user_namespaces" | "seccomp");
+        let status = match (available, required) {
+            (true, _) => Status::Ok,
+            (false, true) => Status::Fail,
+            (false, false) => Status::Warn,
+        };
+        let needs = needed_by(&name);
+        let summary = if needs.is_empty() {
+            detail
+        } else {
+            format!("{detail}; needed for {needs}")
+        };
+        let fix = (!available).then(|| kernel_fix(&name));
+        checks.push(check(&format!("kernel.{name}"), "kernel", status, summary, fix));
+    }
+}
+
+fn kernel_fix(name: &str) -> String {
+    match name {
+        "user_namespaces" => "sudo sysctl -w user.max_user_namespaces=15000 kernel.unprivileged_userns_clone=1 \
+             (and see the AppArmor check where it restricts them)"
+            .into(),
+        "landlock" => "boot a kernel with Landlock (5.13+, lsm=...,landlock); sessions still run without it".into(),
+        "seccomp_user_notif" | "file_audit" => "a kernel with seccomp user notification (5.9+; 5.14+ for file audit)".into(),
+        "cgroup_v2_delegation" => {
+            "run wardend as a systemd user service with Delegate=yes: wardenctl install".into()
+        }
+        _ => "see docs/security-model.md".into(),
+    }
+}
+
+/// `wardend --features` of the `wardend` beside this `wardenctl` (else on
+/// PATH): name, available, detail.
+fn features_from_wardend() -> anyhow::Result<Vec<(String, bool, String)>> {
+    let wardend = sibling("wardend");
+    let out = std::process::Command::new(&wardend)
+        .arg("--features")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", wardend.display()))?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "{} --features: {}",
+            wardend.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap_or_default().to_owned(),
+                r["available"].as_bool().unwrap_or(false),
+                r["detail"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect())
+}
+
+/// A Warden executable next to this one, else the bare name (PATH).
+pub fn sibling(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join(name)))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
+fn audit_checks(
+    rt: &tokio::runtime::Runtime,
+    args: &DoctorArgs,
+    socket: Option<&Path>,
+    daemon: Option<&Daemon>,
+    checks: &mut Vec<Check>,
+) {
+    let dir = match daemon {
+        Some(d) => Ok(PathBuf::from(&d.status.state_dir).join("audit")),
+        None => crate::logs::store_dir(rt, None, socket),
+    };
+    let dir = match dir {
+        Ok(d) => d,
+        Err(e) => {
+            checks.push(check("audit.store", "audit", Status::Fail, format!("{e:#}"), None));
+            return;
+        }
+    };
+    if !dir.exists() {
+        checks.push(check(
+            "audit.store",
+            "audit",
+            Status::Skip,
+            format!("{}: no audit store yet (the daemon makes it)", dir.display()),
+            None,
+        ));
+        return;
+    }
+    if args.no_verify {
+        checks.push(check(
+            "audit.store",
+            "audit",
+            Status::Skip,
+            format!("{}: not verified (--no-verify)", dir.display()),
+            None,
+        ));
+        return;
+    }
+    let snap = match warden_audit::store::snapshot(&dir) {
+        Ok(s) => s,
+        Err(e) => {
+            checks.push(check(
+                "audit.store",
+                "audit",
+                Status::Fail,
+                format!("{}: {e}", dir.display()),
+                Some(format!("check the permissions of {}", dir.display())),
+            ));
+            return;
+        }
+    };
+    let r = warden_audit::verify::verify(&snap);
+    if r.ok {
+        checks.push(check(
+            "audit.store",
+            "audit",
+            Status::Ok,
+            format!(
+                "{}: {} records, the hash chain holds",
+                dir.display(),
+                r.records
+            ),
+            None,
+        ));
+    } else {
+        let what = r
+            .problem
+            .as_ref()
+            .map(|p| format!("{}:{}: {}", p.file, p.line, p.message))
+            .unwrap_or_else(|| "the chain does not verify".into());
+        checks.push(check(
+            "audit.store",
+            "audit",
+            Status::Fail,
+            format!("{}: {what}", dir.display()),
+            Some("wardenctl logs --verify (details; the store is evidence: keep a copy before changing it)".into()),
+        ));
+    }
+}
+
+fn host_checks(checks: &mut Vec<Check>) {
+    let git = crate::git_bare_repositories();
+    checks.push(check(
+        "host.git_safe_bare_repository",
+        "host",
+        if git.available {
+            Status::Ok
+        } else {
+            Status::Warn
+        },
+        git.detail,
+        (!git.available).then(|| "git config --global safe.bareRepository explicit".into()),
+    ));
+}
+
+fn print(r: &Report) {
+    for c in &r.checks {
+        let mark = match c.status {
+            Status::Ok => "ok  ",
+            Status::Warn => "warn",
+            Status::Fail => "FAIL",
+            Status::Skip => "skip",
+        };
+        println!("{mark}  {:34} {}", c.id, c.summary);
+        if let Some(f) = &c.fix {
+            println!("      {:34} fix: {f}", "");
+        }
+    }
+    let fails = r.checks.iter().filter(|c| c.status == Status::Fail).count();
+    let warns = r.checks.iter().filter(|c| c.status == Status::Warn).count();
+    println!(
+        "\n{}",
+        match (fails, warns) {
+            (0, 0) => "everything is in order".to_owned(),
+            (0, w) => format!("ready; {w} warning{}", if w == 1 { "" } else { "s" }),
+            (f, _) => format!("{f} problem{} to fix", if f == 1 { "" } else { "s" }),
+        }
+    );
+}
