@@ -600,10 +600,10 @@ fn network_resolve() {
         NetworkResolve {
             session: s("e7a94eb68290"),
             allowed: true,
-            reason: s("synthetic address for an allowlisted name"),
+            reason: s("the host's public addresses for an allowlisted name"),
             name: s("api.example.com"),
-            address: Some(s("198.18.0.1")),
-            code: s("synthetic"),
+            address: Some(s("140.82.112.5,140.82.112.6")),
+            code: s("resolved"),
         },
     );
     pin(
