@@ -256,13 +256,22 @@ fn run(argv: &[&str], socket: &Path, policy: Option<&Path>) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn policy(dir: &Path, name: &str, argv: &[&str], port: u16) -> std::path::PathBuf {
+/// A policy running `argv` that allows `localhost:PORT`, in `network.mode`
+/// `mode` (None: the default, `both`).
+fn policy(
+    dir: &Path,
+    name: &str,
+    argv: &[&str],
+    port: u16,
+    mode: Option<&str>,
+) -> std::path::PathBuf {
     let cmd: Vec<String> = argv
         .iter()
         .map(|a| serde_json::to_string(a).unwrap())
         .collect();
+    let mode = mode.map(|m| format!("  mode: {m}\n")).unwrap_or_default();
     let text = format!(
-        "command: [{}]\nnetwork:\n  allow: [\"localhost:{port}\"]\n  allow_private: true\n",
+        "command: [{}]\nnetwork:\n{mode}  allow: [\"localhost:{port}\"]\n  allow_private: true\n",
         cmd.join(", ")
     );
     let p = dir.join(name);
@@ -375,7 +384,7 @@ pub fn main() {
         "%{speed_download}",
         url.as_str(),
     ];
-    let curl_policy = policy(dir.path(), "curl.yaml", &curl, port);
+    let curl_policy = policy(dir.path(), "curl.yaml", &curl, port, None);
     let relay = plain_relay(port);
     let relayed_url = format!("http://localhost:{relay}/bytes/{}", mib << 20);
     let curl_relayed = [
@@ -496,7 +505,11 @@ pub fn main() {
         small.as_str(),
         n.as_str(),
     ];
-    let py_policy = policy(dir.path(), "py.yaml", &py, port);
+    let py_policy = policy(dir.path(), "py.yaml", &py, port, None);
+    // The same without transparent egress: no `connect` is intercepted, so
+    // the difference is what intercepting the client's connects to the
+    // proxy costs under the default `both`.
+    let py_proxy_only = policy(dir.path(), "py-proxy.yaml", &py, port, Some("proxy"));
     let parse = |out: String| -> Vec<f64> {
         out.split_whitespace()
             .map(|v| v.parse::<f64>().expect("µs"))
@@ -504,16 +517,20 @@ pub fn main() {
     };
     let mut d = parse(run(&py, &s, None));
     let mut p = parse(run(&py, &s, Some(&py_policy)));
+    let mut po = parse(run(&py, &s, Some(&py_proxy_only)));
     let (dm, d90) = (pct(&mut d, 0.5), pct(&mut d, 0.9));
     let (pm, p90) = (pct(&mut p, 0.5), pct(&mut p, 0.9));
+    let (pom, po90) = (pct(&mut po, 0.5), pct(&mut po, 0.9));
     println!("## egress latency: {requests} sequential small requests, a new connection each (Python urllib)\n");
     println!("| path | median | p90 |");
     println!("| --- | --- | --- |");
     println!("| host, direct to the upstream | {dm:.0} µs | {d90:.0} µs |");
-    println!("| sandbox, through the proxy | {pm:.0} µs | {p90:.0} µs |");
+    println!("| sandbox, through the proxy (`network.mode: both`, the default) | {pm:.0} µs | {p90:.0} µs |");
+    println!("| sandbox, through the proxy (`network.mode: proxy`) | {pom:.0} µs | {po90:.0} µs |");
     println!(
-        "\nadded latency per connection (median): {:.0} µs\n",
-        pm - dm
+        "\nadded latency per connection (median): {:.0} µs (`proxy` mode: {:.0} µs)\n",
+        pm - dm,
+        pom - dm
     );
 
     // connect() alone: the host's connect to the upstream against the

@@ -74,10 +74,16 @@ fn doctor_reports_the_machine_with_and_without_a_daemon() {
     let (_, r) = doctor(&env, &[]);
     let d = find(&r, "daemon.socket");
     assert_eq!(d["status"], "warn", "{d}");
-    assert!(d["fix"].as_str().unwrap().contains("wardenctl install"), "{d}");
+    assert!(
+        d["fix"].as_str().unwrap().contains("wardenctl install"),
+        "{d}"
+    );
     let userns = find(&r, "kernel.user_namespaces");
     assert_eq!(userns["status"], "ok", "{userns}");
-    assert!(find(&r, "kernel.landlock")["summary"].as_str().unwrap().contains("needed for"));
+    assert!(find(&r, "kernel.landlock")["summary"]
+        .as_str()
+        .unwrap()
+        .contains("needed for"));
     assert_eq!(find(&r, "audit.store")["status"], "skip");
 
     // A daemon, and a session's records in its store.
@@ -89,7 +95,11 @@ fn doctor_reports_the_machine_with_and_without_a_daemon() {
         "/bin/true",
     ]);
     let out = run(&mut cmd, Duration::from_secs(30));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (code, r) = doctor(&env, &[]);
     assert_eq!(code, 0, "{r}");
     let d = find(&r, "daemon.socket");
@@ -97,15 +107,31 @@ fn doctor_reports_the_machine_with_and_without_a_daemon() {
     assert!(d["summary"].as_str().unwrap().contains("answers on"), "{d}");
     let a = find(&r, "audit.store");
     assert_eq!(a["status"], "ok", "{a}");
-    assert!(a["summary"].as_str().unwrap().contains("the hash chain holds"), "{a}");
+    assert!(
+        a["summary"]
+            .as_str()
+            .unwrap()
+            .contains("the hash chain holds"),
+        "{a}"
+    );
     let (_, r) = doctor(&env, &["--no-verify"]);
     assert_eq!(find(&r, "audit.store")["status"], "skip");
 
     // The human form: one line per check, the fixes, a last line.
     let out = run(&mut env.ctl(["doctor"]), Duration::from_secs(60));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.lines().any(|l| l.starts_with("ok") && l.contains("daemon.socket")), "{text}");
-    assert!(text.trim_end().lines().last().is_some_and(|l| !l.is_empty()), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("ok") && l.contains("daemon.socket")),
+        "{text}"
+    );
+    assert!(
+        text.trim_end()
+            .lines()
+            .last()
+            .is_some_and(|l| !l.is_empty()),
+        "{text}"
+    );
 }
 
 #[test]
@@ -137,5 +163,11 @@ fn a_broken_audit_chain_fails_with_its_fix() {
     assert_eq!(r["ok"], false);
     let a = find(&r, "audit.store");
     assert_eq!(a["status"], "fail", "{a}");
-    assert!(a["fix"].as_str().unwrap().contains("wardenctl logs --verify"), "{a}");
+    assert!(
+        a["fix"]
+            .as_str()
+            .unwrap()
+            .contains("wardenctl logs --verify"),
+        "{a}"
+    );
 }

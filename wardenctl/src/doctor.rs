@@ -50,7 +50,13 @@ pub struct Report {
     pub checks: Vec<Check>,
 }
 
-fn check(id: &str, area: &'static str, status: Status, summary: String, fix: Option<String>) -> Check {
+fn check(
+    id: &str,
+    area: &'static str,
+    status: Status,
+    summary: String,
+    fix: Option<String>,
+) -> Check {
     Check {
         id: id.to_owned(),
         area,
@@ -122,7 +128,9 @@ fn daemon_checks(
         }
     };
     let answered = rt.block_on(async {
-        let mut c = warden_client::connect(&path).await.map_err(|e| e.to_string())?;
+        let mut c = warden_client::connect(&path)
+            .await
+            .map_err(|e| e.to_string())?;
         c.status(pb::StatusRequest {})
             .await
             .map(|r| r.into_inner())
@@ -186,7 +194,9 @@ fn needed_by(name: &str) -> &'static str {
         "file_audit" => "audit.files, approvals of file access",
         "create_guard" => "write grants (protected names such as .git/hooks)",
         "write_protection" => "write grants",
-        "cgroup_v2_delegation" => "limits.memory_mb, limits.pids, limits.cpu (enforced by the kernel)",
+        "cgroup_v2_delegation" => {
+            "limits.memory_mb, limits.pids, limits.cpu (enforced by the kernel)"
+        }
         _ => "",
     }
 }
@@ -227,17 +237,30 @@ fn kernel_checks(daemon: Option<&Daemon>, checks: &mut Vec<Check>) {
             format!("{detail}; needed for {needs}")
         };
         let fix = (!available).then(|| kernel_fix(&name));
-        checks.push(check(&format!("kernel.{name}"), "kernel", status, summary, fix));
+        checks.push(check(
+            &format!("kernel.{name}"),
+            "kernel",
+            status,
+            summary,
+            fix,
+        ));
     }
 }
 
 fn kernel_fix(name: &str) -> String {
     match name {
-        "user_namespaces" => "sudo sysctl -w user.max_user_namespaces=15000 kernel.unprivileged_userns_clone=1 \
+        "user_namespaces" => {
+            "sudo sysctl -w user.max_user_namespaces=15000 kernel.unprivileged_userns_clone=1 \
              (and see the AppArmor check where it restricts them)"
-            .into(),
-        "landlock" => "boot a kernel with Landlock (5.13+, lsm=...,landlock); sessions still run without it".into(),
-        "seccomp_user_notif" | "file_audit" => "a kernel with seccomp user notification (5.9+; 5.14+ for file audit)".into(),
+                .into()
+        }
+        "landlock" => {
+            "boot a kernel with Landlock (5.13+, lsm=...,landlock); sessions still run without it"
+                .into()
+        }
+        "seccomp_user_notif" | "file_audit" => {
+            "a kernel with seccomp user notification (5.9+; 5.14+ for file audit)".into()
+        }
         "cgroup_v2_delegation" => {
             "run wardend as a systemd user service with Delegate=yes: wardenctl install".into()
         }
@@ -297,7 +320,13 @@ fn audit_checks(
     let dir = match dir {
         Ok(d) => d,
         Err(e) => {
-            checks.push(check("audit.store", "audit", Status::Fail, format!("{e:#}"), None));
+            checks.push(check(
+                "audit.store",
+                "audit",
+                Status::Fail,
+                format!("{e:#}"),
+                None,
+            ));
             return;
         }
     };
@@ -306,7 +335,10 @@ fn audit_checks(
             "audit.store",
             "audit",
             Status::Skip,
-            format!("{}: no audit store yet (the daemon makes it)", dir.display()),
+            format!(
+                "{}: no audit store yet (the daemon makes it)",
+                dir.display()
+            ),
             None,
         ));
         return;

@@ -171,7 +171,11 @@ pub fn report_now() -> Vec<KernelFeature> {
     });
     let kernel = Kernel::probe();
     let pretend = std::env::var(PRETEND_MISSING_VAR).ok();
-    report(&kernel, &cgroup, &WriteProtection::judge(&kernel, pretend.as_deref()))
+    report(
+        &kernel,
+        &cgroup,
+        &WriteProtection::judge(&kernel, pretend.as_deref()),
+    )
 }
 
 /// The daemon environment variable that makes it treat protections as
