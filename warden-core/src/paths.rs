@@ -76,6 +76,17 @@ pub fn default_socket() -> Result<PathBuf, PathError> {
     if let Some(s) = non_empty("WARDEN_SOCKET") {
         return Ok(PathBuf::from(s));
     }
+    let socket = default_socket_location();
+    if let Some(dir) = socket.parent() {
+        ensure_private_dir(dir)?;
+    }
+    Ok(socket)
+}
+
+/// Where [`default_socket`] puts the socket without `$WARDEN_SOCKET`,
+/// computed only: nothing is created or checked (for tools that describe
+/// what they would do, such as `wardenctl install --dry-run`).
+pub fn default_socket_location() -> PathBuf {
     let uid = current_uid();
     let dir = match non_empty("XDG_RUNTIME_DIR") {
         Some(rt) => PathBuf::from(rt).join("warden"),
@@ -84,8 +95,7 @@ pub fn default_socket() -> Result<PathBuf, PathError> {
             None => env::temp_dir().join(format!("warden-{uid}")),
         },
     };
-    ensure_private_dir(&dir)?;
-    Ok(dir.join("wardend.sock"))
+    dir.join("wardend.sock")
 }
 
 /// `<base>/<uid>` if it is a directory owned by `uid` that grants nothing to

@@ -136,6 +136,31 @@ impl Kernel {
     }
 }
 
+/// Where the kernel says whether AppArmor restricts unprivileged user
+/// namespaces (Ubuntu 23.10 and later set it to 1).
+pub const APPARMOR_USERNS_SYSCTL: &str = "/proc/sys/kernel/apparmor_restrict_unprivileged_userns";
+
+/// `kernel.apparmor_restrict_unprivileged_userns`: `Some(true)` when it is
+/// 1 (an unprivileged program gets a user namespace without capabilities in
+/// it unless an AppArmor profile of its own allows `userns`), `Some(false)`
+/// when 0, `None` when the kernel has no such setting.
+pub fn apparmor_restricts_userns() -> Option<bool> {
+    read(APPARMOR_USERNS_SYSCTL).map(|v| v != "0")
+}
+
+/// Tries what every sandbox's first steps need from an unprivileged user
+/// namespace, in a short-lived re-exec of `exe` (the init role's binary,
+/// whose path is what an AppArmor profile attaches to): entering a user and
+/// a mount namespace, mapping the caller's own ids and mounting a tmpfs
+/// there (the snapshot role, on `/`; see `init/snapshot.rs`).
+///
+/// [`Kernel::user_namespaces`] reads sysctls only. Under AppArmor's
+/// restriction `unshare(CLONE_NEWUSER)` still succeeds and the mount is
+/// what fails, which only a trial shows.
+pub fn userns_trial(exe: &std::path::Path) -> Result<(), crate::SandboxError> {
+    crate::launch::snapshot_dir(exe, std::path::Path::new("/")).map(drop)
+}
+
 /// Installs an allow-all filter with a listener on a thread of its own and
 /// asks that listener which flags it takes. The filter (and `no_new_privs`,
 /// which an unprivileged caller needs for it) belong to that thread only,

@@ -36,7 +36,8 @@
 //!   Landlock version call, receiving `SCM_RIGHTS`, registering fds with
 //!   tokio), as safe functions; [`fdpass`] is its public part (the daemon's
 //!   side of the shim's stdio preamble, whose sender is safe `nix` in
-//!   `warden-client`).
+//!   `warden-client`); [`activation`] takes the listening socket a service
+//!   manager passes (socket activation, for `wardend`'s `main`).
 //!
 //! # Invariants
 //!
@@ -60,7 +61,7 @@ pub mod supervise;
 #[allow(unsafe_code)]
 mod sys;
 
-pub use sys::fdpass;
+pub use sys::{activation, fdpass};
 
 pub use init::{entry_if_requested as init_entry_if_requested, INIT_ARG};
 pub use kernel::Kernel;

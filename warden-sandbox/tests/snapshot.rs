@@ -192,3 +192,17 @@ fn raw(fd: &OwnedFd) -> i32 {
     use std::os::fd::AsRawFd;
     fd.as_raw_fd()
 }
+
+/// `userns_trial` (what `wardenctl status` asks to tell an AppArmor
+/// restriction apart): it works where user namespaces do, and names the
+/// failure where the binary cannot run the role (control: a program that is
+/// not an init role's binary fails the trial).
+#[test]
+fn the_userns_trial_runs_the_snapshot_role() {
+    if !common::userns_available() {
+        return;
+    }
+    warden_sandbox::kernel::userns_trial(&common::runner()).unwrap();
+    let err = warden_sandbox::kernel::userns_trial(Path::new("/bin/true")).unwrap_err();
+    assert!(err.to_string().contains("without an answer"), "{err}");
+}

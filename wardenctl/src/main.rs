@@ -1,7 +1,7 @@
 //! `wardenctl`: watch and steer `wardend`.
 //!
 //! `ps`, `kill ID`, `status`, `approve` (approve.rs) talk to the daemon; `policy check FILE` works
-//! offline; `logs` reads the audit store (`logs -f` follows it through the
+//! offline, as do `install` and `uninstall` (service/: the user service); `logs` reads the audit store (`logs -f` follows it through the
 //! daemon, see `logs.rs`). Every command takes `--socket PATH` and `--json`;
 //! JSON output is typed structs serialised, human output is aligned columns.
 #![forbid(unsafe_code)]
@@ -12,6 +12,7 @@ mod init;
 mod logs;
 mod mcp;
 mod profiles;
+mod service;
 mod suggest;
 mod trace;
 
@@ -62,6 +63,11 @@ enum Cmd {
     /// the audit store, the service and the MCP clients' configs, with the
     /// fix for each problem.
     Doctor(doctor::DoctorArgs),
+    /// Install wardend as a user service (systemd socket activation, or a
+    /// launchd agent); --dry-run prints what it would do.
+    Install(service::InstallArgs),
+    /// Stop and remove what install set up (never policies or the audit store).
+    Uninstall(service::UninstallArgs),
     /// Policy tools.
     Policy {
         #[command(subcommand)]
@@ -179,6 +185,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Cmd::Init(args) = &cli.cmd {
         return init::run(args, cli.socket.as_deref(), cli.json);
     }
+    if let Cmd::Install(args) = &cli.cmd {
+        return service::install(args, cli.socket.as_deref(), cli.json);
+    }
+    if let Cmd::Uninstall(args) = &cli.cmd {
+        return service::uninstall(args, cli.socket.as_deref(), cli.json);
+    }
     let socket = warden_core::paths::socket_path(cli.socket.as_deref())?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -262,7 +274,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                             detail: f.detail,
                         })
                         .collect(),
-                    host: vec![git_bare_repositories()],
+                    host: vec![git_bare_repositories(), apparmor_userns(s.pid)],
                 };
                 if cli.json {
                     println!("{}", serde_json::to_string_pretty(&out)?);
@@ -276,7 +288,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             | Cmd::Logs(_)
             | Cmd::Suggest(_)
             | Cmd::Trace(_)
-            | Cmd::Init(_) => {
+            | Cmd::Init(_)
+            | Cmd::Install(_)
+            | Cmd::Uninstall(_) => {
                 unreachable!("handled above")
             }
         }
@@ -435,6 +449,28 @@ pub(crate) fn git_bare_repositories() -> Feature {
                 }
             }
         }
+    }
+}
+
+/// Whether AppArmor keeps wardend from creating the user namespaces its
+/// sandboxes start in (`service::apparmor::userns_restriction`), tried with
+/// the running daemon's own binary (`/proc/PID/exe`), else the `wardend`
+/// next to this `wardenctl`.
+fn apparmor_userns(daemon_pid: u32) -> Feature {
+    let exe = std::fs::read_link(format!("/proc/{daemon_pid}/exe"))
+        .ok()
+        .filter(|p| p.is_file())
+        .or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|p| p.parent().map(|d| d.join("wardend")))
+                .filter(|p| p.is_file())
+        });
+    let r = service::apparmor::userns_restriction(exe.as_deref());
+    Feature {
+        name: "apparmor_userns".into(),
+        available: r.ok(),
+        detail: r.detail(),
     }
 }
 

@@ -6,6 +6,9 @@
 //! - [`run`]: the entry point; `main.rs` only parses flags, takes the
 //!   single-instance lock, binds the socket and calls it. Tests start a real
 //!   daemon the same way.
+//! - [`activation`]: the listening socket a service manager passes (socket
+//!   activation: `wardend.socket`, `systemd-socket-activate`), checked and
+//!   reconciled with `--socket`; `main.rs` binds one itself otherwise.
 //! - [`conn`]: accepting connections and the stdio preamble (fd passing).
 //! - [`service`]: the gRPC methods and the peer checks (uid; [`peer`]: not
 //!   inside a sandbox).
@@ -36,6 +39,7 @@
 //!   statuses.
 #![forbid(unsafe_code)]
 
+pub mod activation;
 pub mod approvals;
 pub mod cgroup;
 pub mod conn;

@@ -2,6 +2,9 @@
 //!
 //! The sandbox init role is checked before anything else: namespaces must be
 //! entered by a single-threaded process, so it runs before any runtime exists.
+//! Then a socket passed by a service manager (socket activation,
+//! `wardend::activation`) is taken, before anything else opens a descriptor
+//! or starts a thread; without one, `wardend` binds its own socket.
 #![forbid(unsafe_code)]
 
 use std::fs::{self, File, OpenOptions};
@@ -57,14 +60,28 @@ struct Args {
 
 fn main() -> ExitCode {
     warden_sandbox::init_entry_if_requested();
+    let activation = wardend::activation::take(|k| std::env::var(k).ok());
+    forget_activation_vars();
     let args = Args::parse();
     init_tracing();
-    match real_main(args) {
+    match real_main(args, activation) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("wardend: {e:#}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// Removes `LISTEN_PID`, `LISTEN_FDS` and `LISTEN_FDNAMES` once read, as
+/// `sd_listen_fds(3)` does, so that nothing this process starts inherits
+/// them. The one change of the environment in Warden (docs/dev.md): here,
+/// in `main`, while the process has a single thread and no runtime, which
+/// is when it is sound.
+#[allow(clippy::disallowed_methods)]
+fn forget_activation_vars() {
+    for var in wardend::activation::VARS {
+        std::env::remove_var(var);
     }
 }
 
@@ -175,7 +192,57 @@ fn raise_nofile() {
     }
 }
 
-fn real_main(args: Args) -> anyhow::Result<()> {
+/// The socket's directory must be private to this user (F16): in a shared
+/// directory another user could plant the lock file or squat the name.
+fn verify_socket_dir(socket: &Path) -> anyhow::Result<()> {
+    let parent = socket
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("/"));
+    warden_core::paths::verify_private(parent, 0o700, true).with_context(|| {
+        format!(
+            "the socket's directory {} must be private to you (owned by you, mode 0700)",
+            parent.display()
+        )
+    })?;
+    Ok(())
+}
+
+/// The socket a service manager passed, checked as `wardend` checks its own:
+/// `--socket` or `$WARDEN_SOCKET` must name the same file, its directory must
+/// be private, the socket owned by this user with mode 0600 (what
+/// `SocketMode=0600` and `DirectoryMode=0700` in `wardend.socket` make).
+fn activated_socket(
+    activated: wardend::activation::Activated,
+    args: &Args,
+) -> anyhow::Result<(PathBuf, std::os::unix::net::UnixListener)> {
+    let env_socket = std::env::var_os("WARDEN_SOCKET")
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from);
+    let explicit = match (&args.socket, &env_socket) {
+        (Some(p), _) => Some((p.as_path(), "--socket")),
+        (None, Some(p)) => Some((p.as_path(), "$WARDEN_SOCKET")),
+        (None, None) => None,
+    };
+    let cwd = std::env::current_dir()?;
+    wardend::activation::reconcile(&activated.path, explicit, &cwd)?;
+    let socket = cwd.join(&activated.path);
+    verify_socket_dir(&socket)?;
+    warden_core::paths::verify_socket(&socket).with_context(|| {
+        format!(
+            "the socket passed by the service manager ({}) must be yours with mode 0600 \
+             (SocketMode=0600)",
+            socket.display()
+        )
+    })?;
+    Ok((socket, activated.listener))
+}
+
+fn real_main(
+    args: Args,
+    activation: Result<wardend::activation::Found, wardend::activation::ActivationError>,
+) -> anyhow::Result<()> {
+    use wardend::activation::Found;
     if args.features {
         let rows: Vec<serde_json::Value> = wardend::features::report_now()
             .into_iter()
@@ -185,29 +252,40 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     raise_nofile();
-    // An explicit socket (--socket, $WARDEN_SOCKET) must sit in a private
-    // directory, like the default one: in a shared directory another user
-    // could plant the lock file or squat the name (F16).
-    let explicit =
-        args.socket.is_some() || std::env::var_os("WARDEN_SOCKET").is_some_and(|s| !s.is_empty());
-    let socket = warden_core::paths::socket_path(args.socket.as_deref())?;
-    let socket = if socket.is_absolute() {
-        socket
-    } else {
-        std::env::current_dir()?.join(socket)
+    let activated = match activation? {
+        Found::Activated(a) => Some(a),
+        Found::None => None,
+        Found::NotOurs { listen_pid } => {
+            tracing::info!(
+                listen_pid = listen_pid.as_deref().unwrap_or("unset"),
+                pid = std::process::id(),
+                "LISTEN_FDS is set for another process: not socket-activated"
+            );
+            None
+        }
     };
-    if explicit {
-        let parent = socket
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("/"));
-        warden_core::paths::verify_private(parent, 0o700, true).with_context(|| {
-            format!(
-                "the socket's directory {} must be private to you (owned by you, mode 0700)",
-                parent.display()
-            )
-        })?;
-    }
+    let (socket, activated) = match activated {
+        Some(a) => {
+            let (socket, listener) = activated_socket(a, &args)?;
+            (socket, Some(listener))
+        }
+        None => {
+            // An explicit socket (--socket, $WARDEN_SOCKET) must sit in a
+            // private directory, like the default one.
+            let explicit = args.socket.is_some()
+                || std::env::var_os("WARDEN_SOCKET").is_some_and(|s| !s.is_empty());
+            let socket = warden_core::paths::socket_path(args.socket.as_deref())?;
+            let socket = if socket.is_absolute() {
+                socket
+            } else {
+                std::env::current_dir()?.join(socket)
+            };
+            if explicit {
+                verify_socket_dir(&socket)?;
+            }
+            (socket, None)
+        }
+    };
     let state_dir = match args.state_dir {
         Some(d) => d,
         None => warden_core::paths::default_state_dir()?,
@@ -237,7 +315,17 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         )
     };
     let _lock = lock_instance(&socket)?;
-    let listener = bind(&socket)?;
+    // An activated socket is the service manager's: never replaced here (it
+    // stays in place while we hold the lock) and never removed at the end.
+    let owned = activated.is_none();
+    let listener = match activated {
+        Some(l) => {
+            l.set_nonblocking(true)?;
+            tracing::info!(socket = %socket.display(), "serving the socket passed by the service manager (socket activation)");
+            l
+        }
+        None => bind(&socket)?,
+    };
     let config = wardend::Config {
         socket: socket.clone(),
         state_dir,
@@ -273,7 +361,9 @@ fn real_main(args: Args) -> anyhow::Result<()> {
         })
         .await
     });
-    let _ = fs::remove_file(&socket);
+    if owned {
+        let _ = fs::remove_file(&socket);
+    }
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     result
 }

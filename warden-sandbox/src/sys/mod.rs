@@ -1,7 +1,8 @@
 //! The kernel boundary: the calls the sandbox needs that `nix` does not wrap
 //! safely, as safe functions (new mount API, openat2 in a root, statx,
 //! pidfd, capabilities, close_range, the seccomp listener's ioctls, the
-//! Landlock version call, `SCM_RIGHTS` reception). Every wrapper returns
+//! Landlock version call, `SCM_RIGHTS` reception, the descriptors socket
+//! activation passes). Every wrapper returns
 //! `Errno` (or `io::Error`) so callers can attach the stage they were in.
 //!
 //! # Invariants
@@ -19,8 +20,10 @@
 //! Which process runs what: [`mount`] and [`net`] run in PID 1, [`process`]
 //! in the launcher, PID 1 and the daemon, [`fs`], [`seccomp`]'s
 //! notification calls and [`readiness`] on the daemon's threads, [`fdpass`]
-//! on both sides of every socket that carries fds.
+//! on both sides of every socket that carries fds, [`activation`] in the
+//! daemon's `main`, before anything else.
 
+pub mod activation;
 pub mod fdpass;
 pub(crate) mod fs;
 pub(crate) mod landlock;
