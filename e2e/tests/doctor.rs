@@ -171,3 +171,61 @@ fn a_broken_audit_chain_fails_with_its_fix() {
         "{a}"
     );
 }
+
+#[test]
+fn doctor_reports_the_user_service_and_the_apparmor_restriction() {
+    let env = TestEnv::new();
+    let unit = env.config.join("systemd/user/wardend.socket");
+    let (_, r) = doctor(&env, &[]);
+    let u = find(&r, "service.unit");
+    let summary = u["summary"].as_str().unwrap();
+    // Without a user manager (CI): a skip that explains the autostart;
+    // with one: a warning whose fix is `wardenctl install`.
+    match u["status"].as_str().unwrap() {
+        "skip" => {
+            assert!(summary.contains("no user service manager"), "{u}");
+            assert!(summary.contains("autostart"), "{u}");
+            assert!(!summary.contains("is installed"), "{u}");
+        }
+        "warn" => {
+            assert!(summary.contains("not installed"), "{u}");
+            assert_eq!(u["fix"], "wardenctl install", "{u}");
+        }
+        other => panic!("service.unit {other} before install: {u}"),
+    }
+
+    // After `wardenctl install` the check names the unit it wrote.
+    let out = run(&mut env.ctl(["install"]), Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(unit.is_file(), "install wrote no {}", unit.display());
+    let (_, r) = doctor(&env, &[]);
+    let u = find(&r, "service.unit");
+    assert!(
+        u["summary"]
+            .as_str()
+            .unwrap()
+            .contains(&unit.display().to_string()),
+        "{u}"
+    );
+    assert_ne!(u["status"], "fail", "{u}");
+
+    // The user-namespace restriction is tried with the wardend beside
+    // wardenctl; where AppArmor blocks it, the fix loads the profile.
+    let a = find(&r, "service.apparmor_userns");
+    let summary = a["summary"].as_str().unwrap();
+    assert!(summary.contains("wardend"), "{a}");
+    match a["status"].as_str().unwrap() {
+        "ok" => assert!(a["fix"].is_null(), "{a}"),
+        "fail" | "warn" if !a["fix"].is_null() => {
+            assert!(
+                a["fix"].as_str().unwrap().contains("apparmor_parser -r"),
+                "{a}"
+            )
+        }
+        _ => assert!(summary.contains("user_namespaces"), "{a}"),
+    }
+}

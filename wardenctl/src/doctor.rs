@@ -99,6 +99,7 @@ pub fn gather(args: &DoctorArgs, socket: Option<&Path>) -> anyhow::Result<Report
         .build()?;
     let daemon = daemon_checks(&rt, socket, &mut checks);
     kernel_checks(daemon.as_ref(), &mut checks);
+    service_checks(socket, daemon.as_ref(), &mut checks);
     audit_checks(&rt, args, socket, daemon.as_ref(), &mut checks);
     host_checks(&mut checks);
     let ok = !checks.iter().any(|c| c.status == Status::Fail);
@@ -304,6 +305,96 @@ pub fn sibling(name: &str) -> PathBuf {
         .and_then(|p| p.parent().map(|d| d.join(name)))
         .filter(|p| p.is_file())
         .unwrap_or_else(|| PathBuf::from(name))
+}
+
+/// The user service (`wardenctl install`) and whether AppArmor lets
+/// `wardend` make the user namespaces every sandbox starts in.
+fn service_checks(socket: Option<&Path>, daemon: Option<&Daemon>, checks: &mut Vec<Check>) {
+    let wardend = crate::service::apparmor::wardend_binary(daemon.map(|d| d.status.pid));
+    let r = crate::service::apparmor::userns_restriction(wardend.as_deref());
+    use crate::service::apparmor::UsernsState;
+    let status = match r.state {
+        UsernsState::Unrestricted | UsernsState::Allowed => Status::Ok,
+        UsernsState::Blocked => Status::Fail,
+        // No wardend to try; or not AppArmor (kernel.user_namespaces says why).
+        UsernsState::Unknown | UsernsState::Unavailable => Status::Warn,
+    };
+    checks.push(check(
+        "service.apparmor_userns",
+        "service",
+        status,
+        r.detail(),
+        (!r.fix.is_empty()).then(|| r.fix.join(" && ")),
+    ));
+
+    let platform = crate::service::Platform::this();
+    let places = match crate::service::Places::from_env() {
+        Ok(p) => p,
+        Err(e) => {
+            checks.push(check(
+                "service.unit",
+                "service",
+                Status::Warn,
+                format!("cannot tell where the user service goes: {e:#}"),
+                None,
+            ));
+            return;
+        }
+    };
+    let socket = match warden_core::paths::socket_path(socket) {
+        Ok(s) => s,
+        Err(_) => return, // daemon.socket already says why
+    };
+    let facts = crate::service::probe(platform, crate::service::LABEL, &socket);
+    let unit = match platform {
+        crate::service::Platform::Linux => places.unit_dir.join(crate::service::systemd::SOCKET),
+        crate::service::Platform::Macos => places
+            .agents_dir
+            .join(format!("{}.plist", crate::service::LABEL)),
+    };
+    let installed = unit.is_file();
+    let (status, summary, fix) = match (&facts.manager, installed, facts.loaded) {
+        (Ok(()), true, true) => (
+            Status::Ok,
+            format!("{} is installed and active", unit.display()),
+            None,
+        ),
+        (Ok(()), true, false) => (
+            Status::Warn,
+            format!("{} is installed but not active", unit.display()),
+            Some(match platform {
+                crate::service::Platform::Linux => {
+                    "systemctl --user enable --now wardend.socket".to_owned()
+                }
+                crate::service::Platform::Macos => {
+                    format!("launchctl bootstrap gui/{} {}", facts.uid, unit.display())
+                }
+            }),
+        ),
+        (Ok(()), false, _) => (
+            Status::Warn,
+            format!(
+                "not installed as a user service ({} is missing); warden-shim starts wardend \
+                 itself when none answers",
+                unit.display()
+            ),
+            Some("wardenctl install".to_owned()),
+        ),
+        (Err(why), installed, _) => (
+            Status::Skip,
+            format!(
+                "no user service manager ({why}){}; warden-shim starts wardend itself when \
+                 none answers (autostart)",
+                if installed {
+                    format!(", though {} is installed", unit.display())
+                } else {
+                    String::new()
+                }
+            ),
+            None,
+        ),
+    };
+    checks.push(check("service.unit", "service", status, summary, fix));
 }
 
 fn audit_checks(

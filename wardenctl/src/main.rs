@@ -453,19 +453,9 @@ pub(crate) fn git_bare_repositories() -> Feature {
 }
 
 /// Whether AppArmor keeps wardend from creating the user namespaces its
-/// sandboxes start in (`service::apparmor::userns_restriction`), tried with
-/// the running daemon's own binary (`/proc/PID/exe`), else the `wardend`
-/// next to this `wardenctl`.
+/// sandboxes start in (`service::apparmor::userns_restriction`).
 fn apparmor_userns(daemon_pid: u32) -> Feature {
-    let exe = std::fs::read_link(format!("/proc/{daemon_pid}/exe"))
-        .ok()
-        .filter(|p| p.is_file())
-        .or_else(|| {
-            std::env::current_exe()
-                .ok()
-                .and_then(|p| p.parent().map(|d| d.join("wardend")))
-                .filter(|p| p.is_file())
-        });
+    let exe = service::apparmor::wardend_binary(Some(daemon_pid));
     let r = service::apparmor::userns_restriction(exe.as_deref());
     Feature {
         name: "apparmor_userns".into(),

@@ -208,6 +208,21 @@ impl Restriction {
     }
 }
 
+/// The `wardend` the restriction applies to: the running daemon's own
+/// binary (`/proc/PID/exe`) when one answered, else the `wardend` beside
+/// this `wardenctl`.
+pub fn wardend_binary(daemon_pid: Option<u32>) -> Option<PathBuf> {
+    daemon_pid
+        .and_then(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).ok())
+        .filter(|p| p.is_file())
+        .or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|p| p.parent().map(|d| d.join("wardend")))
+                .filter(|p| p.is_file())
+        })
+}
+
 /// Asks the kernel and runs the trial with `wardend` (none: the setting
 /// only). The trial is a short-lived re-exec of `wardend` in the sandbox's
 /// snapshot role (`warden_sandbox::kernel::userns_trial`).
