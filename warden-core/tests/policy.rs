@@ -147,6 +147,7 @@ impl Fixture {
             exposed: vec![],
             warnings: vec![],
             approve: false,
+            backend: Default::default(),
         }
     }
 }

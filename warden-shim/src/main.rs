@@ -59,6 +59,11 @@ struct Args {
     /// Session name shown by `wardenctl ps`.
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
+    /// The sandbox that enforces the policy (overrides its `backend:`):
+    /// auto (this platform's own, else Docker, else refuse), linux, docker
+    /// or macos. A backend that is not available here is refused (exit 125).
+    #[arg(long, value_name = "BACKEND", value_parser = backend)]
+    backend: Option<warden_core::policy::Backend>,
     /// Do not start wardend when none answers.
     #[arg(long)]
     no_autostart: bool,
@@ -80,6 +85,12 @@ struct Args {
     /// The server command (overrides the policy's `command`).
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
+}
+
+/// `--backend`: one of the names `backend:` takes.
+fn backend(s: &str) -> Result<warden_core::policy::Backend, String> {
+    warden_core::policy::Backend::parse(s)
+        .ok_or_else(|| format!("unknown backend `{s}`: use auto, linux, docker or macos"))
 }
 
 /// `--approve-timeout`: a duration from 1 s to 1 h.
@@ -284,6 +295,10 @@ async fn run(args: Args) -> anyhow::Result<ShimExit> {
         approve_terminal: tty.is_some(),
         trace: args.trace,
         trace_allow_writes: args.trace_allow_writes,
+        backend: args
+            .backend
+            .map(|b| b.as_str().to_owned())
+            .unwrap_or_default(),
     };
     let mut tty = tty;
     let mut events = client

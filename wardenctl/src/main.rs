@@ -119,6 +119,9 @@ struct SessionRow {
     approve: bool,
     approvals_pending: u32,
     files_denied: u64,
+    /// The backend that runs it, and why each one `auto` tried first could not.
+    backend: String,
+    backend_skipped: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -139,6 +142,8 @@ struct StatusOut {
     sessions: u32,
     uptime_ms: u64,
     features: Vec<Feature>,
+    /// Each sandbox backend in `auto`'s order here, and why one cannot run.
+    backends: Vec<Feature>,
     /// Settings of this user's machine that Warden's protections assume or
     /// recommend (read by `wardenctl` itself, not the daemon).
     host: Vec<Feature>,
@@ -229,6 +234,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         approve: s.approve,
                         approvals_pending: s.approvals_pending,
                         files_denied: s.files_denied,
+                        backend: s.backend,
+                        backend_skipped: s.backend_skipped,
                     })
                     .collect();
                 if cli.json {
@@ -267,6 +274,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     uptime_ms: s.uptime_ms,
                     features: s
                         .features
+                        .into_iter()
+                        .map(|f| Feature {
+                            name: f.name,
+                            available: f.available,
+                            detail: f.detail,
+                        })
+                        .collect(),
+                    backends: s
+                        .backends
                         .into_iter()
                         .map(|f| Feature {
                             name: f.name,
@@ -339,6 +355,7 @@ fn print_ps(rows: &[SessionRow]) {
         "ID",
         "NAME",
         "PID",
+        "BACKEND",
         "UPTIME",
         "CPU",
         "MEM",
@@ -358,6 +375,12 @@ fn print_ps(rows: &[SessionRow]) {
                     cell(&r.name)
                 },
                 r.pid.to_string(),
+                if r.backend_skipped.is_empty() {
+                    r.backend.clone()
+                } else {
+                    // `auto` passed over others: the JSON says why.
+                    format!("{} (auto)", r.backend)
+                },
                 human_duration(r.uptime_ms),
                 format!("{:.1}s", r.cpu_ms as f64 / 1000.0),
                 match r.memory_limit_bytes {
@@ -472,6 +495,7 @@ fn print_status(s: &StatusOut) {
     println!("sessions   {}", s.sessions);
     println!("uptime     {}", human_duration(s.uptime_ms));
     print_features("kernel", &s.features, 16);
+    print_features("backends", &s.backends, 16);
     print_features("host", &s.host, 24);
 }
 

@@ -45,6 +45,10 @@ pub enum DaemonError {
     Proxy(#[source] std::io::Error),
     #[error("the sandbox did not hand over the egress proxy listener")]
     NoProxyListener,
+    /// No backend can run the session (`backend/`): the one asked for is
+    /// unavailable, or with `auto` none is.
+    #[error("{0}")]
+    Backend(String),
     #[error("wardend is shutting down")]
     ShuttingDown,
     #[error("too many sessions: {0}")]
@@ -91,7 +95,7 @@ impl DaemonError {
             }
             DaemonError::ShuttingDown => Code::Unavailable,
             DaemonError::TooManySessions(_) => Code::ResourceExhausted,
-            DaemonError::RootDaemon => Code::FailedPrecondition,
+            DaemonError::RootDaemon | DaemonError::Backend(_) => Code::FailedPrecondition,
             DaemonError::Audit(_)
             | DaemonError::NoCredentials
             | DaemonError::StdioPipes(_)

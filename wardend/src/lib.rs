@@ -41,6 +41,7 @@
 
 pub mod activation;
 pub mod approvals;
+pub mod backend;
 pub mod cgroup;
 pub mod conn;
 pub mod desktop;
@@ -125,6 +126,10 @@ pub struct Daemon {
     pub write_protection: features::WriteProtection,
     /// `daemon.peer` refusals: a refused peer may reconnect in a loop.
     pub peer_records: std::sync::Mutex<PeerLimit>,
+    /// Whether the native Linux sandbox can start here, tried at start
+    /// (a real user namespace, `backend::native_trial`); tried again while
+    /// it fails, so a fix (an AppArmor profile loaded) needs no restart.
+    pub native: std::sync::Mutex<Result<(), String>>,
 }
 
 /// Refused peers: 10 `daemon.peer` records per second per reason, the rest
@@ -198,6 +203,10 @@ pub async fn run(
             "treating protections as unavailable (a test setting)"
         );
     }
+    let native = backend::native_trial(&kernel, &config.sandbox_exe);
+    if let Err(why) = &native {
+        tracing::warn!(%why, "the native sandbox is unavailable: sessions need another backend");
+    }
     // Every peer must share these (a sandboxed process never does).
     let own_ns = peer::own().map_err(|e| {
         anyhow::anyhow!("cannot read the daemon's own namespaces in /proc/self/ns: {e}")
@@ -225,6 +234,7 @@ pub async fn run(
         kernel,
         write_protection,
         peer_records: std::sync::Mutex::new(PeerLimit::new(10, u32::MAX, Instant::now())),
+        native: std::sync::Mutex::new(native),
     });
     daemon.audit.append(
         DaemonStart {

@@ -350,6 +350,17 @@ impl Warden for Service {
             sessions: d.sessions.len() as u32,
             uptime_ms: d.started.elapsed().as_millis() as u64,
             features: crate::features::report(&d.kernel, &d.cgroup, &d.write_protection),
+            backends: crate::backend::listed(crate::backend::Os::this())
+                .into_iter()
+                .map(|b| {
+                    let r = d.backend_available(b);
+                    pb::KernelFeature {
+                        name: b.to_string(),
+                        available: r.is_ok(),
+                        detail: r.err().unwrap_or_else(|| "runs sessions here".into()),
+                    }
+                })
+                .collect(),
         }))
     }
 

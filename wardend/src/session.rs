@@ -65,6 +65,8 @@ pub struct Session {
     pub client_pid: u32,
     pub pid: u32,
     pub limits: Vec<String>,
+    /// The backend that runs it, and what `auto` skipped first.
+    pub backend: crate::backend::Choice,
     pub net: Arc<crate::egress::NetCounters>,
     /// `limits.memory_mb` in bytes.
     pub memory_limit: Option<u64>,
@@ -130,6 +132,13 @@ impl Session {
             approve: false,
             approvals_pending: 0,
             files_denied: self.files_denied.load(Ordering::Relaxed),
+            backend: self.backend.backend.to_string(),
+            backend_skipped: self
+                .backend
+                .skipped
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
         }
     }
 }
@@ -159,6 +168,7 @@ pub struct Prepared {
     approve: Option<crate::approvals::SessionConfig>,
     /// A `wardenctl trace` session: its peak footprint is sampled.
     trace: bool,
+    backend: crate::backend::Choice,
 }
 
 /// File descriptors an idle session holds in the daemon (stdio, sandbox
@@ -315,6 +325,9 @@ impl Daemon {
             text: &req.policy_text,
         };
         let mut policy = policy::compile(&input, &overrides, &ctx)?;
+        // Before anything is fitted to this host: the backend that runs it.
+        let backend = self.choose_backend(&req.backend, policy.backend)?;
+        policy.backend = backend.backend;
         let host = plan::Host {
             uid: self.uid,
             gid: warden_core::paths::current_gid(),
@@ -356,6 +369,7 @@ impl Daemon {
             client: req.client.clone().unwrap_or_default(),
             approve,
             trace: req.trace,
+            backend,
         })
     }
 
@@ -375,6 +389,7 @@ impl Daemon {
             client,
             approve,
             trace,
+            backend,
         } = p;
         let limits = describe_limits(&policy, self.cgroup.as_ref().ok());
         // Paths inside write grants that the sandbox binds read-only because
@@ -416,7 +431,7 @@ impl Daemon {
                 version: client.version.clone(),
             },
             // What the spec's layers apply, as the sandbox is given them.
-            sandbox: plan::sandbox_facts(&spec, &policy, &self.write_protection),
+            sandbox: plan::sandbox_facts(&spec, &policy, &self.write_protection, &backend),
         };
         // Audit-before-execute: the start record is on disk before the server runs.
         self.audit.append(start, true).map_err(DaemonError::Audit)?;
@@ -558,6 +573,7 @@ impl Daemon {
             client_pid: client.pid,
             pid: sandbox.pid(),
             limits,
+            backend,
             net,
             memory_limit: policy.limits.memory_mb.map(|m| m << 20),
             stdio: relay.counters(),

@@ -42,7 +42,7 @@ pub use network::{
 };
 pub use session::{
     Client, Peak, SandboxFacts, SessionExit, SessionKill, SessionRefused, SessionStart,
-    WriteProtection,
+    SkippedBackend, WriteProtection,
 };
 pub use syscall::{CheckedArg, SyscallRefused, SyscallSummary, SyscallsLost};
 

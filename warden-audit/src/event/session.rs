@@ -50,8 +50,14 @@ pub struct Client {
 /// `details.sandbox` of `session.start`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxFacts {
-    /// `linux`.
+    /// The backend that runs the session: `linux` (the native sandbox),
+    /// `docker`, `macos`.
     pub backend: String,
+    /// What was asked for (`auto`, the default, or a backend by name).
+    pub backend_requested: String,
+    /// With `auto`: the backends tried before `backend`, and why each was
+    /// unavailable (empty when the first was taken).
+    pub backend_skipped: Vec<SkippedBackend>,
     pub namespaces: Vec<String>,
     /// The Landlock ABI the sandbox applies (its spec's layers: the kernel's,
     /// as far as Warden knows it), `null` without Landlock.
@@ -66,6 +72,13 @@ pub struct SandboxFacts {
     pub host_root: bool,
     pub write_protection: WriteProtection,
     pub best_effort_write_protection: bool,
+}
+
+/// One entry of `details.sandbox.backend_skipped`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedBackend {
+    pub backend: String,
+    pub reason: String,
 }
 
 /// `details.sandbox.write_protection` of `session.start`.

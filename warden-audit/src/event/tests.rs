@@ -157,6 +157,8 @@ fn session_start() {
             },
             sandbox: SandboxFacts {
                 backend: s("linux"),
+                backend_requested: s("auto"),
+                backend_skipped: vec![],
                 namespaces: strings(&["user", "mount", "pid", "net", "ipc", "uts", "cgroup"]),
                 landlock_abi: Some(7),
                 landlock_min_abi: 0,

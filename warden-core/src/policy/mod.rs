@@ -161,6 +161,59 @@ pub struct CompiledPolicy {
     /// nothing is ever held.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub approve: bool,
+    /// `backend`: which sandbox enforces the policy (`auto`, the default:
+    /// this platform's own, else Docker; never a plain process).
+    #[serde(default, skip_serializing_if = "Backend::is_auto")]
+    pub backend: Backend,
+}
+
+/// `backend:` (and `warden-shim --backend`): the sandbox that enforces a
+/// policy. The daemon picks one for `auto` (`wardend/src/backend`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// Linux native → Docker on Linux; Seatbelt → Docker on macOS; Docker
+    /// elsewhere; refused when none is available.
+    #[default]
+    Auto,
+    /// The native Linux sandbox (namespaces, seccomp, Landlock).
+    Linux,
+    /// A container per session.
+    Docker,
+    /// macOS Seatbelt (`sandbox-exec`).
+    Macos,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 4] = [
+        Backend::Auto,
+        Backend::Linux,
+        Backend::Docker,
+        Backend::Macos,
+    ];
+
+    pub fn is_auto(&self) -> bool {
+        *self == Backend::Auto
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Backend::Auto => "auto",
+            Backend::Linux => "linux",
+            Backend::Docker => "docker",
+            Backend::Macos => "macos",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Backend> {
+        Backend::ALL.into_iter().find(|b| b.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// `sandbox:` — what the policy requires of the sandbox layers.
@@ -622,6 +675,17 @@ pub fn compile(
         n
     });
 
+    let backend = match raw.backend.as_deref() {
+        None => Backend::Auto,
+        Some(b) => Backend::parse(b).unwrap_or_else(|| {
+            sink.report(
+                &Origin::Key("backend".into()),
+                Invalid::Backend(b.to_owned()),
+            );
+            Backend::Auto
+        }),
+    };
+
     // Limits.
     let limits_raw = raw.limits.as_ref();
     let memory_mb = limits_raw
@@ -710,6 +774,7 @@ pub fn compile(
             w.iter().map(ToString::to_string).collect()
         },
         approve: raw.approve.unwrap_or(false),
+        backend,
     })
 }
 

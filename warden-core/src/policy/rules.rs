@@ -79,6 +79,8 @@ pub(crate) enum Invalid {
     NetworkEntry(String),
     #[error("unknown mode `{0}`: use `proxy` (the proxy variables only), `transparent` (the sandbox's own resolver and connect hand-over only) or `both`")]
     NetMode(String),
+    #[error("unknown backend `{0}`: use `auto` (this platform's own sandbox, else Docker), `linux`, `docker` or `macos`")]
+    Backend(String),
     #[error("unknown level `{0}`: use `denied` (record the accesses the sandbox denies), `all` (every access) or `off`")]
     AuditFiles(String),
     #[error("{0} is out of range: must be between 0.01 and 1024 (CPU cores, e.g. 0.5)")]

@@ -33,6 +33,7 @@ pub(crate) struct RawPolicy {
     pub sandbox: Option<RawSandbox>,
     pub audit: Option<RawAudit>,
     pub approve: Option<bool>,
+    pub backend: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -578,7 +579,8 @@ mod tests {
                 "limits",
                 "sandbox",
                 "audit",
-                "approve"
+                "approve",
+                "backend"
             ]
         );
         let limits = &top.iter().find(|(n, _)| *n == "limits").unwrap().1;
@@ -676,9 +678,9 @@ mod tests {
             vec![
                 "1:1: filesytem: unknown key `filesytem`, did you mean `filesystem`?",
                 "3:1: environment: unknown key `environment`, did you mean `env`?",
-                "4:1: base: unknown key `base`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`, `approve`",
+                "4:1: base: unknown key `base`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`, `approve`, `backend`",
                 "6:3: limits.timeout: unknown key `timeout`, did you mean `timeout_s`?",
-                "7:1: foo: unknown key `foo`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`, `approve`",
+                "7:1: foo: unknown key `foo`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`, `approve`, `backend`",
             ]
         );
     }

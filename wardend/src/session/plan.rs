@@ -467,10 +467,20 @@ pub fn sandbox_facts(
     spec: &SandboxSpec,
     policy: &CompiledPolicy,
     write_protection: &WriteProtection,
+    backend: &crate::backend::Choice,
 ) -> event::SandboxFacts {
     let layers = &spec.layers;
     event::SandboxFacts {
-        backend: "linux".into(),
+        backend: backend.backend.to_string(),
+        backend_requested: backend.requested.to_string(),
+        backend_skipped: backend
+            .skipped
+            .iter()
+            .map(|s| event::SkippedBackend {
+                backend: s.backend.to_string(),
+                reason: s.reason.clone(),
+            })
+            .collect(),
         namespaces: ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"]
             .map(String::from)
             .to_vec(),
@@ -594,6 +604,14 @@ mod tests {
         }
     }
 
+    fn native() -> crate::backend::Choice {
+        crate::backend::Choice {
+            backend: warden_core::policy::Backend::Linux,
+            requested: warden_core::policy::Backend::Auto,
+            skipped: vec![],
+        }
+    }
+
     fn policy() -> CompiledPolicy {
         CompiledPolicy {
             version: 1,
@@ -614,6 +632,7 @@ mod tests {
             exposed: vec![],
             warnings: vec![],
             approve: false,
+            backend: Default::default(),
         }
     }
 
@@ -944,7 +963,7 @@ mod tests {
                     }
                     p.audit.files = level;
                     let (spec, _) = spec("abc", &p, &[], "/h".into(), &host, vec![]);
-                    let facts = sandbox_facts(&spec, &p, &wp);
+                    let facts = sandbox_facts(&spec, &p, &wp, &native());
                     let ctx = format!("{what}, {pretend:?}, {level:?}");
                     // What the probe found...
                     assert_eq!(facts.landlock_abi, kernel.landlock_abi(), "{ctx}");
@@ -1002,9 +1021,10 @@ mod tests {
         p.write = vec!["/out".into()];
         let (spec, _) = spec("abc", &p, &[], "/h".into(), &host, vec![]);
         assert_eq!(
-            serde_json::to_value(sandbox_facts(&spec, &p, &wp)).unwrap(),
+            serde_json::to_value(sandbox_facts(&spec, &p, &wp, &native())).unwrap(),
             serde_json::json!({
-                "backend": "linux", "best_effort_write_protection": false,
+                "backend": "linux", "backend_requested": "auto", "backend_skipped": [],
+                "best_effort_write_protection": false,
                 "create_guard": true, "file_audit": "denied", "host_root": false,
                 "landlock_abi": 7, "landlock_min_abi": 0,
                 "namespaces": ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"],
