@@ -41,6 +41,7 @@
 
 pub mod activation;
 pub mod approvals;
+pub mod backend;
 pub mod cgroup;
 pub mod conn;
 pub mod desktop;
