@@ -2,11 +2,12 @@
 //! policy: pure text generation, no macOS call. The launcher
 //! (`sandbox-exec -p PROFILE`) is not written yet.
 //!
-//! SBPL semantics relied on: rules are evaluated in order and, for one
-//! operation, the *last* matching rule wins (Apple's own `/System/Library/
-//! Sandbox/Profiles/*.sb` and Chromium's `common.sb` rely on this to carve a
-//! deny out of an earlier allow). So the profile is `(deny default)` first,
-//! then the allows, then the protected-name denies of the write grants.
+//! SBPL semantics relied on: for one operation the *last* matching rule
+//! wins, so a later deny carves a path out of an earlier allow. Apple does
+//! not document SBPL; this is what third-party SBPL guides state (e.g.
+//! "Last-match semantics" in the guide at mdview.io/s/22fe803f) and is not
+//! yet checked on a Mac here. So the profile is `(deny default)` first, then
+//! the allows, then the protected-name denies of the write grants.
 //!
 //! Every path is written as an SBPL string literal inside `literal` or
 //! `subpath`: never inside `regex`, so a path cannot become a pattern.
