@@ -60,7 +60,7 @@ use std::path::{Path, PathBuf};
 
 /// One row: a name relative to a directory, and why the host trusts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Protected {
+pub struct Protected {
     /// Relative, normalised, no trailing slash. A directory is protected whole.
     pub name: &'static str,
     pub why: &'static str,
@@ -107,7 +107,7 @@ pub(crate) const WARDEN_WHY: &str =
 /// directory into a git dir (`.git`, `HEAD`, `commondir`, `gitdir`) cannot be
 /// created anywhere in a write grant outside an existing git dir: see
 /// [`crate::supervise::guard`].
-pub(crate) const PROTECTED: &[Protected] = &[
+pub const PROTECTED: &[Protected] = &[
     Protected {
         unless_dir: true,
         ..row(

@@ -34,6 +34,9 @@
 //! - [`approvals`]: held accesses, the people asked about them, their
 //!   answers and what they grant; [`desktop`]: the desktop notifications
 //!   that ask them on the session bus.
+//! - [`backend`]: which sandbox backend runs a session (`backend:`,
+//!   `--backend`), and the macOS Seatbelt profile generator
+//!   (`backend::seatbelt`), pure and not yet launched.
 //! - [`logs`]: the `Logs` stream (stored records, then live ones).
 //! - [`error`]: errors, with their sources, and their one mapping to gRPC
 //!   statuses.

@@ -13,7 +13,10 @@
 //! What exists in this build: the native Linux sandbox. Docker and Seatbelt
 //! are reported unavailable with that reason, so `auto` on a host without
 //! user namespaces refuses with every reason instead of running anything
-//! weaker.
+//! weaker. [`seatbelt`] is the macOS profile generator, pure and tested on
+//! Linux; its launcher is not written yet.
+
+pub mod seatbelt;
 
 use warden_core::policy::Backend;
 
