@@ -782,8 +782,9 @@ pub fn run(
                         policies.push((ppath.clone(), text));
                         let words: Vec<String> = argv.iter().map(|w| shell_word(w)).collect();
                         format!(
-                            "wrote {}, which grants nothing beyond the command; for one that lets it work: \
+                            "{} {}, which grants nothing beyond the command; for one that lets it work: \
                              wardenctl init --name {profile} --output {}.traced.yaml -- {} (then review it and move it over {})",
+                            if args.dry_run { "would write" } else { "wrote" },
                             ppath.display(),
                             ppath.with_extension("").display(),
                             words.join(" "),
