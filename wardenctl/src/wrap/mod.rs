@@ -1009,3 +1009,130 @@ mod tests {
         assert!(e.to_string().starts_with("c.json:2:"), "{e}");
     }
 }
+
+/// What a server of a client config is, as `wardenctl doctor` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerState {
+    /// Wrapped by `wardenctl wrap`, as recorded.
+    Wrapped,
+    /// Its command is a `warden-shim`, not recorded by wrap.
+    WrappedByHand,
+    /// A stdio server without Warden.
+    NotWrapped,
+    /// Recorded as wrapped, but the entry lost its wrapping (the client or
+    /// the user rewrote it).
+    Drifted,
+    /// Recorded as wrapped, but the entry is gone.
+    Missing,
+    Remote,
+    /// An entry wrap cannot read (the reason).
+    Unusable(String),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ClientDrift {
+    pub client: &'static str,
+    /// `user`, `project`, `workspace`, or `config` (a file wrapped with --config).
+    pub scope: &'static str,
+    pub path: PathBuf,
+    pub found: bool,
+    /// Section (dotted), server name, state.
+    pub servers: Vec<(String, String, ServerState)>,
+}
+
+impl ClientDrift {
+    /// The command that wraps what is not wrapped.
+    pub fn fix(&self) -> String {
+        if self.scope == "config" {
+            format!(
+                "wardenctl wrap {} --config {}",
+                self.client,
+                shell_word(&self.path.display().to_string())
+            )
+        } else {
+            format!("wardenctl wrap {}", self.client)
+        }
+    }
+}
+
+/// The state of each server of one config.
+fn drift_of(client: Client, scope: &'static str, path: &Path) -> anyhow::Result<ClientDrift> {
+    let mut d = ClientDrift {
+        client: client.name(),
+        scope,
+        path: path.to_path_buf(),
+        found: path.exists(),
+        servers: vec![],
+    };
+    if !d.found {
+        return Ok(d);
+    }
+    let real = target(path);
+    let text =
+        std::fs::read_to_string(&real).with_context(|| format!("reading {}", real.display()))?;
+    let es = entries(client, path, &text)?;
+    let state = load_state(&real)?;
+    for e in &es {
+        let rec = state
+            .entries
+            .iter()
+            .find(|r| r.section == e.section && r.server == e.name);
+        let s = match (&e.kind, rec) {
+            (EntryKind::Shim { args }, Some(r))
+                if *args == ["--profile".to_owned(), r.profile.clone()] =>
+            {
+                ServerState::Wrapped
+            }
+            (EntryKind::Shim { .. }, _) => ServerState::WrappedByHand,
+            (EntryKind::Stdio { .. }, Some(_)) => ServerState::Drifted,
+            (EntryKind::Stdio { .. }, None) => ServerState::NotWrapped,
+            (EntryKind::Remote(_), _) => ServerState::Remote,
+            (EntryKind::Unusable(why), _) => ServerState::Unusable(why.clone()),
+        };
+        d.servers.push((e.section.join("."), e.name.clone(), s));
+    }
+    for r in &state.entries {
+        if !es
+            .iter()
+            .any(|e| e.section == r.section && e.name == r.server)
+        {
+            d.servers
+                .push((r.section.join("."), r.server.clone(), ServerState::Missing));
+        }
+    }
+    Ok(d)
+}
+
+/// One [`ClientDrift`] per known client and default config file, then one
+/// per other config wrap recorded (wrapped with `--config`).
+pub fn drift_all(env: &Env) -> Vec<anyhow::Result<ClientDrift>> {
+    let mut out = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (_, client) in CLIENTS {
+        for (scope, path) in client.defaults(env) {
+            seen.insert(target(&path));
+            out.push(drift_of(*client, scope, &path));
+        }
+    }
+    let Ok(dir) = state_dir() else { return out };
+    let mut recorded: Vec<StateFile> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .filter_map(|b| serde_json::from_slice::<StateFile>(&b).ok())
+        .filter(|s| !s.entries.is_empty())
+        .collect();
+    recorded.sort_by(|a, b| a.config.cmp(&b.config));
+    for s in recorded {
+        if seen.contains(&s.config) {
+            continue;
+        }
+        match Client::parse(&s.client) {
+            Ok(c) => out.push(drift_of(c, "config", &s.config)),
+            Err(e) => out.push(Err(e)),
+        }
+    }
+    out
+}
