@@ -55,7 +55,7 @@ impl World {
     }
 
     fn ctl(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_wardenctl"))
+        Command::new(wardenctl())
             .args(args)
             .env("HOME", self.root.join("home"))
             .env("XDG_CONFIG_HOME", self.root.join("config"))
@@ -78,8 +78,16 @@ impl World {
     }
 }
 
+/// `$WARDEN_BIN_DIR/wardenctl` (scripts/test's unprivileged copy), else cargo's.
+fn wardenctl() -> PathBuf {
+    match std::env::var_os("WARDEN_BIN_DIR").filter(|d| !d.is_empty()) {
+        Some(d) => Path::new(&d).join("wardenctl"),
+        None => PathBuf::from(env!("CARGO_BIN_EXE_wardenctl")),
+    }
+}
+
 fn shim() -> String {
-    Path::new(env!("CARGO_BIN_EXE_wardenctl"))
+    wardenctl()
         .with_file_name("warden-shim")
         .display()
         .to_string()
