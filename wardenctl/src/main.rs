@@ -70,7 +70,7 @@ enum Cmd {
     /// Stop and remove what install set up (never policies or the audit store).
     Uninstall(service::UninstallArgs),
     /// Put warden-shim in front of each stdio server of an MCP client's
-    /// config (claude-desktop, claude-code, cursor, vscode, windsurf).
+    /// config (claude-desktop, claude-code, cursor, vscode, windsurf, codex).
     Wrap(wrap::WrapArgs),
     /// Restore the entries wrap changed, byte for byte (policies are kept).
     Unwrap(wrap::WrapArgs),

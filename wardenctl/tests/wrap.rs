@@ -1,6 +1,6 @@
 //! `wardenctl wrap` / `unwrap` through the real binary, with HOME and the
 //! XDG directories in a tempdir: golden wrapped output for a fixture of each
-//! JSON client (comments, unknown keys, a remote server, an entry already
+//! client (comments, unknown keys, a remote server, an entry already
 //! wrapped, names with shell metacharacters), wrap→unwrap byte-identical,
 //! wrap twice = once, unwrap keeps the user's other edits, drift re-wrapped,
 //! --dry-run and bad input touch nothing.
@@ -37,7 +37,21 @@ const FIXTURES: &[(&str, &str, &str)] = &[
         include_str!("fixtures/wrap/windsurf.json"),
         include_str!("fixtures/wrap/windsurf.wrapped.json"),
     ),
+    (
+        "codex",
+        include_str!("fixtures/wrap/codex.toml"),
+        include_str!("fixtures/wrap/codex.wrapped.toml"),
+    ),
 ];
+
+/// An edit of the user's elsewhere in the file.
+fn user_edit(client: &str, text: &str) -> String {
+    if client == "codex" {
+        format!("# user edit\n{text}")
+    } else {
+        text.replacen('{', "{\n  \"userEdit\": true,", 1)
+    }
+}
 
 struct World {
     _dir: tempfile::TempDir,
@@ -98,7 +112,7 @@ fn placeholders(text: &str) -> String {
 }
 
 #[test]
-fn golden_round_trip_idempotent_for_every_json_client() {
+fn golden_round_trip_idempotent_for_every_client() {
     let bless = std::env::var_os("WARDEN_BLESS").is_some_and(|v| v == "1");
     for (client, input, golden) in FIXTURES {
         let w = World::new();
@@ -108,8 +122,10 @@ fn golden_round_trip_idempotent_for_every_json_client() {
         let out = w.ok(&["wrap", client, "--config", c]);
         let wrapped = std::fs::read_to_string(&cfg).unwrap();
         if bless {
-            let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join(format!("tests/fixtures/wrap/{client}.wrapped.json"));
+            let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!(
+                "tests/fixtures/wrap/{client}.wrapped.{}",
+                if *client == "codex" { "toml" } else { "json" }
+            ));
             std::fs::write(p, placeholders(&wrapped)).unwrap();
         } else {
             assert_eq!(placeholders(&wrapped), *golden, "{client}: golden\n{out}");
@@ -138,13 +154,13 @@ fn golden_round_trip_idempotent_for_every_json_client() {
         assert_eq!(std::fs::read_to_string(&cfg).unwrap(), wrapped, "{client}");
         assert!(again.contains("unchanged"), "{again}");
         // Unwrap after an edit elsewhere in the file keeps the edit.
-        let edited = wrapped.replacen('{', "{\n  \"userEdit\": true,", 1);
+        let edited = user_edit(client, &wrapped);
         std::fs::write(&cfg, &edited).unwrap();
         let out = w.ok(&["unwrap", client, "--config", c]);
         assert!(out.contains("restored; its policy"), "{out}");
         assert_eq!(
             std::fs::read_to_string(&cfg).unwrap(),
-            input.replacen('{', "{\n  \"userEdit\": true,", 1),
+            user_edit(client, input),
             "{client}: unwrap"
         );
         // Plain round trip, then drift: the client puts the entries back as

@@ -2,7 +2,8 @@
 //! "Wrapping MCP clients"): put `warden-shim --profile PROFILE` in front of
 //! each stdio server of an MCP client's config, and take it away again.
 //!
-//! The config is edited in place by replacing byte spans (`jsonc.rs`): only
+//! The config is edited in place by replacing byte spans (`jsonc.rs` for
+//! the JSON clients, `toml_edit`'s spans for Codex's `config.toml`): only
 //! the wrapped entries' `command` and `args` values change, every other byte
 //! (comments, key order, unknown keys, the trailing newline) stays. The
 //! original values' exact text is recorded in Warden's state
@@ -25,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 #[derive(clap::Args, Debug)]
 pub struct WrapArgs {
-    /// The MCP client: claude-desktop, claude-code, cursor, vscode, windsurf.
+    /// The MCP client: claude-desktop, claude-code, cursor, vscode, windsurf, codex.
     pub client: String,
     /// Only this server (repeatable).
     #[arg(long = "server", value_name = "NAME")]
@@ -46,6 +47,8 @@ pub enum Client {
     Cursor,
     Vscode,
     Windsurf,
+    /// TOML (`[mcp_servers.NAME]`), edited through toml_edit's spans.
+    Codex,
 }
 
 pub const CLIENTS: &[(&str, Client)] = &[
@@ -54,6 +57,7 @@ pub const CLIENTS: &[(&str, Client)] = &[
     ("cursor", Client::Cursor),
     ("vscode", Client::Vscode),
     ("windsurf", Client::Windsurf),
+    ("codex", Client::Codex),
 ];
 
 /// Where the client configs are looked for.
@@ -63,6 +67,7 @@ pub struct Env {
     pub xdg_config_home: Option<PathBuf>,
     pub cwd: PathBuf,
     pub macos: bool,
+    pub codex_home: Option<PathBuf>,
 }
 
 impl Env {
@@ -74,6 +79,9 @@ impl Env {
                 .map(PathBuf::from),
             cwd: std::env::current_dir()?,
             macos: cfg!(target_os = "macos"),
+            codex_home: std::env::var_os("CODEX_HOME")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
         })
     }
 
@@ -146,6 +154,13 @@ impl Client {
                 ),
             ],
             Client::Windsurf => vec![("user", env.home.join(".codeium/windsurf/mcp_config.json"))],
+            Client::Codex => vec![(
+                "user",
+                env.codex_home
+                    .clone()
+                    .unwrap_or_else(|| env.home.join(".codex"))
+                    .join("config.toml"),
+            )],
         }
     }
 }
@@ -178,6 +193,11 @@ pub struct Entry {
     args: Option<Range<usize>>,
     /// Whitespace before the `command` key (the member indentation).
     indent: String,
+    /// TOML: `Some(inline)` (an inline table or a `[table]`); JSON: None.
+    toml: Option<bool>,
+    /// TOML: just after the newline ending the `command` line.
+    line_end: Option<usize>,
+    text_len: usize,
 }
 
 fn is_shim(command: &str) -> bool {
@@ -237,6 +257,9 @@ fn classify(v: &jsonc::Value) -> EntryKind {
 
 /// The entries of a client's config text. Errors name the file, line and column.
 pub fn entries(client: Client, path: &Path, text: &str) -> anyhow::Result<Vec<Entry>> {
+    if client == Client::Codex {
+        return toml_entries(path, text);
+    }
     let root = jsonc::parse(text).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;
     if !matches!(root.kind, jsonc::Kind::Object(_)) {
         bail!(
@@ -288,10 +311,101 @@ pub fn entries(client: Client, path: &Path, text: &str) -> anyhow::Result<Vec<En
                 command: cmd.map(|c| c.value.span.clone()),
                 args: m.value.get("args").map(|a| a.value.span.clone()),
                 indent,
+                toml: None,
+                line_end: None,
+                text_len: text.len(),
             });
         }
     }
     Ok(out)
+}
+
+fn toml_entries(path: &Path, text: &str) -> anyhow::Result<Vec<Entry>> {
+    let doc = toml_edit::Document::parse(text.to_owned()).map_err(|e| {
+        let (l, c) = jsonc::line_col(text, e.span().map_or(0, |s| s.start));
+        anyhow::anyhow!("{}:{l}:{c}: {}", path.display(), e.message())
+    })?;
+    let Some(item) = doc.as_table().get("mcp_servers") else {
+        return Ok(vec![]);
+    };
+    let Some(servers) = item.as_table_like() else {
+        bail!(
+            "{}: `mcp_servers` is not a table of servers",
+            path.display()
+        );
+    };
+    let mut out = Vec::new();
+    for (name, it) in servers.iter() {
+        let mut e = Entry {
+            section: vec!["mcp_servers".into()],
+            name: name.to_owned(),
+            kind: EntryKind::Unusable("not a table".into()),
+            command: None,
+            args: None,
+            indent: String::new(),
+            toml: Some(it.is_value()),
+            line_end: None,
+            text_len: text.len(),
+        };
+        if let Some(t) = it.as_table_like() {
+            e.kind = toml_classify(t);
+            if let Some(c) = t
+                .get("command")
+                .and_then(|i| i.as_value())
+                .and_then(|v| v.span())
+            {
+                let start = text[..c.start].rfind('\n').map_or(0, |i| i + 1);
+                let lead = &text[start..c.start];
+                e.indent = lead[..lead.len() - lead.trim_start().len()].to_owned();
+                if e.toml == Some(false) && !lead.trim_start().starts_with("command") {
+                    e.kind = EntryKind::Unusable("`command` is a dotted key".into());
+                }
+                e.line_end = text[c.end..].find('\n').map(|i| c.end + i + 1);
+                e.command = Some(c);
+            }
+            e.args = t
+                .get("args")
+                .and_then(|i| i.as_value())
+                .and_then(|v| v.span());
+        }
+        out.push(e);
+    }
+    Ok(out)
+}
+
+fn toml_classify(t: &dyn toml_edit::TableLike) -> EntryKind {
+    if t.get("url").is_some() {
+        return EntryKind::Remote("`url`".into());
+    }
+    let Some(command) = t.get("command").and_then(|i| i.as_str()) else {
+        return EntryKind::Unusable("no `command` string".into());
+    };
+    let args = match t.get("args") {
+        None => vec![],
+        Some(i) => match i.as_array().and_then(|a| {
+            a.iter()
+                .map(|v| v.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+        }) {
+            Some(a) => a,
+            None => return EntryKind::Unusable("`args` is not an array of strings".into()),
+        },
+    };
+    if is_shim(command) {
+        return EntryKind::Shim { args };
+    }
+    let env = match t.get("env") {
+        None => vec![],
+        Some(i) => match i.as_table_like() {
+            Some(e) => e.iter().map(|(k, _)| k.to_owned()).collect(),
+            None => return EntryKind::Unusable("`env` is not a table".into()),
+        },
+    };
+    EntryKind::Stdio {
+        command: command.to_owned(),
+        args,
+        env,
+    }
 }
 
 /// One entry as wrap recorded it.
@@ -416,9 +530,25 @@ fn wrap_edits(e: &Entry, shim: &str, profile: &str) -> Vec<(Range<usize>, String
     let Some(cmd) = e.command.clone() else {
         return vec![];
     };
-    match e.args.clone() {
-        Some(a) => vec![(cmd, json_str(shim)), (a, shim_args(profile))],
-        None => {
+    match (e.args.clone(), e.toml) {
+        (Some(a), _) => vec![(cmd, json_str(shim)), (a, shim_args(profile))],
+        (None, Some(true)) => vec![(
+            cmd,
+            format!("{}, args = {}", json_str(shim), shim_args(profile)),
+        )],
+        (None, Some(false)) => {
+            let line = format!("{}args = {}\n", e.indent, shim_args(profile));
+            let mut v = vec![(cmd, json_str(shim))];
+            match e.line_end {
+                Some(i) => v.push((i..i, line)),
+                None => v.push((
+                    e.text_len..e.text_len,
+                    format!("\n{}", line.trim_end_matches('\n')),
+                )),
+            }
+            v
+        }
+        (None, None) => {
             let sep = if e.indent.contains('\n') {
                 e.indent.clone()
             } else {
@@ -437,6 +567,18 @@ fn unwrap_edits(text: &str, e: &Entry, r: &Recorded) -> Vec<(Range<usize>, Strin
     let (Some(cmd), Some(args)) = (e.command.clone(), e.args.clone()) else {
         return vec![];
     };
+    if e.toml == Some(false) && r.original_args.is_none() {
+        // The `args = [...]` line wrap inserted: drop the line.
+        let start = text[..args.start].rfind('\n').map_or(0, |i| i + 1);
+        if text[start..args.start].trim_start().starts_with("args") {
+            let range = match text[args.end..].find('\n') {
+                Some(i) => start..args.end + i + 1,
+                None => start.saturating_sub(1)..text.len(),
+            };
+            return vec![(cmd, r.original_command.clone()), (range, String::new())];
+        }
+        return vec![(cmd, r.original_command.clone())];
+    }
     match &r.original_args {
         Some(a) => vec![(cmd, r.original_command.clone()), (args, a.clone())],
         None if cmd.end <= args.start => {
@@ -444,13 +586,12 @@ fn unwrap_edits(text: &str, e: &Entry, r: &Recorded) -> Vec<(Range<usize>, Strin
             // its separator.
             let between = &text[cmd.end..args.start];
             let t = between.trim();
-            if t.starts_with(',')
-                && t.trim_start_matches(',')
-                    .trim()
-                    .trim_end_matches(':')
-                    .trim()
-                    == "\"args\""
-            {
+            let key = t
+                .trim_start_matches(',')
+                .trim()
+                .trim_end_matches([':', '='])
+                .trim();
+            if t.starts_with(',') && (key == "\"args\"" || key == "args") {
                 vec![(cmd.start..args.end, r.original_command.clone())]
             } else {
                 vec![(cmd, r.original_command.clone())]
