@@ -102,6 +102,7 @@ pub fn gather(args: &DoctorArgs, socket: Option<&Path>) -> anyhow::Result<Report
     service_checks(socket, daemon.as_ref(), &mut checks);
     audit_checks(&rt, args, socket, daemon.as_ref(), &mut checks);
     host_checks(&mut checks);
+    client_checks(&mut checks);
     let ok = !checks.iter().any(|c| c.status == Status::Fail);
     Ok(Report {
         schema: SCHEMA,
@@ -499,6 +500,95 @@ fn host_checks(checks: &mut Vec<Check>) {
         git.detail,
         (!git.available).then(|| "git config --global safe.bareRepository explicit".into()),
     ));
+}
+
+/// One check per client config (`crate::wrap::drift_all`): ok when every
+/// stdio server is wrapped, a warning listing the others (not wrapped,
+/// drifted, unreadable) with the `wardenctl wrap` that fixes it; a config
+/// that does not exist is skipped.
+fn client_checks(checks: &mut Vec<Check>) {
+    use crate::wrap::ServerState;
+    let env = match crate::wrap::Env::from_process() {
+        Ok(e) => e,
+        Err(e) => {
+            checks.push(check(
+                "client",
+                "client",
+                Status::Skip,
+                format!("client configs not looked at: {e:#}"),
+                None,
+            ));
+            return;
+        }
+    };
+    let mut configs = 0;
+    for (i, d) in crate::wrap::drift_all(&env).into_iter().enumerate() {
+        let d = match d {
+            Ok(d) => d,
+            Err(e) => {
+                checks.push(check(
+                    &format!("client.unreadable.{i}"),
+                    "client",
+                    Status::Warn,
+                    format!("{e:#}"),
+                    Some("fix the file (wrap and doctor read it as the client does)".into()),
+                ));
+                continue;
+            }
+        };
+        let id = if d.scope == "config" {
+            configs += 1;
+            format!("client.{}.config.{configs}", d.client)
+        } else {
+            format!("client.{}.{}", d.client, d.scope)
+        };
+        let path = d.path.display();
+        if !d.found {
+            checks.push(check(
+                &id,
+                "client",
+                Status::Skip,
+                format!("{path}: not found"),
+                None,
+            ));
+            continue;
+        }
+        let mut wrapped = 0;
+        let mut problems = Vec::new();
+        let mut notes = Vec::new();
+        for (_, name, state) in &d.servers {
+            let name = crate::cell(name);
+            match state {
+                ServerState::Wrapped | ServerState::WrappedByHand => wrapped += 1,
+                ServerState::NotWrapped => problems.push(format!("{name} not wrapped")),
+                ServerState::Drifted => {
+                    problems.push(format!("{name} drifted (lost its wrapping)"))
+                }
+                ServerState::Unusable(why) => problems.push(format!("{name} unreadable ({why})")),
+                ServerState::Missing => notes.push(format!("{name} (wrapped) is gone")),
+                ServerState::Remote => notes.push(format!("{name} is remote (left alone)")),
+            }
+        }
+        let mut summary = format!(
+            "{path}: {wrapped} of {} server{} wrapped",
+            d.servers.len(),
+            if d.servers.len() == 1 { "" } else { "s" }
+        );
+        if !problems.is_empty() {
+            summary.push_str(&format!("; {}", problems.join(", ")));
+        }
+        if !notes.is_empty() {
+            summary.push_str(&format!("; {}", notes.join(", ")));
+        }
+        let ok = problems.is_empty();
+        checks.push(check(
+            &id,
+            "client",
+            if ok { Status::Ok } else { Status::Warn },
+            summary,
+            (!ok).then(|| d.fix()),
+        ));
+    }
 }
 
 fn print(r: &Report) {

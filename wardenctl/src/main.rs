@@ -15,6 +15,7 @@ mod profiles;
 mod service;
 mod suggest;
 mod trace;
+mod wrap;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -68,6 +69,11 @@ enum Cmd {
     Install(service::InstallArgs),
     /// Stop and remove what install set up (never policies or the audit store).
     Uninstall(service::UninstallArgs),
+    /// Put warden-shim in front of each stdio server of an MCP client's
+    /// config (claude-desktop, claude-code, cursor, vscode, windsurf, codex).
+    Wrap(wrap::WrapArgs),
+    /// Restore the entries wrap changed, byte for byte (policies are kept).
+    Unwrap(wrap::WrapArgs),
     /// Policy tools.
     Policy {
         #[command(subcommand)]
@@ -190,6 +196,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Cmd::Init(args) = &cli.cmd {
         return init::run(args, cli.socket.as_deref(), cli.json);
     }
+    if let Cmd::Wrap(args) = &cli.cmd {
+        return wrap::run(args, false, cli.socket.as_deref(), cli.json);
+    }
+    if let Cmd::Unwrap(args) = &cli.cmd {
+        return wrap::run(args, true, cli.socket.as_deref(), cli.json);
+    }
     if let Cmd::Install(args) = &cli.cmd {
         return service::install(args, cli.socket.as_deref(), cli.json);
     }
@@ -306,6 +318,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             | Cmd::Trace(_)
             | Cmd::Init(_)
             | Cmd::Install(_)
+            | Cmd::Wrap(_)
+            | Cmd::Unwrap(_)
             | Cmd::Uninstall(_) => {
                 unreachable!("handled above")
             }
