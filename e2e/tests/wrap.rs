@@ -239,3 +239,89 @@ fn a_wrapped_claude_code_server_runs_through_warden() {
     assert_eq!(std::fs::read_to_string(&config).unwrap(), original);
     assert!(policy.exists(), "unwrap keeps the policy");
 }
+
+/// Without a policy for the profile, wrap traces the server (`wardenctl
+/// init` through the running daemon) and writes the starter policy it
+/// makes; the wrapped entry then runs under it. `--no-trace` writes the
+/// deny-everything policy instead, and says how to trace it.
+#[test]
+fn wrap_traces_a_server_that_has_no_policy_yet() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let fixture = fixture();
+    let original = format!(
+        "{{\n  \"mcpServers\": {{\n    \"fixture\": {{\n      \"command\": {},\n      \"args\": [\"--marker\", \"wrap-trace\"]\n    }}\n  }}\n}}\n",
+        json!(fixture.to_str().unwrap())
+    );
+    let config = env.write("traced/.mcp.json", &original);
+    let out = run(
+        &mut env.ctl(["wrap", "claude-code", "--config", config.to_str().unwrap()]),
+        Duration::from_secs(180),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("a starter policy from tracing it"),
+        "{stdout}{stderr}"
+    );
+    let policy = env.config.join("warden/policies/claude-code-fixture.yaml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    assert!(
+        text.starts_with("# Starter policy written by `wardenctl init`"),
+        "{text}"
+    );
+    assert!(text.contains("wrap-trace"), "the traced command: {text}");
+    // The trace's session is on record, then the wrapped entry runs under
+    // the policy it made: initialize and tools/list through the shim.
+    let wrapped: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    let entry = &wrapped["mcpServers"]["fixture"];
+    assert!(entry["command"].as_str().unwrap().ends_with("/warden-shim"));
+    let mut cmd = Command::new(entry["command"].as_str().unwrap());
+    cmd.arg("--socket").arg(&env.socket);
+    for a in entry["args"].as_array().unwrap() {
+        cmd.arg(a.as_str().unwrap());
+    }
+    env.apply_env(&mut cmd);
+    let mut client = McpClient::spawn(cmd);
+    client.initialize();
+    let tools = client.call("tools/list", json!({}));
+    assert!(
+        tools["tools"].as_array().is_some_and(|t| !t.is_empty()),
+        "{tools}"
+    );
+    client.close_stdin();
+    client.wait_exit(Duration::from_secs(30));
+
+    // --no-trace: the deny-everything policy, and the command that traces it.
+    let other = env.write(
+        "untraced/.mcp.json",
+        original.replace("\"fixture\"", "\"plain\""),
+    );
+    let out = run(
+        &mut env.ctl([
+            "wrap",
+            "claude-code",
+            "--no-trace",
+            "--config",
+            other.to_str().unwrap(),
+        ]),
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("grants nothing beyond the command"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("wardenctl init --name claude-code-plain"),
+        "{stdout}"
+    );
+    let text =
+        std::fs::read_to_string(env.config.join("warden/policies/claude-code-plain.yaml")).unwrap();
+    assert!(
+        text.starts_with("# Written by `wardenctl wrap claude-code`"),
+        "{text}"
+    );
+}

@@ -69,8 +69,16 @@ impl World {
     }
 
     fn ctl(&self, args: &[&str]) -> Output {
+        // No daemon here: the deny-everything policies, not a trace
+        // (e2e/tests/wrap.rs traces one).
+        let no_trace: &[&str] = if args.first() == Some(&"wrap") {
+            &["--no-trace"]
+        } else {
+            &[]
+        };
         Command::new(wardenctl())
             .args(args)
+            .args(no_trace)
             .env("HOME", self.root.join("home"))
             .env("XDG_CONFIG_HOME", self.root.join("config"))
             .env("XDG_STATE_HOME", self.root.join("state"))

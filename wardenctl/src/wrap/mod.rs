@@ -37,6 +37,10 @@ pub struct WrapArgs {
     /// A file in the client's format instead of its default locations.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Do not trace a server to write its policy (`wardenctl init`): write
+    /// the deny-everything policy at once.
+    #[arg(long)]
+    pub no_trace: bool,
 }
 
 /// The clients whose configs are JSON(C) with an object of servers.
@@ -745,6 +749,42 @@ fn shell_word(s: &str) -> String {
     }
 }
 
+/// A starter policy for `argv` from `wardenctl init` (the server traced in
+/// the observe-everything sandbox, through the daemon), or why there is
+/// none. The policy names the profile and the client's variables are
+/// passed through to the traced server.
+fn traced_policy(profile: &str, argv: &[String], socket: Option<&Path>) -> Result<String, String> {
+    let dir = tempfile::tempdir().map_err(|e| format!("no temporary directory: {e}"))?;
+    let out = dir.path().join(format!("{profile}.yaml"));
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find wardenctl: {e}"))?;
+    let mut cmd = std::process::Command::new(exe);
+    if let Some(s) = socket {
+        cmd.arg("--socket").arg(s);
+    }
+    cmd.args(["init", "--name", profile, "--output"])
+        .arg(&out)
+        .arg("--")
+        .args(argv)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let done = cmd
+        .output()
+        .map_err(|e| format!("cannot run wardenctl init: {e}"))?;
+    if !done.status.success() {
+        let err = String::from_utf8_lossy(&done.stderr);
+        let last = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("it failed")
+            .trim()
+            .to_owned();
+        return Err(last);
+    }
+    std::fs::read_to_string(&out).map_err(|e| format!("reading what init wrote: {e}"))
+}
+
 /// A policy that grants nothing but the command and the client's variables.
 fn deny_all_policy(
     client: &str,
@@ -903,9 +943,40 @@ pub fn run(
                     let ppath = crate::profiles::profile_path(&profile)?;
                     let mut argv = vec![command.clone()];
                     argv.extend(a.iter().cloned());
+                    // A policy from tracing the server, when that works.
+                    let traced = if ppath.exists() || args.dry_run || args.no_trace {
+                        None
+                    } else {
+                        if !json {
+                            eprintln!(
+                                "wrap: tracing {} for its policy (wardenctl init)...",
+                                e.name
+                            );
+                        }
+                        Some(traced_policy(&profile, &argv, socket).and_then(|t| {
+                            match crate::profiles::compile_text(&ppath, &t, socket) {
+                                Ok(Ok(_)) => Ok(t),
+                                Ok(Err(err)) => Err(format!(
+                                    "the traced policy does not compile: {}",
+                                    err.lines().next().unwrap_or_default()
+                                )),
+                                Err(err) => Err(format!("{err:#}")),
+                            }
+                        }))
+                    };
                     let mut pdetail = if ppath.exists() {
                         format!("existing policy {} kept", ppath.display())
+                    } else if let Some(Ok(text)) = traced {
+                        policies.push((ppath.clone(), text));
+                        format!(
+                            "wrote {}, a starter policy from tracing it (wardenctl init): review it",
+                            ppath.display()
+                        )
                     } else {
+                        let why = match &traced {
+                            Some(Err(why)) => format!("tracing it failed ({why}); "),
+                            _ => String::new(),
+                        };
                         let text =
                             deny_all_policy(client.name(), &e.name, &real, &profile, &argv, env);
                         match crate::profiles::compile_text(&ppath, &text, socket)? {
@@ -923,7 +994,7 @@ pub fn run(
                         policies.push((ppath.clone(), text));
                         let words: Vec<String> = argv.iter().map(|w| shell_word(w)).collect();
                         format!(
-                            "{} {}, which grants nothing beyond the command; for one that lets it work: \
+                            "{why}{} {}, which grants nothing beyond the command; for one that lets it work: \
                              wardenctl init --name {profile} --output {}.traced.yaml -- {} (then review it and move it over {})",
                             if args.dry_run { "would write" } else { "wrote" },
                             ppath.display(),
