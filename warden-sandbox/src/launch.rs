@@ -224,8 +224,26 @@ pub fn snapshot_dir(exe: &Path, dir: &Path) -> Result<Snapshot, SandboxError> {
     drop(cmd);
     drop(theirs);
     let result = (|| {
-        control::send(ours.as_fd(), &ToInit::Snapshot(dir.to_path_buf()), None).map_err(control)?;
-        match control::recv::<FromInit>(ours.as_fd()).map_err(control)? {
+        let ended = || SandboxError::InitDied {
+            status: "the snapshot role ended without an answer".into(),
+        };
+        // A program that is not the role's exits at once: its end of the
+        // channel may be gone before the request is written (EPIPE) or
+        // before the answer (EOF); the same failure either way.
+        control::send(ours.as_fd(), &ToInit::Snapshot(dir.to_path_buf()), None).map_err(|e| {
+            if matches!(e, Errno::EPIPE | Errno::ECONNRESET) {
+                ended()
+            } else {
+                control(e)
+            }
+        })?;
+        match control::recv::<FromInit>(ours.as_fd()).map_err(|e| {
+            if e == Errno::ECONNRESET {
+                ended()
+            } else {
+                control(e)
+            }
+        })? {
             Recv::Msg(
                 FromInit::Snapshot {
                     entries,
@@ -243,9 +261,7 @@ pub fn snapshot_dir(exe: &Path, dir: &Path) -> Result<Snapshot, SandboxError> {
             Recv::Msg(other, _) => Err(SandboxError::Protocol(format!(
                 "unexpected message {other:?}"
             ))),
-            Recv::Eof => Err(SandboxError::InitDied {
-                status: "the snapshot role ended without an answer".into(),
-            }),
+            Recv::Eof => Err(ended()),
         }
     })();
     if result.is_err() {
