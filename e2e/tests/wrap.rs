@@ -242,16 +242,22 @@ fn a_wrapped_claude_code_server_runs_through_warden() {
 
 /// Without a policy for the profile, wrap traces the server (`wardenctl
 /// init` through the running daemon) and writes the starter policy it
-/// makes; the wrapped entry then runs under it. `--no-trace` writes the
+/// makes; the wrapped entry then runs under it. The server starts only
+/// with the variable its config entry sets (the trace gets the entry's
+/// values; the policy passes the name through). `--no-trace` writes the
 /// deny-everything policy instead, and says how to trace it.
 #[test]
 fn wrap_traces_a_server_that_has_no_policy_yet() {
     let env = TestEnv::new();
     let _daemon = env.start_daemon();
     let fixture = fixture();
+    let script = format!(
+        "test \"$E2E_WRAP_KEY\" = from-the-config && exec {} --marker wrap-trace",
+        fixture.display()
+    );
     let original = format!(
-        "{{\n  \"mcpServers\": {{\n    \"fixture\": {{\n      \"command\": {},\n      \"args\": [\"--marker\", \"wrap-trace\"]\n    }}\n  }}\n}}\n",
-        json!(fixture.to_str().unwrap())
+        "{{\n  \"mcpServers\": {{\n    \"fixture\": {{\n      \"command\": \"/bin/sh\",\n      \"args\": [\"-c\", {}],\n      \"env\": {{ \"E2E_WRAP_KEY\": \"from-the-config\" }}\n    }}\n  }}\n}}\n",
+        json!(script)
     );
     let config = env.write("traced/.mcp.json", &original);
     let out = run(
@@ -272,6 +278,10 @@ fn wrap_traces_a_server_that_has_no_policy_yet() {
         "{text}"
     );
     assert!(text.contains("wrap-trace"), "the traced command: {text}");
+    assert!(
+        text.contains("E2E_WRAP_KEY"),
+        "the entry's variable: {text}"
+    );
     // The trace's session is on record, then the wrapped entry runs under
     // the policy it made: initialize and tools/list through the shim.
     let wrapped: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
@@ -283,6 +293,10 @@ fn wrap_traces_a_server_that_has_no_policy_yet() {
         cmd.arg(a.as_str().unwrap());
     }
     env.apply_env(&mut cmd);
+    cmd.env(
+        "E2E_WRAP_KEY",
+        entry["env"]["E2E_WRAP_KEY"].as_str().unwrap(),
+    );
     let mut client = McpClient::spawn(cmd);
     client.initialize();
     let tools = client.call("tools/list", json!({}));

@@ -45,6 +45,11 @@ pub struct InitArgs {
     /// server writes (its data file, a cache) is seen and granted.
     #[arg(long, conflicts_with = "log")]
     allow_writes: bool,
+    /// Pass this variable through whether or not the trace shows it used
+    /// (repeatable; `wardenctl wrap` gives the names an MCP client's
+    /// config sets for the server).
+    #[arg(long = "allow-env", value_name = "NAME")]
+    allow_env: Vec<String>,
     /// While tracing: how long each MCP request may take.
     #[arg(long, value_name = "DUR", default_value = "60s", value_parser = crate::trace::per_request)]
     timeout: Duration,
@@ -725,6 +730,15 @@ pub fn run(args: &InitArgs, socket: Option<&Path>, _json: bool) -> anyhow::Resul
     if let Some(n) = &args.name {
         s.name = n.clone();
     }
+    for n in &args.allow_env {
+        if !s.env_used.iter().any(|(u, _)| u == n) {
+            s.env_used.push((
+                n.clone(),
+                "asked for (--allow-env: the client sets it)".into(),
+            ));
+        }
+    }
+    s.env_used.sort();
     let session = session
         .or_else(|| records.first().and_then(|r| r.session.clone()))
         .unwrap_or_default();

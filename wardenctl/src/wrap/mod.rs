@@ -175,7 +175,11 @@ pub enum EntryKind {
     Stdio {
         command: String,
         args: Vec<String>,
+        /// The names the entry's `env` sets.
         env: Vec<String>,
+        /// Those of them with a string value, as the client would set them
+        /// (the trace runs the server with them).
+        env_values: Vec<(String, String)>,
     },
     /// Its command is a `warden-shim` (by wrap or by hand).
     Shim {
@@ -247,15 +251,21 @@ fn classify(v: &jsonc::Value) -> EntryKind {
     if is_shim(command) {
         return EntryKind::Shim { args };
     }
-    let env = match v.get("env").map(|m| &m.value.kind) {
-        None => vec![],
-        Some(jsonc::Kind::Object(m)) => m.iter().map(|m| m.key.clone()).collect(),
+    let (env, env_values) = match v.get("env").map(|m| &m.value.kind) {
+        None => (vec![], vec![]),
+        Some(jsonc::Kind::Object(m)) => (
+            m.iter().map(|m| m.key.clone()).collect(),
+            m.iter()
+                .filter_map(|m| Some((m.key.clone(), m.value.as_str()?.to_owned())))
+                .collect(),
+        ),
         Some(_) => return EntryKind::Unusable("`env` is not an object".into()),
     };
     EntryKind::Stdio {
         command: command.to_owned(),
         args,
         env,
+        env_values,
     }
 }
 
@@ -398,10 +408,15 @@ fn toml_classify(t: &dyn toml_edit::TableLike) -> EntryKind {
     if is_shim(command) {
         return EntryKind::Shim { args };
     }
-    let env = match t.get("env") {
-        None => vec![],
+    let (env, env_values) = match t.get("env") {
+        None => (vec![], vec![]),
         Some(i) => match i.as_table_like() {
-            Some(e) => e.iter().map(|(k, _)| k.to_owned()).collect(),
+            Some(e) => (
+                e.iter().map(|(k, _)| k.to_owned()).collect(),
+                e.iter()
+                    .filter_map(|(k, v)| Some((k.to_owned(), v.as_str()?.to_owned())))
+                    .collect(),
+            ),
             None => return EntryKind::Unusable("`env` is not a table".into()),
         },
     };
@@ -409,6 +424,7 @@ fn toml_classify(t: &dyn toml_edit::TableLike) -> EntryKind {
         command: command.to_owned(),
         args,
         env,
+        env_values,
     }
 }
 
@@ -751,9 +767,15 @@ fn shell_word(s: &str) -> String {
 
 /// A starter policy for `argv` from `wardenctl init` (the server traced in
 /// the observe-everything sandbox, through the daemon), or why there is
-/// none. The policy names the profile and the client's variables are
-/// passed through to the traced server.
-fn traced_policy(profile: &str, argv: &[String], socket: Option<&Path>) -> Result<String, String> {
+/// none. The entry's `env` values are set for the traced server, as the
+/// client would set them.
+fn traced_policy(
+    profile: &str,
+    argv: &[String],
+    names: &[String],
+    env: &[(String, String)],
+    socket: Option<&Path>,
+) -> Result<String, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("no temporary directory: {e}"))?;
     let out = dir.path().join(format!("{profile}.yaml"));
     let exe = std::env::current_exe().map_err(|e| format!("cannot find wardenctl: {e}"))?;
@@ -761,10 +783,15 @@ fn traced_policy(profile: &str, argv: &[String], socket: Option<&Path>) -> Resul
     if let Some(s) = socket {
         cmd.arg("--socket").arg(s);
     }
-    cmd.args(["init", "--name", profile, "--output"])
-        .arg(&out)
-        .arg("--")
+    cmd.args(["init", "--name", profile, "--output"]).arg(&out);
+    // The names the client sets are the server's to have, used in the
+    // trace or not.
+    for name in names {
+        cmd.arg("--allow-env").arg(name);
+    }
+    cmd.arg("--")
         .args(argv)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());
@@ -931,6 +958,7 @@ pub fn run(
                     command,
                     args: a,
                     env,
+                    env_values,
                 } => {
                     let profile = match rec {
                         Some(i) => state.entries[i].profile.clone(),
@@ -953,16 +981,18 @@ pub fn run(
                                 e.name
                             );
                         }
-                        Some(traced_policy(&profile, &argv, socket).and_then(|t| {
-                            match crate::profiles::compile_text(&ppath, &t, socket) {
-                                Ok(Ok(_)) => Ok(t),
-                                Ok(Err(err)) => Err(format!(
-                                    "the traced policy does not compile: {}",
-                                    err.lines().next().unwrap_or_default()
-                                )),
-                                Err(err) => Err(format!("{err:#}")),
-                            }
-                        }))
+                        Some(
+                            traced_policy(&profile, &argv, env, env_values, socket).and_then(|t| {
+                                match crate::profiles::compile_text(&ppath, &t, socket) {
+                                    Ok(Ok(_)) => Ok(t),
+                                    Ok(Err(err)) => Err(format!(
+                                        "the traced policy does not compile: {}",
+                                        err.lines().next().unwrap_or_default()
+                                    )),
+                                    Err(err) => Err(format!("{err:#}")),
+                                }
+                            }),
+                        )
                     };
                     let mut pdetail = if ppath.exists() {
                         format!("existing policy {} kept", ppath.display())
@@ -1129,7 +1159,8 @@ mod tests {
                     EntryKind::Stdio {
                         command: "npx".into(),
                         args: vec!["-y".into(), "x".into()],
-                        env: vec!["K".into()]
+                        env: vec!["K".into()],
+                        env_values: vec![("K".into(), "v".into())],
                     }
                 ),
                 (
@@ -1137,7 +1168,8 @@ mod tests {
                     EntryKind::Stdio {
                         command: "node".into(),
                         args: vec![],
-                        env: vec![]
+                        env: vec![],
+                        env_values: vec![],
                     }
                 ),
                 ("r", EntryKind::Remote("`url`".into())),
