@@ -251,13 +251,14 @@ fn wrap_traces_a_server_that_has_no_policy_yet() {
     let env = TestEnv::new();
     let _daemon = env.start_daemon();
     let fixture = fixture();
-    let script = format!(
-        "test \"$E2E_WRAP_KEY\" = from-the-config && exec {} --marker wrap-trace",
-        fixture.display()
-    );
+    // The fixture is an argument of its own ($0 of the script): a trace
+    // shows the host's /tmp entries named on the command line (the
+    // unprivileged run's binaries are in /tmp).
+    let script = "test \"$E2E_WRAP_KEY\" = from-the-config && exec \"$0\" --marker wrap-trace";
     let original = format!(
-        "{{\n  \"mcpServers\": {{\n    \"fixture\": {{\n      \"command\": \"/bin/sh\",\n      \"args\": [\"-c\", {}],\n      \"env\": {{ \"E2E_WRAP_KEY\": \"from-the-config\" }}\n    }}\n  }}\n}}\n",
-        json!(script)
+        "{{\n  \"mcpServers\": {{\n    \"fixture\": {{\n      \"command\": \"/bin/sh\",\n      \"args\": [\"-c\", {}, {}],\n      \"env\": {{ \"E2E_WRAP_KEY\": \"from-the-config\" }}\n    }}\n  }}\n}}\n",
+        json!(script),
+        json!(fixture.to_str().unwrap())
     );
     let config = env.write("traced/.mcp.json", &original);
     let out = run(
