@@ -248,6 +248,31 @@ pub fn exit_code(status: ExitStatus) -> i32 {
         .unwrap_or(-1)
 }
 
+/// `git -C repo ARGS` on the host, with no system or global config and a
+/// fixed identity; panics with git's stderr when it fails. Its stdout.
+pub fn host_git(repo: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args([
+            "-c",
+            "user.name=host",
+            "-c",
+            "user.email=host@example.invalid",
+        ])
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("running git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The lines of `stderr` that start with `warden:`.
 pub fn warden_lines(stderr: &str) -> Vec<&str> {
     stderr

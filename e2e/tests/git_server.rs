@@ -7,7 +7,6 @@
 //! them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -47,29 +46,6 @@ async def main():
 
 anyio.run(main)
 "#;
-
-fn host_git(repo: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args([
-            "-c",
-            "user.name=host",
-            "-c",
-            "user.email=host@example.invalid",
-        ])
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .expect("running git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn call(out: &Value, i: usize) -> (&str, bool) {
     let c = &out["calls"][i];

@@ -47,23 +47,6 @@ async def main():
 anyio.run(main)
 "#;
 
-fn git(repo: &std::path::Path, args: &[&str]) {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .expect("running git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn doctor_client(env: &TestEnv) -> Value {
     let out = run(
         &mut env.ctl(["--json", "doctor", "--no-verify"]),
@@ -88,10 +71,10 @@ fn a_wrapped_claude_code_server_runs_through_warden() {
     let env = TestEnv::new();
     let _daemon = env.start_daemon();
     let repo = env.mkdir("work/repo");
-    git(&repo, &["init", "-q", "-b", "main"]);
+    host_git(&repo, &["init", "-q", "-b", "main"]);
     std::fs::write(repo.join("README.md"), "hello\n").unwrap();
-    git(&repo, &["add", "README.md"]);
-    git(&repo, &["commit", "-q", "-m", "first"]);
+    host_git(&repo, &["add", "README.md"]);
+    host_git(&repo, &["commit", "-q", "-m", "first"]);
     std::fs::write(repo.join("new.txt"), "untracked\n").unwrap();
     let repo_s = repo.to_str().unwrap();
     let py = python.to_str().unwrap();

@@ -98,6 +98,21 @@ impl Kernel {
             && self.unprivileged_userns_clone.as_deref() != Some("0")
     }
 
+    /// The sysctls that decide [`Kernel::user_namespaces`], as
+    /// `max_user_namespaces=N[, unprivileged_userns_clone=K]`.
+    pub fn userns_settings(&self) -> String {
+        format!(
+            "max_user_namespaces={}{}",
+            self.max_user_namespaces
+                .map(|n| n.to_string())
+                .unwrap_or_else(|| "unknown".into()),
+            self.unprivileged_userns_clone
+                .as_ref()
+                .map(|k| format!(", unprivileged_userns_clone={k}"))
+                .unwrap_or_default()
+        )
+    }
+
     /// The Landlock ABI a sandbox applies here: the kernel's, capped at the
     /// newest this build knows; `None` without Landlock.
     pub fn landlock_abi(&self) -> Option<u32> {

@@ -137,6 +137,16 @@ struct Feature {
     detail: String,
 }
 
+impl From<pb::KernelFeature> for Feature {
+    fn from(f: pb::KernelFeature) -> Feature {
+        Feature {
+            name: f.name,
+            available: f.available,
+            detail: f.detail,
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct StatusOut {
     version: String,
@@ -284,24 +294,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     audit_path: s.audit_path,
                     sessions: s.sessions,
                     uptime_ms: s.uptime_ms,
-                    features: s
-                        .features
-                        .into_iter()
-                        .map(|f| Feature {
-                            name: f.name,
-                            available: f.available,
-                            detail: f.detail,
-                        })
-                        .collect(),
-                    backends: s
-                        .backends
-                        .into_iter()
-                        .map(|f| Feature {
-                            name: f.name,
-                            available: f.available,
-                            detail: f.detail,
-                        })
-                        .collect(),
+                    features: s.features.into_iter().map(Feature::from).collect(),
+                    backends: s.backends.into_iter().map(Feature::from).collect(),
                     host: vec![git_bare_repositories(), apparmor_userns(s.pid)],
                 };
                 if cli.json {

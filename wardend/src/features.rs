@@ -25,16 +25,8 @@ pub fn report(
         "user_namespaces",
         kernel.user_namespaces(),
         format!(
-            "max_user_namespaces={}{}; required: sessions are refused without them",
-            kernel
-                .max_user_namespaces
-                .map(|n| n.to_string())
-                .unwrap_or_else(|| "unknown".into()),
-            kernel
-                .unprivileged_userns_clone
-                .as_ref()
-                .map(|k| format!(", unprivileged_userns_clone={k}"))
-                .unwrap_or_default()
+            "{}; required: sessions are refused without them",
+            kernel.userns_settings()
         ),
     ));
     let abi = kernel.landlock_abi();

@@ -162,17 +162,9 @@ pub fn native_trial(kernel: &warden_sandbox::Kernel, exe: &std::path::Path) -> R
     }
     if !kernel.user_namespaces() {
         return Err(format!(
-            "unprivileged user namespaces are turned off (user.max_user_namespaces={}{}); \
-             `wardenctl doctor` says how to turn them on",
-            kernel
-                .max_user_namespaces
-                .map(|n| n.to_string())
-                .unwrap_or_else(|| "unknown".into()),
-            kernel
-                .unprivileged_userns_clone
-                .as_ref()
-                .map(|k| format!(", kernel.unprivileged_userns_clone={k}"))
-                .unwrap_or_default()
+            "unprivileged user namespaces are turned off ({}); `wardenctl doctor` says how \
+             to turn them on",
+            kernel.userns_settings()
         ));
     }
     warden_sandbox::kernel::userns_trial(exe).map_err(|e| {
