@@ -39,14 +39,22 @@
 //!   `warden-client`); [`activation`] takes the listening socket a service
 //!   manager passes (socket activation, for `wardend`'s `main`).
 //!
+//! A program of its own: [`bridge`] embeds `bridge/main.rs` (built by
+//! `build.rs`, statically linked), the Docker backend's container
+//! entrypoint, which hands the egress listener it makes inside the
+//! container to the daemon (SCM_RIGHTS) and execs the server.
+//!
 //! # Invariants
 //!
 //! `unsafe_code` is denied for the crate and allowed in `sys` and
 //! `init::exec` (the init role's fork and the server child between fork and
 //! execve) only, besides two test modules that fork or map memory; every
 //! block carries its `// SAFETY:` line (`clippy::undocumented_unsafe_blocks`).
+//! `bridge/main.rs`, not part of this crate's build, holds the bridge's
+//! `sendmsg` and `listen` calls under the same rule.
 #![deny(unsafe_code)]
 
+pub mod bridge;
 mod confine;
 mod control;
 pub mod init;

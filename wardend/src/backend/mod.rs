@@ -14,8 +14,11 @@
 //! are reported unavailable with that reason, so `auto` on a host without
 //! user namespaces refuses with every reason instead of running anything
 //! weaker. [`seatbelt`] is the macOS profile generator, pure and tested on
-//! Linux; its launcher is not written yet.
+//! Linux; its launcher is not written yet. [`bridge`] is the Docker
+//! backend's egress bridge: the container entrypoint that hands the daemon
+//! a listener made inside the container, and the daemon's side of it.
 
+pub mod bridge;
 pub mod seatbelt;
 
 use warden_core::policy::Backend;
