@@ -106,7 +106,21 @@ fn the_native_backend_runs_sessions_and_says_so() {
         .collect();
     assert_eq!(names, ["linux", "docker", "macos"], "{status}");
     assert_eq!(backends[0]["available"], true, "{status}");
-    assert_eq!(backends[1]["available"], false, "{status}");
+    // Docker is available exactly when an engine answers this user.
+    let engine = Command::new("docker")
+        .args(["version", "--format", "{{.Server.Version}}"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert_eq!(backends[1]["available"], engine, "{status}");
+    if engine {
+        assert!(
+            backends[1]["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("Docker engine "),
+            "{status}"
+        );
+    }
     assert!(backends[2]["detail"]
         .as_str()
         .unwrap()
@@ -127,10 +141,25 @@ fn the_native_backend_runs_sessions_and_says_so() {
     client.wait_exit(Duration::from_secs(30));
 }
 
+/// A Docker endpoint where no engine listens.
+fn no_engine(env: &TestEnv) -> String {
+    format!(
+        "unix://{}",
+        env.root.join("no-docker-engine.sock").display()
+    )
+}
+
+/// Why Docker is unavailable, as the daemon words it without an engine:
+/// no CLI at all, or a CLI that reaches nothing.
+const NO_DOCKER: [&str; 2] = [
+    "no Docker engine answers",
+    "the docker command is not installed",
+];
+
 #[test]
 fn a_backend_this_machine_lacks_is_refused_naming_it() {
     let env = TestEnv::new();
-    let _daemon = env.start_daemon();
+    let _daemon = env.start_daemon_with_env(&[("DOCKER_HOST", &no_engine(&env))]);
     let fixture = fixture().display().to_string();
     let minimal = env.minimal_policy().display().to_string();
     let call = |b: &str| {
@@ -154,10 +183,17 @@ fn a_backend_this_machine_lacks_is_refused_naming_it() {
         call("macos"),
         &["backend `macos` is not available here", "only on macOS"],
     );
+    // Docker with no engine to reach: refused naming why, never the native
+    // sandbox in its place.
+    let docker = call("docker");
+    let why = NO_DOCKER
+        .into_iter()
+        .find(|n| docker.2.contains(n))
+        .unwrap_or(NO_DOCKER[0]);
     assert_refused(
         &env,
-        call("docker"),
-        &["backend `docker` is not available here", "Docker backend"],
+        docker,
+        &["backend `docker` is not available here", why],
     );
     // A name the shim does not know: its own one-line error, before any daemon.
     let (code, stdout, stderr) = call("chroot");
@@ -232,7 +268,7 @@ fn auto_refuses_when_no_backend_is_available_and_never_runs_the_server_plainly()
     let q = |p: &std::path::Path| format!("'{}'", p.display());
     let script = format!(
         "set -u\n\
-         {wardend} --socket {socket} --state-dir {state} >{log} 2>&1 &\n\
+         DOCKER_HOST={no_engine} {wardend} --socket {socket} --state-dir {state} >{log} 2>&1 &\n\
          d=$!\n\
          i=0; while [ ! -S {socket} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done\n\
          {shim} --socket {socket} --no-autostart --policy {policy} -- /bin/sh -c 'touch {marker}' 2>{root}/auto.err; echo auto=$?\n\
@@ -248,6 +284,7 @@ fn auto_refuses_when_no_backend_is_available_and_never_runs_the_server_plainly()
         policy = q(&env.minimal_policy()),
         marker = marker.display(),
         root = q(&env.root),
+        no_engine = q(std::path::Path::new(&no_engine(&env))),
     );
     let Some(stdout) = in_a_namespace_without_user_namespaces(&env, &script) else {
         return;
@@ -265,10 +302,15 @@ fn auto_refuses_when_no_backend_is_available_and_never_runs_the_server_plainly()
         "no sandbox backend is available on Linux",
         "never runs a server unsandboxed",
         "linux: cannot make the sandbox's user namespace",
-        "docker: the Docker backend is not part of this build yet",
+        "; docker: ",
     ] {
         assert!(lines[0].contains(n), "`{n}` not in {:?}", lines[0]);
     }
+    assert!(
+        NO_DOCKER.iter().any(|n| lines[0].contains(n)),
+        "{:?}",
+        lines[0]
+    );
     let linux = std::fs::read_to_string(env.root.join("linux.err")).unwrap();
     let lines = warden_lines(&linux);
     assert_eq!(lines.len(), 1, "{linux}");
@@ -298,4 +340,113 @@ fn auto_refuses_when_no_backend_is_available_and_never_runs_the_server_plainly()
     let refused = of_type(&recs, "session", "refused");
     assert_eq!(refused.len(), 2, "{refused:?}");
     assert!(of_type(&recs, "session", "start").is_empty(), "{recs:?}");
+}
+
+/// The Docker test image (`scripts/docker-test-image`), or `None` with the
+/// reason printed; with `WARDEN_REQUIRE_DOCKER=1` (CI) a missing one fails.
+fn docker_image() -> Option<String> {
+    match std::env::var("WARDEN_TEST_DOCKER_IMAGE") {
+        Ok(i) if !i.is_empty() => Some(i),
+        _ => {
+            let why = "WARDEN_TEST_DOCKER_IMAGE is not set (scripts/test sets it when a Docker engine runs)";
+            assert!(
+                std::env::var("WARDEN_REQUIRE_DOCKER").as_deref() != Ok("1"),
+                "WARDEN_REQUIRE_DOCKER=1 but {why}"
+            );
+            eprintln!("skipped: {why}");
+            None
+        }
+    }
+}
+
+#[test]
+fn auto_falls_back_to_docker_when_the_native_sandbox_is_unavailable() {
+    let Some(image) = docker_image() else { return };
+    let env = TestEnv::new();
+    let socket = env.socket.clone();
+    let dir = socket.parent().unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let q = |p: &std::path::Path| format!("'{}'", p.display());
+    let script = format!(
+        "set -u\n\
+         WARDEN_DOCKER_IMAGE={image} {wardend} --socket {socket} --state-dir {state} >{log} 2>&1 &\n\
+         d=$!\n\
+         i=0; while [ ! -S {socket} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done\n\
+         {shim} --socket {socket} --no-autostart --policy {policy} -- /bin/sh -c 'echo in-a-container; cat /proc/1/cgroup >&2; exit 4' 2>{root}/auto.err; echo auto=$?\n\
+         {ctl} --socket {socket} --json status >{root}/status.json; echo status=$?\n\
+         kill $d; wait $d\n",
+        wardend = q(&bin("wardend")),
+        shim = q(&bin("warden-shim")),
+        ctl = q(&bin("wardenctl")),
+        socket = q(&socket),
+        state = q(&env.state),
+        log = q(&env.root.join("ns-wardend.log")),
+        policy = q(&env.minimal_policy()),
+        root = q(&env.root),
+    );
+    let Some(stdout) = in_a_namespace_without_user_namespaces(&env, &script) else {
+        return;
+    };
+    let log = std::fs::read_to_string(env.root.join("ns-wardend.log")).unwrap_or_default();
+    let err = std::fs::read_to_string(env.root.join("auto.err")).unwrap_or_default();
+    // The server ran, in a container, and its exit code came back.
+    assert!(
+        stdout.contains("in-a-container\nauto=4"),
+        "{stdout}\n{err}\n{log}"
+    );
+    assert!(err.contains("docker"), "not in a Docker cgroup: {err}");
+    assert!(warden_lines(&err).is_empty(), "{err}");
+
+    let recs = audit_records(&env);
+    let starts = of_type(&recs, "session", "start");
+    assert_eq!(starts.len(), 1, "{recs:?}");
+    let sb = &starts[0]["details"]["sandbox"];
+    assert_eq!(sb["backend"], "docker", "{sb}");
+    assert_eq!(sb["backend_requested"], "auto", "{sb}");
+    assert_eq!(sb["backend_skipped"][0]["backend"], "linux", "{sb}");
+    assert!(
+        sb["backend_skipped"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("cannot make the sandbox's user namespace"),
+        "{sb}"
+    );
+    assert_eq!(sb["docker"]["image"], image.as_str(), "{sb}");
+    let id = starts[0]["session"].as_str().unwrap();
+    assert_eq!(sb["docker"]["container"], format!("warden-{id}"), "{sb}");
+    let exits = of_type(&recs, "session", "exit");
+    assert_eq!(exits.len(), 1, "{recs:?}");
+    assert_eq!(exits[0]["details"]["code"], 4, "{:?}", exits[0]);
+
+    let status: Value =
+        serde_json::from_str(&std::fs::read_to_string(env.root.join("status.json")).unwrap())
+            .unwrap();
+    let docker = status["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "docker")
+        .cloned()
+        .unwrap();
+    assert_eq!(docker["available"], true, "{status}");
+
+    // The container is gone with the session.
+    let out = run(
+        Command::new("docker").args([
+            "ps",
+            "-a",
+            "--filter",
+            &format!("label=warden.session={id}"),
+            "--format",
+            "{{.Names}}",
+        ]),
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "",
+        "left behind"
+    );
 }

@@ -148,6 +148,7 @@ impl Fixture {
             warnings: vec![],
             approve: false,
             backend: Default::default(),
+            docker_image: None,
         }
     }
 }
@@ -1389,4 +1390,26 @@ fn approve_is_a_top_level_boolean_off_by_default() {
     assert!(json.get("approve").is_none(), "{json}");
     let json = serde_json::to_value(f.ok(text)).unwrap();
     assert_eq!(json["approve"], true);
+}
+
+#[test]
+fn docker_image_is_a_strict_reference() {
+    let f = Fixture::new();
+    let text = "command: [server]\nbackend: docker\ndocker:\n  image: registry.example:5000/team/srv:1.2\n";
+    let p = f.ok(text);
+    assert_eq!(p.backend, warden_core::policy::Backend::Docker);
+    assert_eq!(
+        p.docker_image.as_deref(),
+        Some("registry.example:5000/team/srv:1.2")
+    );
+    for bad in ["--privileged", "a b", "", "x;y", "\u{e9}t\u{e9}"] {
+        let text = format!("command: [server]\ndocker:\n  image: \"{bad}\"\n");
+        let e = f.err(&text).join("\n");
+        assert!(
+            e.contains("docker.image") && e.contains("not a Docker image reference"),
+            "{bad}: {e}"
+        );
+    }
+    let e = f.err("command: [server]\ndocker:\n  tag: x\n").join("\n");
+    assert!(e.contains("unknown key `tag`"), "{e}");
 }

@@ -49,6 +49,10 @@ pub enum DaemonError {
     /// unavailable, or with `auto` none is.
     #[error("{0}")]
     Backend(String),
+    /// The Docker backend could not start or control a container (the
+    /// docker command's own error, or the egress hand-over).
+    #[error("docker: {0}")]
+    Docker(String),
     #[error("wardend is shutting down")]
     ShuttingDown,
     #[error("too many sessions: {0}")]
@@ -95,7 +99,9 @@ impl DaemonError {
             }
             DaemonError::ShuttingDown => Code::Unavailable,
             DaemonError::TooManySessions(_) => Code::ResourceExhausted,
-            DaemonError::RootDaemon | DaemonError::Backend(_) => Code::FailedPrecondition,
+            DaemonError::RootDaemon | DaemonError::Backend(_) | DaemonError::Docker(_) => {
+                Code::FailedPrecondition
+            }
             DaemonError::Audit(_)
             | DaemonError::NoCredentials
             | DaemonError::StdioPipes(_)

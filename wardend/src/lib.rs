@@ -133,6 +133,8 @@ pub struct Daemon {
     /// (a real user namespace, `backend::native_trial`); tried again while
     /// it fails, so a fix (an AppArmor profile loaded) needs no restart.
     pub native: std::sync::Mutex<Result<(), String>>,
+    /// The Docker engine the Docker backend runs containers on.
+    pub docker: backend::docker::Engine,
 }
 
 /// Refused peers: 10 `daemon.peer` records per second per reason, the rest
@@ -225,6 +227,7 @@ pub async fn run(
     // In the background: a missing or failing bus only means no desktop
     // notifications.
     let desktop = desktop::Desktop::start(approvals.clone(), std::env::var(desktop::BUS_ENV).ok());
+    let config_socket = config.socket.clone();
     let daemon = Arc::new(Daemon {
         config,
         audit,
@@ -238,7 +241,13 @@ pub async fn run(
         write_protection,
         peer_records: std::sync::Mutex::new(PeerLimit::new(10, u32::MAX, Instant::now())),
         native: std::sync::Mutex::new(native),
+        docker: backend::docker::Engine::new(&config_socket, warden_core::paths::current_uid()),
     });
+    // Containers an earlier run of this daemon could not remove.
+    {
+        let d = daemon.clone();
+        tokio::spawn(async move { d.docker.reap_stale().await });
+    }
     daemon.audit.append(
         DaemonStart {
             socket: daemon.config.socket.display().to_string(),

@@ -353,11 +353,17 @@ impl Warden for Service {
             backends: crate::backend::listed(crate::backend::Os::this())
                 .into_iter()
                 .map(|b| {
-                    let r = d.backend_available(b);
+                    let r = d.backend_available(b).and_then(|()| match b {
+                        warden_core::policy::Backend::Docker => d
+                            .docker
+                            .available()
+                            .map(|v| format!("Docker engine {v}: runs sessions here")),
+                        _ => Ok("runs sessions here".into()),
+                    });
                     pb::KernelFeature {
                         name: b.to_string(),
                         available: r.is_ok(),
-                        detail: r.err().unwrap_or_else(|| "runs sessions here".into()),
+                        detail: r.unwrap_or_else(|why| why),
                     }
                 })
                 .collect(),

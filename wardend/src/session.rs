@@ -12,17 +12,19 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, Notify};
 use warden_audit::event;
+use warden_core::policy::Backend;
 use warden_core::policy::{self, CompiledPolicy, PolicyInput};
 use warden_proto::v1 as pb;
-use warden_sandbox::launch::{ExitOutcome, Sandbox, Spawned};
+use warden_sandbox::launch::ExitOutcome;
 use warden_sandbox::spec::SandboxSpec;
 
+use crate::backend::{Launched, Process};
 use crate::error::DaemonError;
-use crate::stdio::{pipe, Relay};
+use crate::stdio::Relay;
 use crate::Daemon;
 
 mod plan;
-use plan::{env_get, TMP_SIZE_MB};
+pub use plan::{env_get, DEFAULT_PIDS, TMP_SIZE_MB};
 
 /// Grace between SIGTERM to the tree and SIGKILL (DESIGN.md §5 "Limits").
 pub const KILL_GRACE: Duration = Duration::from_millis(750);
@@ -74,7 +76,8 @@ pub struct Session {
     pub stdio: [Arc<std::sync::atomic::AtomicU64>; 3],
     /// The session's cgroup in the daemon's delegated subtree.
     pub cgroup: Option<PathBuf>,
-    sandbox: Arc<Sandbox>,
+    /// The server's process tree, as its backend runs it.
+    process: Arc<dyn Process>,
     /// Denied file accesses recorded so far.
     pub files_denied: Arc<std::sync::atomic::AtomicU64>,
     /// A trace's peak footprint, sampled until it ends.
@@ -106,7 +109,7 @@ impl Session {
     }
 
     pub fn signal(&self, sig: i32) -> Result<(), DaemonError> {
-        Ok(self.sandbox.signal(sig)?)
+        self.process.signal(sig)
     }
 
     pub fn to_proto(&self) -> pb::Session {
@@ -123,9 +126,17 @@ impl Session {
             network_allowed: self.net.allowed(),
             network_denied: self.net.denied(),
             last_denial: self.net.last_denial().unwrap_or_default(),
-            memory_bytes: crate::limits::tree_rss(self.pid),
+            memory_bytes: if self.pid == 0 {
+                0
+            } else {
+                crate::limits::tree_rss(self.pid)
+            },
             memory_limit_bytes: self.memory_limit.unwrap_or(0),
-            cpu_ms: crate::limits::tree_cpu_ms(self.pid),
+            cpu_ms: if self.pid == 0 {
+                0
+            } else {
+                crate::limits::tree_cpu_ms(self.pid)
+            },
             stdin_bytes: self.stdio[0].load(Ordering::Relaxed),
             stdout_bytes: self.stdio[1].load(Ordering::Relaxed),
             stderr_bytes: self.stdio[2].load(Ordering::Relaxed),
@@ -169,6 +180,8 @@ pub struct Prepared {
     /// A `wardenctl trace` session: its peak footprint is sampled.
     trace: bool,
     backend: crate::backend::Choice,
+    /// The Docker backend's image and what it runs differently.
+    docker: Option<crate::backend::docker::Fitted>,
 }
 
 /// File descriptors an idle session holds in the daemon (stdio, sandbox
@@ -335,7 +348,17 @@ impl Daemon {
             write_protection: &self.write_protection,
             kernel: &self.kernel,
         };
-        plan::fit(&mut policy, &host)?;
+        let docker = match backend.backend {
+            Backend::Docker => Some(crate::backend::docker::fit(
+                &mut policy,
+                &req.env,
+                req.trace,
+            )?),
+            _ => {
+                plan::fit(&mut policy, &host)?;
+                None
+            }
+        };
         let warden_paths = self.warden_paths(policy.source.as_deref());
         let approve = plan::approvals(id, req, &policy)?;
         let (mut spec, mut env_names) =
@@ -370,6 +393,7 @@ impl Daemon {
             approve,
             trace: req.trace,
             backend,
+            docker,
         })
     }
 
@@ -390,20 +414,29 @@ impl Daemon {
             approve,
             trace,
             backend,
+            docker,
         } = p;
-        let limits = describe_limits(&policy, self.cgroup.as_ref().ok());
+        let native = docker.is_none();
+        let limits = if native {
+            describe_limits(&policy, self.cgroup.as_ref().ok())
+        } else {
+            crate::backend::docker::describe_limits(&policy)
+        };
         // Paths inside write grants that the sandbox binds read-only because
         // the host runs or trusts them (those that exist now).
-        let plan = warden_sandbox::protected::plan(&spec);
-        let protected: Vec<PathBuf> = plan
-            .protect
-            .iter()
-            .filter(|p| {
-                std::fs::symlink_metadata(p)
-                    .is_ok_and(|m| !(m.is_dir() && plan.unless_dir.contains(p)))
-            })
-            .cloned()
-            .collect();
+        let protected: Vec<PathBuf> = if native {
+            let plan = warden_sandbox::protected::plan(&spec);
+            plan.protect
+                .iter()
+                .filter(|p| {
+                    std::fs::symlink_metadata(p)
+                        .is_ok_and(|m| !(m.is_dir() && plan.unless_dir.contains(p)))
+                })
+                .cloned()
+                .collect()
+        } else {
+            crate::backend::docker::protected_now(&spec)
+        };
         let start = event::SessionStart {
             session: id.clone(),
             name: policy.name.clone(),
@@ -431,7 +464,16 @@ impl Daemon {
                 version: client.version.clone(),
             },
             // What the spec's layers apply, as the sandbox is given them.
-            sandbox: plan::sandbox_facts(&spec, &policy, &self.write_protection, &backend),
+            sandbox: match &docker {
+                None => plan::sandbox_facts(&spec, &policy, &self.write_protection, &backend),
+                Some(d) => crate::backend::docker::sandbox_facts(
+                    &policy,
+                    &backend,
+                    d,
+                    &id,
+                    self.docker.available().ok(),
+                ),
+            },
         };
         // Audit-before-execute: the start record is on disk before the server runs.
         self.audit.append(start, true).map_err(DaemonError::Audit)?;
@@ -440,7 +482,7 @@ impl Daemon {
         // In a delegated cgroup subtree every session gets its own cgroup, with
         // the limits its controllers enforce. Delegated but unusable: refuse
         // (a limit may rely on it).
-        if let Ok(d) = &self.cgroup {
+        if let (true, Ok(d)) = (native, &self.cgroup) {
             let l = crate::cgroup::SessionLimits {
                 memory_bytes: policy.limits.memory_mb.map(|m| m << 20),
                 pids: policy.limits.pids,
@@ -479,8 +521,23 @@ impl Daemon {
                 .as_ref()
                 .map(|(t, _)| t.clone() as Arc<dyn warden_sandbox::supervise::Connector>),
         };
-        let result = self.launch(&spec, stdio, hooks).await;
-        let (spawned, relay) = match result {
+        let result = match &docker {
+            None => {
+                crate::backend::native::spawn(&self.config.sandbox_exe, &spec, stdio, hooks).await
+            }
+            Some(_) => {
+                crate::backend::docker::spawn(
+                    &self.docker,
+                    &self.config.state_dir,
+                    &id,
+                    &spec,
+                    &policy,
+                    stdio,
+                )
+                .await
+            }
+        };
+        let launched = match result {
             Ok(v) => v,
             Err(e) => {
                 if let Some(dir) = spec.cgroup.clone() {
@@ -491,24 +548,23 @@ impl Daemon {
                 return Err(e);
             }
         };
-        let Spawned {
-            sandbox,
-            refused,
-            files,
-            proxy_listener,
-            resolver,
-        } = spawned;
-        let sandbox = Arc::new(sandbox);
+        let Launched {
+            process,
+            relay,
+            egress,
+            native: extras,
+        } = launched;
+        let (sandbox, refused, files, resolver) = match extras {
+            Some(x) => (Some(x.sandbox), x.refused, x.files, x.resolver),
+            None => (None, None, None, None),
+        };
         // The sandbox's resolver, served until the session ends.
         let resolver_task = match (&transparent, resolver) {
             (Some((t, _)), Some(fd)) => match t.serve_resolver(fd) {
                 Ok(task) => Some(task),
                 Err(e) => {
                     let e = DaemonError::Proxy(e);
-                    let _ = sandbox.kill_tree();
-                    let sb = sandbox.clone();
-                    let _ = tokio::task::spawn_blocking(move || sb.wait()).await;
-                    let _ = tokio::task::spawn_blocking(move || relay.finish(DRAIN_GRACE)).await;
+                    self.abandon(&process, relay).await;
                     self.approvals.close_session(&id, "session-ended");
                     self.audit_exit(&id, started, None, None, &e.to_string());
                     return Err(e);
@@ -522,29 +578,20 @@ impl Daemon {
                 session: id.clone(),
             }) as Arc<dyn warden_proxy::Approver>
         });
-        // The egress proxy, on the listener PID 1 made inside the sandbox. Without
-        // it the server would run with no way out but also no record of its
-        // attempts: refuse instead.
-        let proxy = match proxy_listener.map(|fd| {
-            crate::egress::Proxy::start(
-                fd,
-                policy.network.clone(),
-                self.clone(),
-                &id,
-                net.clone(),
-                approver.clone(),
-            )
-        }) {
-            Some(Ok(p)) => p,
-            failed => {
-                let e = match failed {
-                    Some(Err(e)) => DaemonError::Proxy(e),
-                    _ => DaemonError::NoProxyListener,
-                };
-                let _ = sandbox.kill_tree();
-                let sb = sandbox.clone();
-                let _ = tokio::task::spawn_blocking(move || sb.wait()).await;
-                let _ = tokio::task::spawn_blocking(move || relay.finish(DRAIN_GRACE)).await;
+        // The egress proxy, on the listener made inside the sandbox's network
+        // namespace (the native sandbox's PID 1, the container's bridge).
+        let proxy = match crate::egress::Proxy::start(
+            egress,
+            policy.network.clone(),
+            self.clone(),
+            &id,
+            net.clone(),
+            approver.clone(),
+        ) {
+            Ok(p) => p,
+            Err(e) => {
+                let e = DaemonError::Proxy(e);
+                self.abandon(&process, relay).await;
                 self.approvals.close_session(&id, "session-ended");
                 self.audit_exit(&id, started, None, None, &e.to_string());
                 return Err(e);
@@ -556,8 +603,9 @@ impl Daemon {
         // Refused escape and kernel-attack calls and observed file accesses,
         // recorded until the sandbox is gone (a task, no thread of its own).
         let files_denied = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let recorder =
-            crate::recorder::start(self, &id, &sandbox, refused, files, files_denied.clone());
+        let recorder = sandbox.as_ref().and_then(|sb| {
+            crate::recorder::start(self, &id, sb, refused, files, files_denied.clone())
+        });
         let session = Arc::new(Session {
             id: id.clone(),
             name: policy.name.clone().unwrap_or_default(),
@@ -571,14 +619,14 @@ impl Daemon {
                 as i64,
             started,
             client_pid: client.pid,
-            pid: sandbox.pid(),
+            pid: process.pid(),
             limits,
             backend,
             net,
             memory_limit: policy.limits.memory_mb.map(|m| m << 20),
             stdio: relay.counters(),
             cgroup: spec.cgroup.clone(),
-            sandbox: sandbox.clone(),
+            process: process.clone(),
             files_denied,
             peak: trace.then(|| {
                 Arc::new(Mutex::new(event::Peak {
@@ -603,7 +651,8 @@ impl Daemon {
             .await;
         let daemon = self.clone();
         let timeout = policy.limits.timeout_s.map(Duration::from_secs);
-        if let Some(mb) = policy.limits.memory_mb {
+        // The Docker engine enforces the container's memory itself.
+        if let (true, Some(mb)) = (native, policy.limits.memory_mb) {
             tokio::spawn(self.clone().watch_memory(session.clone(), mb));
         }
         if let Some(peak) = session.peak.clone() {
@@ -617,33 +666,12 @@ impl Daemon {
         Ok(())
     }
 
-    async fn launch(
-        &self,
-        spec: &SandboxSpec,
-        stdio: [OwnedFd; 3],
-        hooks: warden_sandbox::Hooks,
-    ) -> Result<(Spawned, Relay), DaemonError> {
-        let (in_r, in_w) = pipe().map_err(DaemonError::StdioPipes)?;
-        let (out_r, out_w) = pipe().map_err(DaemonError::StdioPipes)?;
-        let (err_r, err_w) = pipe().map_err(DaemonError::StdioPipes)?;
-        let exe = self.config.sandbox_exe.clone();
-        let spec2 = spec.clone();
-        let spawned = tokio::task::spawn_blocking(move || {
-            Sandbox::spawn_hooked(&exe, &spec2, [in_r, out_w, err_w], hooks)
-        })
-        .await
-        .map_err(DaemonError::LaunchTask)??;
-        // The server's ends now live only in the sandbox; ours are closed, so
-        // EOF travels both ways.
-        let relay = Relay::start(stdio, [in_w, out_r, err_r]);
-        match relay {
-            Ok(r) => Ok((spawned, r)),
-            Err(e) => {
-                let _ = spawned.sandbox.kill_tree();
-                let _ = spawned.sandbox.wait();
-                Err(DaemonError::StdioPipes(e))
-            }
-        }
+    /// Ends a process that started but whose session cannot go on, and its
+    /// relay.
+    async fn abandon(&self, process: &Arc<dyn Process>, relay: Relay) {
+        let _ = process.kill_tree();
+        let _ = process.clone().wait().await;
+        let _ = tokio::task::spawn_blocking(move || relay.finish(DRAIN_GRACE)).await;
     }
 
     /// Samples the sandbox's total RSS until the session ends; a breach is
@@ -685,7 +713,7 @@ impl Daemon {
         timeout: Option<Duration>,
         events: mpsc::Sender<Result<pb::SpawnEvent, tonic::Status>>,
     ) {
-        let mut wait = Box::pin(wait_exit(session.sandbox.clone()));
+        let mut wait = session.process.clone().wait();
         let deadline = async {
             match timeout {
                 Some(t) => tokio::time::sleep(t).await,
@@ -703,11 +731,11 @@ impl Daemon {
             Some(r) => r,
             None => {
                 // Warden ends it: SIGTERM to the whole tree, SIGKILL after the grace.
-                let _ = session.sandbox.terminate_tree();
+                let _ = session.process.terminate_tree();
                 match tokio::time::timeout(KILL_GRACE, &mut wait).await {
                     Ok(r) => r,
                     Err(_) => {
-                        let _ = session.sandbox.kill_tree();
+                        let _ = session.process.kill_tree();
                         wait.await
                     }
                 }
@@ -728,11 +756,15 @@ impl Daemon {
             "session-ended"
         };
         self.approvals.close_session(&session.id, ending);
-        let outcome = match outcome {
-            Ok(Ok(o)) => Ok(o),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
+        // The backend's own memory limit (Docker's) is a breach like ours.
+        if session.process.memory_killed() && session.request_end(EndCause::Memory) {
+            self.audit.record(event::LimitBreach {
+                session: session.id.clone(),
+                mechanism: event::Breach::Docker {
+                    limit_bytes: session.memory_limit.unwrap_or(0),
+                },
+            });
+        }
         // Let the server's last bytes reach the client before saying it exited.
         tokio::task::spawn_blocking(move || relay.finish(DRAIN_GRACE))
             .await
@@ -881,17 +913,6 @@ async fn sample_peak(session: Arc<Session>, peak: Arc<Mutex<event::Peak>>) {
         // The sandbox's own init is not the server's.
         p.processes = p.processes.max(processes.saturating_sub(1));
     }
-}
-
-/// Waits for the sandbox's end on the event loop (its exit fd, a pidfd),
-/// then collects the outcome on a blocking thread, which then takes
-/// moments: an idle session holds no thread for its exit.
-async fn wait_exit(
-    sb: Arc<Sandbox>,
-) -> Result<Result<ExitOutcome, warden_sandbox::SandboxError>, tokio::task::JoinError> {
-    // If the pidfd cannot be polled, the blocking wait below does it all.
-    let _ = sb.exited().await;
-    tokio::task::spawn_blocking(move || sb.wait()).await
 }
 
 fn describe_limits(p: &CompiledPolicy, cg: Option<&crate::cgroup::Delegation>) -> Vec<String> {

@@ -34,6 +34,10 @@ pub enum Breach {
         tmpfs_bytes: u64,
         memfd_bytes: u64,
     },
+    /// The Docker engine's memory limit (`--memory`, swap equal) killed the
+    /// container (`State.OOMKilled`).
+    #[serde(rename = "docker")]
+    Docker { limit_bytes: u64 },
 }
 
 impl Event for LimitBreach {
@@ -49,6 +53,10 @@ impl Event for LimitBreach {
             } => format!(
                 "memory {} MiB (resident, tmpfs and memfd) exceeds memory_mb={}",
                 rss_bytes >> 20,
+                limit_bytes >> 20
+            ),
+            Breach::Docker { limit_bytes } => format!(
+                "the container reached its Docker memory limit of {} MiB; the kernel killed it",
                 limit_bytes >> 20
             ),
         };

@@ -41,8 +41,8 @@ pub use network::{
     Approved, NetworkAccept, NetworkClose, NetworkConnect, NetworkResolve, NetworkSummary,
 };
 pub use session::{
-    Client, Peak, SandboxFacts, SessionExit, SessionKill, SessionRefused, SessionStart,
-    SkippedBackend, WriteProtection,
+    Client, DockerFacts, Peak, SandboxFacts, SessionExit, SessionKill, SessionRefused,
+    SessionStart, SkippedBackend, WriteProtection,
 };
 pub use syscall::{CheckedArg, SyscallRefused, SyscallSummary, SyscallsLost};
 

@@ -72,6 +72,22 @@ pub struct SandboxFacts {
     pub host_root: bool,
     pub write_protection: WriteProtection,
     pub best_effort_write_protection: bool,
+    /// The Docker backend's container, when it runs the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docker: Option<DockerFacts>,
+}
+
+/// `details.sandbox.docker` of `session.start`: the container that runs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DockerFacts {
+    pub image: String,
+    pub container: String,
+    /// The engine's version, as `docker version` reported it.
+    pub engine: Option<String>,
+    /// What the container gets (`--network none`, `--cap-drop ALL`...).
+    pub options: Vec<String>,
+    /// What runs differently from the native sandbox, one sentence each.
+    pub notes: Vec<String>,
 }
 
 /// One entry of `details.sandbox.backend_skipped`.

@@ -176,6 +176,7 @@ fn session_start() {
                     missing: vec![],
                 },
                 best_effort_write_protection: false,
+                docker: None,
             },
         },
     );

@@ -165,6 +165,16 @@ pub struct CompiledPolicy {
     /// this platform's own, else Docker; never a plain process).
     #[serde(default, skip_serializing_if = "Backend::is_auto")]
     pub backend: Backend,
+    /// `docker.image`: the image the Docker backend runs the server in
+    /// (else `WARDEN_DOCKER_IMAGE`); never pulled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docker_image: Option<String>,
+}
+
+/// Checks a Docker image reference as `docker.image` takes it (also for
+/// `WARDEN_DOCKER_IMAGE`); the error says what a reference looks like.
+pub fn docker_image(v: &str) -> Result<String, String> {
+    rules::docker_image(v).map_err(|e| e.to_string())
 }
 
 /// `backend:` (and `warden-shim --backend`): the sandbox that enforces a
@@ -686,6 +696,12 @@ pub fn compile(
         }),
     };
 
+    let docker_image = raw
+        .docker
+        .as_ref()
+        .and_then(|d| d.image.as_deref())
+        .and_then(|i| sink.check(&Origin::Key("docker.image".into()), rules::docker_image(i)));
+
     // Limits.
     let limits_raw = raw.limits.as_ref();
     let memory_mb = limits_raw
@@ -775,6 +791,7 @@ pub fn compile(
         },
         approve: raw.approve.unwrap_or(false),
         backend,
+        docker_image,
     })
 }
 

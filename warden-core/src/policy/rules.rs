@@ -81,6 +81,8 @@ pub(crate) enum Invalid {
     NetMode(String),
     #[error("unknown backend `{0}`: use `auto` (this platform's own sandbox, else Docker), `linux`, `docker` or `macos`")]
     Backend(String),
+    #[error("`{0}` is not a Docker image reference: use a name such as `debian:12`, `registry.example:5000/team/server:1.2` or `sha256:<digest>` (letters, digits and `._-/:@`, starting with a letter or digit, at most 255 characters)")]
+    DockerImage(String),
     #[error("unknown level `{0}`: use `denied` (record the accesses the sandbox denies), `all` (every access) or `off`")]
     AuditFiles(String),
     #[error("{0} is out of range: must be between 0.01 and 1024 (CPU cores, e.g. 0.5)")]
@@ -409,6 +411,22 @@ pub(crate) fn audit_files(v: &str) -> Result<super::FileAudit, Invalid> {
         "all" => Ok(super::FileAudit::All),
         "off" => Ok(super::FileAudit::Off),
         other => Err(Invalid::AuditFiles(other.to_owned())),
+    }
+}
+
+/// `docker.image`: a Docker image reference (or id). Strict on purpose: it
+/// becomes an argument of the docker command line, so it can never start
+/// with `-` or hold a space.
+pub(crate) fn docker_image(v: &str) -> Result<String, Invalid> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || "._-/:@".contains(c);
+    let ok = !v.is_empty()
+        && v.len() <= 255
+        && v.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && v.chars().all(ok_char);
+    if ok {
+        Ok(v.to_owned())
+    } else {
+        Err(Invalid::DockerImage(v.to_owned()))
     }
 }
 

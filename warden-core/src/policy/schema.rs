@@ -34,6 +34,13 @@ pub(crate) struct RawPolicy {
     pub audit: Option<RawAudit>,
     pub approve: Option<bool>,
     pub backend: Option<String>,
+    pub docker: Option<RawDocker>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDocker {
+    pub image: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -580,7 +587,8 @@ mod tests {
                 "sandbox",
                 "audit",
                 "approve",
-                "backend"
+                "backend",
+                "docker"
             ]
         );
         let limits = &top.iter().find(|(n, _)| *n == "limits").unwrap().1;
@@ -678,9 +686,9 @@ mod tests {
             vec![
                 "1:1: filesytem: unknown key `filesytem`, did you mean `filesystem`?",
                 "3:1: environment: unknown key `environment`, did you mean `env`?",
-                "4:1: base: unknown key `base`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`, `approve`, `backend`",
+                "4:1: base: unknown key `base`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`, `approve`, `backend`, `docker`",
                 "6:3: limits.timeout: unknown key `timeout`, did you mean `timeout_s`?",
-                "7:1: foo: unknown key `foo`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`, `approve`, `backend`",
+                "7:1: foo: unknown key `foo`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`, `approve`, `backend`, `docker`",
             ]
         );
     }

@@ -19,9 +19,60 @@
 //! a listener made inside the container, and the daemon's side of it.
 
 pub mod bridge;
+pub mod docker;
+pub mod native;
 pub mod seatbelt;
 
+use std::future::Future;
+use std::os::fd::OwnedFd;
+use std::pin::Pin;
+use std::sync::Arc;
+
 use warden_core::policy::Backend;
+use warden_sandbox::launch::ExitOutcome;
+
+use crate::error::DaemonError;
+use crate::stdio::Relay;
+
+/// A running session's process tree, whichever backend runs it. The
+/// session (`session.rs`) drives every backend through this alone: it
+/// signals, ends and waits; what ending means (a pid namespace's PID 1, a
+/// container) is the backend's.
+pub trait Process: Send + Sync {
+    /// The host pid of the tree's root, for sampling (`wardenctl ps`'s
+    /// memory and CPU); 0 when its processes are not visible from here.
+    fn pid(&self) -> u32;
+    /// Forwards `sig` to the server. A no-op once it has exited.
+    fn signal(&self, sig: i32) -> Result<(), DaemonError>;
+    /// SIGTERM to the whole tree. A no-op once it has exited.
+    fn terminate_tree(&self) -> Result<(), DaemonError>;
+    /// SIGKILL to the whole tree; nothing of it survives. A no-op once it
+    /// has exited.
+    fn kill_tree(&self) -> Result<(), DaemonError>;
+    /// Resolves once the whole tree is gone (and whatever the backend made
+    /// for it is removed), with how the server ended.
+    fn wait(self: Arc<Self>) -> Pin<Box<dyn Future<Output = Result<ExitOutcome, String>> + Send>>;
+    /// After [`Process::wait`]: whether the backend's own memory limit
+    /// killed it (Docker's `OOMKilled`); the native sandbox's cgroup and
+    /// sampling are the session's.
+    fn memory_killed(&self) -> bool {
+        false
+    }
+}
+
+/// What a backend's spawn hands the session.
+pub struct Launched {
+    pub process: Arc<dyn Process>,
+    /// Between the client's stdio and the server's.
+    pub relay: Relay,
+    /// The egress attachment: a TCP listener on `127.0.0.1:PROXY_PORT` in
+    /// the sandbox's own network namespace, on which the daemon serves the
+    /// session's proxy. Every backend hands one over or fails.
+    pub egress: OwnedFd,
+    /// What only the native sandbox has: its seccomp notifier's queues and
+    /// the transparent resolver's socket.
+    pub native: Option<native::Extras>,
+}
 
 /// The platform the daemon runs on, for the order `auto` tries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,7 +202,7 @@ pub fn not_in_this_build(b: Backend, os: Os) -> Option<String> {
             "Seatbelt (sandbox-exec) exists only on macOS; this is {}",
             os.name()
         )),
-        (Backend::Docker, _) => Some("the Docker backend is not part of this build yet".into()),
+        (Backend::Docker, _) => None,
     }
 }
 
@@ -189,6 +240,7 @@ impl crate::Daemon {
                 }
                 native.clone()
             }
+            Backend::Docker => self.docker.available().map(|_| ()),
             _ => Ok(()),
         }
     }

@@ -497,6 +497,7 @@ pub fn sandbox_facts(
         host_root: spec.uid == 0,
         write_protection: write_protection.record(!policy.write.is_empty()),
         best_effort_write_protection: policy.sandbox.best_effort_write_protection,
+        docker: None,
     }
 }
 
@@ -633,6 +634,7 @@ mod tests {
             warnings: vec![],
             approve: false,
             backend: Default::default(),
+            docker_image: None,
         }
     }
 
