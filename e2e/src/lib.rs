@@ -1162,6 +1162,41 @@ pub fn audit_summary(env: &TestEnv) -> HashMap<String, usize> {
     summary
 }
 
+/// The Docker test image, when this machine can run it: `WARDEN_TEST_DOCKER_IMAGE`
+/// is set and the engine (reached by `docker` as this user) has that image.
+/// Otherwise one `skipping:` line and `None`, or a panic under
+/// `WARDEN_REQUIRE_DOCKER=1`.
+pub fn docker_test_image() -> Option<String> {
+    let required = std::env::var_os("WARDEN_REQUIRE_DOCKER").is_some_and(|v| v == "1");
+    let problem = match std::env::var("WARDEN_TEST_DOCKER_IMAGE") {
+        Ok(image) if !image.is_empty() => match find_on_path("docker") {
+            None => "no `docker` command on PATH".to_string(),
+            Some(docker) => {
+                let out = run(
+                    Command::new(docker).args(["image", "inspect", "--format", "{{.Id}}", &image]),
+                    Duration::from_secs(60),
+                );
+                if out.status.success() {
+                    return Some(image);
+                }
+                format!(
+                    "`docker image inspect {image}` failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )
+            }
+        },
+        _ => "WARDEN_TEST_DOCKER_IMAGE is not set (scripts/test sets it when a Docker engine \
+              runs; by hand: export WARDEN_TEST_DOCKER_IMAGE=$(scripts/docker-test-image))"
+            .to_string(),
+    };
+    assert!(
+        !required,
+        "the Docker tests cannot run: {problem}; WARDEN_REQUIRE_DOCKER=1"
+    );
+    eprintln!("skipping: the Docker tests cannot run: {problem}");
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -342,26 +342,11 @@ fn auto_refuses_when_no_backend_is_available_and_never_runs_the_server_plainly()
     assert!(of_type(&recs, "session", "start").is_empty(), "{recs:?}");
 }
 
-/// The Docker test image (`scripts/docker-test-image`), or `None` with the
-/// reason printed; with `WARDEN_REQUIRE_DOCKER=1` (CI) a missing one fails.
-fn docker_image() -> Option<String> {
-    match std::env::var("WARDEN_TEST_DOCKER_IMAGE") {
-        Ok(i) if !i.is_empty() => Some(i),
-        _ => {
-            let why = "WARDEN_TEST_DOCKER_IMAGE is not set (scripts/test sets it when a Docker engine runs)";
-            assert!(
-                std::env::var("WARDEN_REQUIRE_DOCKER").as_deref() != Ok("1"),
-                "WARDEN_REQUIRE_DOCKER=1 but {why}"
-            );
-            eprintln!("skipped: {why}");
-            None
-        }
-    }
-}
-
 #[test]
 fn auto_falls_back_to_docker_when_the_native_sandbox_is_unavailable() {
-    let Some(image) = docker_image() else { return };
+    let Some(image) = docker_test_image() else {
+        return;
+    };
     let env = TestEnv::new();
     let socket = env.socket.clone();
     let dir = socket.parent().unwrap();
