@@ -597,9 +597,10 @@ mod tests {
         };
         assert_eq!(
             files(map(&[("a.txt", "1"), ("./src/b.py", "2")])).unwrap(),
+            // In the map's order (`./src/b.py` sorts first).
             vec![
-                ("a.txt".into(), "1".into()),
-                ("src/b.py".into(), "2".into())
+                ("src/b.py".into(), "2".into()),
+                ("a.txt".into(), "1".into())
             ]
         );
         for (bad, why) in [
