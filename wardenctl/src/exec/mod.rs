@@ -10,6 +10,8 @@
 //! command runs) and enforces like any session (`run.rs`). Calls run
 //! concurrently, each on a connection of its own.
 
+#![deny(clippy::print_stdout)] // stdout carries the MCP messages only
+
 mod call;
 mod run;
 
