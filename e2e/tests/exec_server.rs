@@ -487,3 +487,62 @@ fn network_is_only_what_the_call_asks_for_within_the_policy() {
         "{msg}"
     );
 }
+
+/// Audit before execute: a call's `session.start`, with its command, is on
+/// disk while the command runs, so a daemon killed mid-call (SIGKILL: no
+/// chance to write anything more) leaves it behind; the call comes back as
+/// a tool error, not a hang.
+#[test]
+fn a_calls_session_start_is_on_disk_before_its_command_runs() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let daemon = env.start_daemon();
+    let shared = env.mkdir("shared");
+    let policy = env.policy(
+        "exec.yaml",
+        &format!(
+            "name: e2e-exec-audit\nfilesystem:\n  write: [{:?}]\n",
+            shared.display().to_string()
+        ),
+    );
+    let marker = unique_marker("exec-audit");
+    let command = format!(
+        "touch {}/running; exec sleep 1000 {marker}",
+        shared.display()
+    );
+    let run = std::thread::scope(|s| {
+        let client = s.spawn(|| {
+            exec_server(
+                &env,
+                &py,
+                &policy,
+                json!([{"command": command, "timeout_s": 120}]),
+            )
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !shared.join("running").exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the command never ran; daemon log:\n{}",
+                daemon.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(send_signal(daemon.pid(), 9), "SIGKILL to wardend");
+        client.join().unwrap()
+    });
+    let msg = refused(&run.results[0]);
+    assert!(msg.starts_with("warden: "), "{msg}");
+    let starts: Vec<Value> = audit_records(&env)
+        .into_iter()
+        .filter(|r| r["type"] == "session" && r["action"] == "start")
+        .filter(|r| r["details"]["argv"] == json!(["/bin/sh", "-c", command]))
+        .collect();
+    assert_eq!(starts.len(), 1, "{:?}", audit_summary(&env));
+    // What a killed daemon leaves running goes now (not this test's claim).
+    let left = wait_no_marker(&marker, std::time::Duration::from_secs(5));
+    println!("left running after the daemon's SIGKILL: {left:?}");
+    for pid in left {
+        send_signal(pid, 9);
+    }
+}
