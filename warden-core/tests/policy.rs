@@ -1073,7 +1073,7 @@ fn what_only_serde_sees_is_still_reported_with_a_position() {
 #[test]
 fn pids_tmp_cpu_and_best_effort_limits() {
     let f = Fixture::new();
-    let text = "command: [server]\nlimits: {pids: 64, tmp_mb: 32, cpu: 0.5, best_effort: true}\n";
+    let text = "command: [server]\nlimits: {pids: 64, tmp_mb: 32, cpu: 0.5, best_effort: true, output_kb: 8}\n";
     assert_eq!(
         f.ok(text),
         CompiledPolicy {
@@ -1082,18 +1082,20 @@ fn pids_tmp_cpu_and_best_effort_limits() {
                 tmp_mb: Some(32),
                 cpu: Some(0.5),
                 best_effort: true,
+                output_kb: Some(8),
                 ..Limits::default()
             },
             ..f.base(text)
         }
     );
-    let text = "command: [server]\nlimits:\n  pids: 0\n  tmp_mb: -1\n  cpu: 0\n";
+    let text = "command: [server]\nlimits:\n  pids: 0\n  tmp_mb: -1\n  cpu: 0\n  output_kb: 0\n";
     assert_eq!(
         f.err(text),
         vec![
             "$T/proj/policy.yaml:3:9: limits.pids: 0 is out of range: must be between 1 and 65536 (processes and threads)".to_string(),
             "$T/proj/policy.yaml:4:11: limits.tmp_mb: -1 is out of range: must be between 1 and 1048576 (MiB, up to 1 TiB)".to_string(),
             "$T/proj/policy.yaml:5:8: limits.cpu: 0 is out of range: must be between 0.01 and 1024 (CPU cores, e.g. 0.5)".to_string(),
+            "$T/proj/policy.yaml:6:14: limits.output_kb: 0 is out of range: must be between 1 and 1048576 (KiB, up to 1 GiB)".to_string(),
         ]
     );
     let text = "command: [server]\nlimits:\n  best_effort: 1\n";

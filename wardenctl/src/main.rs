@@ -8,6 +8,7 @@
 
 mod approve;
 mod doctor;
+mod exec;
 mod init;
 mod logs;
 mod mcp;
@@ -74,6 +75,9 @@ enum Cmd {
     Wrap(wrap::WrapArgs),
     /// Restore the entries wrap changed, byte for byte (policies are kept).
     Unwrap(wrap::WrapArgs),
+    /// An MCP server (stdio) with one tool, run_sandboxed: every call runs
+    /// in a fresh sandbox under the policy (the ceiling of every call).
+    ExecServer(exec::ExecServerArgs),
     /// Policy tools.
     Policy {
         #[command(subcommand)]
@@ -212,6 +216,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Cmd::Unwrap(args) = &cli.cmd {
         return wrap::run(args, true, cli.socket.as_deref(), cli.json);
     }
+    if let Cmd::ExecServer(args) = &cli.cmd {
+        return exec::run(args, cli.socket.as_deref());
+    }
     if let Cmd::Install(args) = &cli.cmd {
         return service::install(args, cli.socket.as_deref(), cli.json);
     }
@@ -312,6 +319,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             | Cmd::Trace(_)
             | Cmd::Init(_)
             | Cmd::Install(_)
+            | Cmd::ExecServer(_)
             | Cmd::Wrap(_)
             | Cmd::Unwrap(_)
             | Cmd::Uninstall(_) => {

@@ -107,6 +107,11 @@ pub struct Limits {
     /// records which limit is not enforced). Default false: refuse.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub best_effort: bool,
+    /// `limits.output_kb`: what `wardenctl exec-server` keeps of each output
+    /// stream of a call, in KiB (the rest is drained and discarded). The
+    /// daemon does not use it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_kb: Option<u64>,
 }
 
 /// A policy that passed every rule. Paths are absolute, normalised, existing and
@@ -721,6 +726,9 @@ pub fn compile(
         .and_then(|l| l.cpu)
         .and_then(|v| sink.check(&Origin::Key("limits.cpu".into()), rules::cpu(v)));
     let best_effort = limits_raw.and_then(|l| l.best_effort).unwrap_or(false);
+    let output_kb = limits_raw
+        .and_then(|l| l.output_kb)
+        .and_then(|v| sink.check(&Origin::Key("limits.output_kb".into()), rules::output_kb(v)));
     let best_effort_write_protection = raw
         .sandbox
         .as_ref()
@@ -774,6 +782,7 @@ pub fn compile(
             tmp_mb,
             cpu,
             best_effort,
+            output_kb,
         },
         sandbox: SandboxReq {
             landlock_min_abi,

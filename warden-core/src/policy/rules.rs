@@ -450,6 +450,11 @@ pub(crate) fn tmp_mb(v: i64) -> Result<u64, Invalid> {
     in_range(v, 1, 1_048_576, "MiB, up to 1 TiB")
 }
 
+/// `limits.output_kb`: 1 KiB to 1 GiB per stream.
+pub(crate) fn output_kb(v: i64) -> Result<u64, Invalid> {
+    in_range(v, 1, 1_048_576, "KiB, up to 1 GiB")
+}
+
 pub(crate) fn cpu(v: f64) -> Result<f64, Invalid> {
     if v.is_finite() && (0.01..=1024.0).contains(&v) {
         Ok(v)

@@ -76,6 +76,7 @@ pub(crate) struct RawLimits {
     pub tmp_mb: Option<i64>,
     pub cpu: Option<f64>,
     pub best_effort: Option<bool>,
+    pub output_kb: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -601,6 +602,7 @@ mod tests {
                 ("tmp_mb", Ty::Int),
                 ("cpu", Ty::Num),
                 ("best_effort", Ty::Bool),
+                ("output_kb", Ty::Int),
             ])
         );
         assert_eq!(top[2], ("command", Ty::StrList));
