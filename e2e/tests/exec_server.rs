@@ -507,7 +507,7 @@ fn a_calls_session_start_is_on_disk_before_its_command_runs() {
     );
     let marker = unique_marker("exec-audit");
     let command = format!(
-        "touch {}/running; exec sleep 1000 {marker}",
+        "touch {}/running; exec sh -c 'sleep 1000' {marker}",
         shared.display()
     );
     let run = std::thread::scope(|s| {
