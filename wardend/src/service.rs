@@ -272,7 +272,12 @@ impl Warden for Service {
                 .refuse(None, &req, &DaemonError::NoStdio.to_string());
             return Err(DaemonError::NoStdio.into());
         };
-        let prepared = self.daemon.prepare(&req)?;
+        // Off the event loop: compiling reads the filesystem, and choosing
+        // Docker may ask the engine (a `docker version` that can take seconds).
+        let daemon = self.daemon.clone();
+        let prepared = tokio::task::spawn_blocking(move || daemon.prepare(&req))
+            .await
+            .map_err(DaemonError::Task)??;
         let (tx, rx) = mpsc::channel(4);
         self.daemon.start(prepared, stdio, tx).await?;
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -339,7 +344,32 @@ impl Warden for Service {
         &self,
         _req: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
-        let d = &self.daemon;
+        let d = self.daemon.clone();
+        // Asking the Docker engine may take a while: off the event loop.
+        let backends = tokio::task::spawn_blocking({
+            let d = d.clone();
+            move || {
+                crate::backend::listed(crate::backend::Os::this())
+                    .into_iter()
+                    .map(|b| {
+                        let r = d.backend_available(b).and_then(|()| match b {
+                            warden_core::policy::Backend::Docker => d
+                                .docker
+                                .available()
+                                .map(|v| format!("Docker engine {v}: runs sessions here")),
+                            _ => Ok("runs sessions here".into()),
+                        });
+                        pb::KernelFeature {
+                            name: b.to_string(),
+                            available: r.is_ok(),
+                            detail: r.unwrap_or_else(|why| why),
+                        }
+                    })
+                    .collect()
+            }
+        })
+        .await
+        .map_err(DaemonError::Task)?;
         Ok(Response::new(pb::StatusResponse {
             version: env!("CARGO_PKG_VERSION").to_string(),
             pid: std::process::id(),
@@ -350,23 +380,7 @@ impl Warden for Service {
             sessions: d.sessions.len() as u32,
             uptime_ms: d.started.elapsed().as_millis() as u64,
             features: crate::features::report(&d.kernel, &d.cgroup, &d.write_protection),
-            backends: crate::backend::listed(crate::backend::Os::this())
-                .into_iter()
-                .map(|b| {
-                    let r = d.backend_available(b).and_then(|()| match b {
-                        warden_core::policy::Backend::Docker => d
-                            .docker
-                            .available()
-                            .map(|v| format!("Docker engine {v}: runs sessions here")),
-                        _ => Ok("runs sessions here".into()),
-                    });
-                    pb::KernelFeature {
-                        name: b.to_string(),
-                        available: r.is_ok(),
-                        detail: r.unwrap_or_else(|why| why),
-                    }
-                })
-                .collect(),
+            backends,
         }))
     }
 
