@@ -54,6 +54,7 @@ pub mod features;
 pub mod files;
 pub mod limits;
 pub mod logs;
+pub mod mcp;
 pub mod peer;
 pub mod ratelimit;
 pub mod recorder;
