@@ -19,7 +19,7 @@ pub struct Filter {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FilterError {
-    #[error("unknown record type `{0}` (one of: session, file, network, env, limit, approval, policy, daemon; optionally with .ACTION, e.g. session.start)")]
+    #[error("unknown record type `{0}` (one of: session, file, network, env, limit, approval, policy, daemon, mcp; optionally with .ACTION, e.g. session.start)")]
     Type(String),
     #[error("unknown decision `{0}` (one of: allow, deny, info)")]
     Decision(String),

@@ -58,10 +58,11 @@ pub enum RecordType {
     Approval,
     Policy,
     Daemon,
+    Mcp,
 }
 
 impl RecordType {
-    pub const ALL: [RecordType; 8] = [
+    pub const ALL: [RecordType; 9] = [
         RecordType::Session,
         RecordType::File,
         RecordType::Network,
@@ -70,6 +71,7 @@ impl RecordType {
         RecordType::Approval,
         RecordType::Policy,
         RecordType::Daemon,
+        RecordType::Mcp,
     ];
 
     /// The spelling used in records (`session`, `file`...).
@@ -83,6 +85,7 @@ impl RecordType {
             RecordType::Approval => "approval",
             RecordType::Policy => "policy",
             RecordType::Daemon => "daemon",
+            RecordType::Mcp => "mcp",
         }
     }
 

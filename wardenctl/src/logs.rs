@@ -28,7 +28,7 @@ pub struct LogsArgs {
     #[arg(long, value_name = "ID")]
     session: Option<String>,
     /// Only this type (session, file, network, env, limit, approval, policy,
-    /// daemon), or type.action (e.g. session.start).
+    /// daemon, mcp), or type.action (e.g. session.start).
     #[arg(long = "type", value_name = "TYPE[.ACTION]")]
     kind: Option<String>,
     /// Only this decision: allow, deny or info.

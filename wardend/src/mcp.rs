@@ -10,16 +10,28 @@
 //! stateless revision (`server/discover`, metadata on each request); the
 //! era is what the first request says. A stream that is not JSON-RPC
 //! (a line that does not parse, or a message that is not a JSON-RPC
-//! object) is reported once per direction, then ignored: the bytes still
-//! pass untouched, this only stops being able to say anything about them.
+//! object) is reported once per direction; such lines are skipped and the
+//! messages around them still followed. The bytes always pass untouched.
 //!
-//! Not wired into the relay yet (the tee of the session's pipes comes with
-//! the records); pure and tested on its own.
+//! [`watch`] runs an observer on a session's taps (`stdio.rs`, [`Tap`]:
+//! `tee(2)` of the pipes, `MSG_PEEK` of sockets, never waited for) and
+//! turns what it sees into `mcp.request`, `mcp.end` and `mcp.stream`
+//! records, rate-limited per session.
+//!
+//! [`Tap`]: crate::stdio::Tap
 
 use std::collections::HashMap;
+use std::os::fd::AsFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use serde_json::Value;
+use warden_audit::event;
+
+use crate::stdio::TapReader;
+use crate::Daemon;
 
 /// The longest line followed; a longer one is skipped (reported once as
 /// malformed: a single message this size is not a stream Warden can follow).
@@ -138,6 +150,8 @@ pub struct Observer {
     era: Option<Era>,
     /// Requests not followed because [`MAX_IN_FLIGHT`] were.
     pub dropped: u64,
+    /// Gaps in each direction's copy (bytes that went by unobserved).
+    pub lost: [u64; 2],
 }
 
 impl Observer {
@@ -193,6 +207,15 @@ impl Observer {
             }
         }
         out
+    }
+
+    /// Bytes went by `dir` uncopied: the line in progress is lost, and so
+    /// is the rest of the line the copy resumes in.
+    pub fn gap(&mut self, dir: Dir) {
+        let d = dir.index();
+        self.partial[d].clear();
+        self.skipping[d] = true;
+        self.lost[d] += 1;
     }
 
     /// The session ended: what is still in flight ends unanswered.
@@ -328,6 +351,15 @@ impl Observer {
                 };
                 out.push(end(req_dir, id, p, outcome, bytes, now));
             }
+            // `"id": null`: an error about a request that could not be read
+            // (a parse error), valid JSON-RPC, answering nothing followed.
+            (None, None) if o.contains_key("id") && o.contains_key("error") => {
+                out.push(Event::Unmatched {
+                    dir,
+                    id: "j:null".into(),
+                    bytes,
+                });
+            }
             (None, None) => self.malformed(dir, "a message with neither method nor id".into(), out),
         }
     }
@@ -412,6 +444,266 @@ pub fn show_id(key: &str) -> String {
         Some(("s", s)) => format!("{s:?}"),
         Some((_, j)) => j.to_owned(),
         None => key.to_owned(),
+    }
+}
+
+/// Records per second per session before the rest are only counted.
+pub const RECORDS_PER_SECOND: u32 = 200;
+
+/// Follows a session's stream on its taps (stdin, stdout) until both end,
+/// writing its `mcp` records. The thread ends when the relay has closed
+/// the taps.
+pub fn watch(
+    daemon: Arc<Daemon>,
+    session: String,
+    readers: [TapReader; 2],
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("mcp-watch".into())
+        .stack_size(256 << 10)
+        .spawn(move || run(&daemon, &session, readers))
+}
+
+struct Sink<'a> {
+    daemon: &'a Daemon,
+    session: &'a str,
+    second: Option<Instant>,
+    in_second: u32,
+    suppressed: u64,
+}
+
+impl Sink<'_> {
+    fn write(&mut self, rec: warden_audit::Record) {
+        let now = Instant::now();
+        if self
+            .second
+            .is_none_or(|s| now.duration_since(s) >= Duration::from_secs(1))
+        {
+            self.second = Some(now);
+            self.in_second = 0;
+        }
+        if self.in_second >= RECORDS_PER_SECOND {
+            self.suppressed += 1;
+            return;
+        }
+        self.in_second += 1;
+        self.daemon.audit.record(rec);
+    }
+
+    fn events(&mut self, events: Vec<Event>) {
+        for e in events {
+            if let Some(r) = record(self.session, e) {
+                self.write(r);
+            }
+        }
+    }
+}
+
+fn direction(d: Dir) -> String {
+    match d {
+        Dir::ToServer => "to-server",
+        Dir::ToClient => "to-client",
+    }
+    .into()
+}
+
+/// The record of an event, if it makes one.
+fn record(session: &str, e: Event) -> Option<warden_audit::Record> {
+    match e {
+        Event::Request {
+            dir,
+            id,
+            method,
+            tool,
+            bytes,
+        } => Some(
+            event::McpRequest {
+                session: session.to_owned(),
+                method,
+                id: show_id(&id),
+                direction: direction(dir),
+                tool,
+                bytes: bytes as u64,
+            }
+            .into(),
+        ),
+        Event::End {
+            dir,
+            id,
+            method,
+            tool,
+            outcome,
+            duration,
+            request_bytes,
+            response_bytes,
+            progress,
+        } => {
+            let (name, code, reason) = match outcome {
+                Outcome::Result { tool_error: false } => ("result", None, String::new()),
+                Outcome::Result { tool_error: true } => (
+                    "tool-error",
+                    None,
+                    "the tool reported an error (isError)".into(),
+                ),
+                Outcome::Error { code, .. } => {
+                    ("error", Some(code), format!("JSON-RPC error {code}"))
+                }
+                Outcome::Cancelled { reason } => (
+                    "cancelled",
+                    None,
+                    reason.map_or_else(|| "cancelled".into(), |r| format!("cancelled: {r}")),
+                ),
+                Outcome::Unanswered => (
+                    "unanswered",
+                    None,
+                    "the session ended before an answer".into(),
+                ),
+            };
+            Some(
+                event::McpEnd {
+                    session: session.to_owned(),
+                    method,
+                    reason,
+                    id: show_id(&id),
+                    direction: direction(dir),
+                    tool,
+                    outcome: name.into(),
+                    error_code: code,
+                    duration_ms: duration.as_millis() as u64,
+                    request_bytes: request_bytes as u64,
+                    response_bytes: response_bytes as u64,
+                    progress,
+                }
+                .into(),
+            )
+        }
+        Event::Malformed { dir, reason } => Some(
+            event::McpStream {
+                session: session.to_owned(),
+                direction: direction(dir),
+                reason: format!(
+                    "{reason}: such lines are skipped (reported once per direction); the bytes \
+                     pass untouched"
+                ),
+                event: "malformed".into(),
+                count: 1,
+            }
+            .into(),
+        ),
+        Event::Notification { .. } | Event::Unmatched { .. } => None,
+    }
+}
+
+fn run(daemon: &Daemon, session: &str, readers: [TapReader; 2]) {
+    let mut obs = Observer::new();
+    let mut sink = Sink {
+        daemon,
+        session,
+        second: None,
+        in_second: 0,
+        suppressed: 0,
+    };
+    let dirs = [Dir::ToServer, Dir::ToClient];
+    let mut open = [true, true];
+    let mut offset = [0u64; 2];
+    let mut buf = vec![0u8; 1 << 16];
+    while open.iter().any(|o| *o) {
+        let mut ready = [false; 2];
+        {
+            let mut fds: Vec<PollFd<'_>> = Vec::new();
+            let mut which = Vec::new();
+            for i in 0..2 {
+                if open[i] {
+                    fds.push(PollFd::new(readers[i].fd.as_fd(), PollFlags::POLLIN));
+                    which.push(i);
+                }
+            }
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(Errno::EINTR) => continue,
+                Err(_) => break,
+            }
+            for (k, &i) in which.iter().enumerate() {
+                ready[i] = fds[k].any().unwrap_or(true);
+            }
+        }
+        for i in 0..2 {
+            if !ready[i] {
+                continue;
+            }
+            match nix::unistd::read(&readers[i].fd, &mut buf) {
+                Ok(0) => open[i] = false,
+                Ok(n) => {
+                    let now = Instant::now();
+                    let mut chunk = &buf[..n];
+                    // Gaps inside this chunk: feed up to each, then the gap.
+                    let gaps: Vec<u64> = {
+                        let mut g = readers[i].gaps.lock().unwrap_or_else(|p| p.into_inner());
+                        let end = offset[i] + n as u64;
+                        let (now_due, later): (Vec<u64>, Vec<u64>) =
+                            g.iter().partition(|&&o| o <= end);
+                        *g = later;
+                        now_due
+                    };
+                    for at in gaps {
+                        let k = (at.saturating_sub(offset[i]) as usize).min(chunk.len());
+                        let events = obs.feed(dirs[i], &chunk[..k], now);
+                        sink.events(events);
+                        obs.gap(dirs[i]);
+                        chunk = &chunk[k..];
+                        offset[i] += k as u64;
+                    }
+                    offset[i] += chunk.len() as u64;
+                    let events = obs.feed(dirs[i], chunk, now);
+                    sink.events(events);
+                }
+                Err(Errno::EAGAIN | Errno::EINTR) => {}
+                Err(e) => {
+                    tracing::warn!(session, error = %e, "mcp observer: cannot read its tap");
+                    open[i] = false;
+                }
+            }
+        }
+    }
+    // Gaps after the last byte copied.
+    for i in 0..2 {
+        if !readers[i]
+            .gaps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+        {
+            obs.gap(dirs[i]);
+        }
+    }
+    tracing::debug!(
+        session,
+        to_server = offset[0],
+        to_client = offset[1],
+        "mcp observer: the stream ended"
+    );
+    let events = obs.finish(Instant::now());
+    sink.events(events);
+    for (i, d) in dirs.into_iter().enumerate() {
+        if obs.lost[i] > 0 {
+            daemon.audit.record(event::McpStream {
+                session: session.to_owned(),
+                direction: direction(d),
+                reason: "bytes went by while the observer was behind; the requests in them                          are not recorded (the bytes themselves passed untouched)"
+                    .into(),
+                event: "lost".into(),
+                count: obs.lost[i],
+            });
+        }
+    }
+    if sink.suppressed > 0 {
+        daemon.audit.record(event::McpStream {
+            session: session.to_owned(),
+            direction: "both".into(),
+            reason: format!("more than {RECORDS_PER_SECOND} mcp records in a second"),
+            event: "suppressed".into(),
+            count: sink.suppressed,
+        });
     }
 }
 
@@ -648,6 +940,15 @@ mod tests {
             t,
         );
         assert!(matches!(&ev[..], [Event::Request { .. }]));
+        // A parse-error answer (`"id": null`) is JSON-RPC, not malformed.
+        let ev = o.feed(
+            Dir::ToServer,
+            &line(
+                json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}),
+            ),
+            t,
+        );
+        assert!(matches!(&ev[..], [Event::Unmatched { .. }]), "{ev:?}");
         let ev = o.feed(Dir::ToServer, b"[]\n", t);
         assert!(
             matches!(

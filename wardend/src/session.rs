@@ -86,6 +86,8 @@ pub struct Session {
     resolver_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Transparent egress, whose relayed connections end with the session.
     transparent: Option<Arc<crate::transparent::Transparent>>,
+    /// The MCP stream's observer (`mcp.rs`), joined before `session.exit`.
+    mcp_watch: Mutex<Option<std::thread::JoinHandle<()>>>,
     cause: Mutex<Option<EndCause>>,
     end: Notify,
     ended: AtomicBool,
@@ -521,9 +523,28 @@ impl Daemon {
                 .as_ref()
                 .map(|(t, _)| t.clone() as Arc<dyn warden_sandbox::supervise::Connector>),
         };
+        // Copies of the MCP stream for its observer, which runs until the
+        // relay closes them. Without them (no pipes, no thread) the session
+        // runs unobserved rather than not at all.
+        let (taps, mcp_watch) = match (crate::stdio::tap(), crate::stdio::tap()) {
+            (Ok((ti, ri)), Ok((to, ro))) => {
+                match crate::mcp::watch(self.clone(), id.clone(), [ri, ro]) {
+                    Ok(h) => (Some([ti, to]), Some(h)),
+                    Err(e) => {
+                        tracing::warn!(session = %id, error = %e, "no MCP observer");
+                        (None, None)
+                    }
+                }
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(session = %id, error = %e, "no MCP observer");
+                (None, None)
+            }
+        };
         let result = match &docker {
             None => {
-                crate::backend::native::spawn(&self.config.sandbox_exe, &spec, stdio, hooks).await
+                crate::backend::native::spawn(&self.config.sandbox_exe, &spec, stdio, hooks, taps)
+                    .await
             }
             Some(_) => {
                 crate::backend::docker::spawn(
@@ -533,6 +554,7 @@ impl Daemon {
                     &spec,
                     &policy,
                     stdio,
+                    taps,
                 )
                 .await
             }
@@ -636,6 +658,7 @@ impl Daemon {
             }),
             resolver_task: Mutex::new(resolver_task),
             transparent: transparent.as_ref().map(|(t, _)| t.clone()),
+            mcp_watch: Mutex::new(mcp_watch),
             cause: Mutex::new(None),
             end: Notify::new(),
             ended: AtomicBool::new(false),
@@ -769,6 +792,32 @@ impl Daemon {
         tokio::task::spawn_blocking(move || relay.finish(DRAIN_GRACE))
             .await
             .ok();
+        // The MCP observer's last records (what was still in flight) too:
+        // the relay has closed its taps.
+        let watch = session
+            .mcp_watch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(w) = watch {
+            let joined = tokio::task::spawn_blocking(move || {
+                let deadline = Instant::now() + RECORDER_GRACE;
+                while !w.is_finished() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                if w.is_finished() {
+                    let _ = w.join();
+                    true
+                } else {
+                    false
+                }
+            })
+            .await
+            .unwrap_or(false);
+            if !joined {
+                tracing::warn!(session = %session.id, "mcp records still being written at session end");
+            }
+        }
         // The proxy's last records (connections cut by the end) precede
         // session.exit too.
         proxy.stop().await;

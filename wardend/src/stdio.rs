@@ -21,16 +21,18 @@
 //! as in the egress proxy's `engine/splice.rs`.
 
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::fcntl::{fcntl, splice, FcntlArg, OFlag, SpliceFFlags};
+use nix::fcntl::{fcntl, splice, tee, FcntlArg, OFlag, SpliceFFlags};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::socket::{recv, MsgFlags};
 use nix::sys::stat::{fstat, SFlag};
 use nix::unistd::{pipe2, read, write};
 
@@ -288,6 +290,18 @@ impl Relay {
     /// `client` = the client's stdin, stdout, stderr; `server` = the daemon's
     /// ends of the server's pipes: stdin write end, stdout and stderr read ends.
     pub fn start(client: [OwnedFd; 3], server: [OwnedFd; 3]) -> io::Result<Relay> {
+        Relay::start_tapped(client, server, None)
+    }
+
+    /// [`Relay::start`] with `taps` (stdin, stdout) copying both directions
+    /// of the MCP stream for an observer. Only the duplex relay taps (what
+    /// MCP clients use: pipes and sockets); with ttys or files the taps are
+    /// dropped, and their readers see EOF at once.
+    pub fn start_tapped(
+        client: [OwnedFd; 3],
+        server: [OwnedFd; 3],
+        taps: Option<[Tap; 2]>,
+    ) -> io::Result<Relay> {
         let [c_in, c_out, c_err] = client;
         let [in_w, out_r, err_r] = server;
         if duplex_capable(&c_in) && duplex_capable(&c_out) {
@@ -296,12 +310,19 @@ impl Relay {
             // client that never reads its stderr must not stall its stdout.
             if is_fifo(&c_err) {
                 Ok(Relay::Duplex {
-                    io: Duplex::start_with_stderr(c_in, in_w, out_r, c_out, Some((err_r, c_err)))?,
+                    io: Duplex::start_with_stderr(
+                        c_in,
+                        in_w,
+                        out_r,
+                        c_out,
+                        Some((err_r, c_err)),
+                        taps,
+                    )?,
                     err: None,
                 })
             } else {
                 Ok(Relay::Duplex {
-                    io: Duplex::start(c_in, in_w, out_r, c_out)?,
+                    io: Duplex::start_with_stderr(c_in, in_w, out_r, c_out, None, taps)?,
                     err: Some(Pump::start("stderr", err_r, c_err)?),
                 })
             }
@@ -418,6 +439,126 @@ fn poll_now(fd: BorrowedFd<'_>, events: PollFlags) -> bool {
     matches!(poll(&mut p, PollTimeout::ZERO), Ok(n) if n > 0)
 }
 
+/// Where a tap's copy stops being the stream: offsets (in bytes of the
+/// copy) at which bytes went by uncopied.
+pub type Gaps = Arc<Mutex<Vec<u64>>>;
+
+/// A copy of one direction of a [`Duplex`] for an observer (the MCP
+/// stream's, `mcp.rs`): before moving bytes the relay duplicates them into
+/// the tap's pipe, with `tee(2)` from a pipe or a `MSG_PEEK` read of a
+/// socket, and then moves exactly what it copied. It never waits for the
+/// observer and never changes what moves or when: when the tap's pipe is
+/// full the bytes go by uncopied and the offset is noted in [`Gaps`]; when
+/// the observer is gone the tap stops.
+pub struct Tap {
+    w: OwnedFd,
+    /// The source is a socket: peeked, not teed.
+    peek: bool,
+    buf: Vec<u8>,
+    /// Bytes copied but not moved yet (move those before copying more).
+    ahead: usize,
+    written: u64,
+    gaps: Gaps,
+    broken: bool,
+}
+
+/// The observer's end of a [`Tap`].
+pub struct TapReader {
+    pub fd: OwnedFd,
+    pub gaps: Gaps,
+}
+
+/// The capacity asked for a tap's pipe (the unprivileged maximum,
+/// `/proc/sys/fs/pipe-max-size`, by default).
+const TAP_PIPE: i32 = 1 << 20;
+
+/// A tap and its reader. The tap learns its source at [`Duplex`] start.
+pub fn tap() -> io::Result<(Tap, TapReader)> {
+    let (r, w) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+    // Best effort: a smaller pipe only means gaps sooner.
+    let _ = fcntl(&w, FcntlArg::F_SETPIPE_SZ(TAP_PIPE));
+    let gaps: Gaps = Arc::default();
+    Ok((
+        Tap {
+            w,
+            peek: false,
+            buf: Vec::new(),
+            ahead: 0,
+            written: 0,
+            gaps: gaps.clone(),
+            broken: false,
+        },
+        TapReader { fd: r, gaps },
+    ))
+}
+
+impl Tap {
+    /// Makes the tap fit `src`: a pipe is teed, a socket peeked; anything
+    /// else is not tapped (the duplex serves only those two).
+    fn attach(&mut self, src: &OwnedFd) {
+        match file_type(src) {
+            Some(SFlag::S_IFIFO) => self.peek = false,
+            Some(SFlag::S_IFSOCK) => {
+                self.peek = true;
+                self.buf = vec![0u8; CHUNK];
+            }
+            _ => self.broken = true,
+        }
+    }
+
+    /// Copies what `src` holds into the tap, unless copied bytes are still
+    /// to move. Afterwards, `ahead` is what the move may take (0: anything).
+    fn copy(&mut self, src: &OwnedFd) {
+        if self.ahead > 0 || self.broken {
+            return;
+        }
+        if self.peek {
+            let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+            if let Ok(n @ 1..) = recv(src.as_raw_fd(), &mut self.buf, flags) {
+                match write(&self.w, &self.buf[..n]) {
+                    Ok(m) => self.copied(m),
+                    Err(Errno::EAGAIN) => self.lose(),
+                    Err(Errno::EINTR) => {}
+                    Err(_) => self.broken = true,
+                }
+            }
+        } else {
+            match tee(src, &self.w, CHUNK, SpliceFFlags::SPLICE_F_NONBLOCK) {
+                Ok(n) => self.copied(n),
+                // The source is empty, or the tap is full.
+                Err(Errno::EAGAIN) => {
+                    if poll_now(src.as_fd(), PollFlags::POLLIN)
+                        && !poll_now(self.w.as_fd(), PollFlags::POLLOUT)
+                    {
+                        self.lose();
+                    }
+                }
+                Err(Errno::EINTR) => {}
+                // The observer is gone (EPIPE), or the source cannot be teed.
+                Err(_) => self.broken = true,
+            }
+        }
+    }
+
+    fn copied(&mut self, n: usize) {
+        self.ahead = n;
+        self.written += n as u64;
+    }
+
+    /// What moves next goes by uncopied.
+    fn lose(&mut self) {
+        let mut g = self.gaps.lock().unwrap_or_else(|p| p.into_inner());
+        if g.last() != Some(&self.written) {
+            g.push(self.written);
+        }
+    }
+
+    /// `n` bytes moved.
+    fn moved(&mut self, n: usize) {
+        self.ahead = self.ahead.saturating_sub(n);
+    }
+}
+
 /// One direction of a [`Duplex`].
 struct Lane {
     src: OwnedFd,
@@ -425,6 +566,8 @@ struct Lane {
     /// Waiting for `dst` to drain rather than for `src` to have data.
     want_write: bool,
     bytes: Arc<AtomicU64>,
+    /// A copy for the MCP observer.
+    tap: Option<Tap>,
 }
 
 enum Step {
@@ -443,11 +586,22 @@ impl Lane {
     }
 
     fn step(&mut self) -> io::Result<Step> {
+        // With a tap, what moves is exactly what was copied.
+        let mut len = CHUNK;
+        if let Some(t) = self.tap.as_mut() {
+            t.copy(&self.src);
+            if t.ahead > 0 {
+                len = t.ahead;
+            }
+        }
         // No offsets: both fds at their current positions.
         let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
-        match splice(&self.src, None, &self.dst, None, CHUNK, flags) {
+        match splice(&self.src, None, &self.dst, None, len, flags) {
             Ok(0) => Ok(Step::Closed),
             Ok(n) => {
+                if let Some(t) = self.tap.as_mut() {
+                    t.moved(n);
+                }
                 self.want_write = false;
                 self.bytes.fetch_add(n as u64, Ordering::Relaxed);
                 Ok(Step::Moved)
@@ -474,7 +628,7 @@ impl Duplex {
         out_r: OwnedFd,
         c_out: OwnedFd,
     ) -> io::Result<Duplex> {
-        Duplex::start_with_stderr(c_in, in_w, out_r, c_out, None)
+        Duplex::start_with_stderr(c_in, in_w, out_r, c_out, None, None)
     }
 
     /// [`Duplex::start`], and with `err` = (`err_r`, `c_err`) the server's
@@ -487,6 +641,7 @@ impl Duplex {
         out_r: OwnedFd,
         c_out: OwnedFd,
         err: Option<(OwnedFd, OwnedFd)>,
+        taps: Option<[Tap; 2]>,
     ) -> io::Result<Duplex> {
         set_nonblocking(&in_w)?;
         set_nonblocking(&out_r)?;
@@ -498,23 +653,34 @@ impl Duplex {
         let bytes_in = Arc::new(AtomicU64::new(0));
         let bytes_out = Arc::new(AtomicU64::new(0));
         let bytes_err = Arc::new(AtomicU64::new(0));
+        let (tap_in, tap_out) = match taps {
+            Some([mut i, mut o]) => {
+                i.attach(&c_in);
+                o.attach(&out_r);
+                (Some(i), Some(o))
+            }
+            None => (None, None),
+        };
         let inbound = Lane {
             src: c_in,
             dst: in_w,
             want_write: false,
             bytes: bytes_in.clone(),
+            tap: tap_in,
         };
         let outbound = Lane {
             src: out_r,
             dst: c_out,
             want_write: false,
             bytes: bytes_out.clone(),
+            tap: tap_out,
         };
         let errors = err.map(|(src, dst)| Lane {
             src,
             dst,
             want_write: false,
             bytes: bytes_err.clone(),
+            tap: None,
         });
         let done = [out_done.clone(), err_done.clone()];
         let worker = Worker::spawn("pump-stdio".into(), move |cancel, stop| {
@@ -840,9 +1006,15 @@ mod tests {
         let (c_out_r, c_out_w) = pipe().unwrap();
         let (s_err_r, s_err_w) = pipe().unwrap();
         let (c_err_r, c_err_w) = pipe().unwrap();
-        let d =
-            Duplex::start_with_stderr(c_in_r, s_in_w, s_out_r, c_out_w, Some((s_err_r, c_err_w)))
-                .unwrap();
+        let d = Duplex::start_with_stderr(
+            c_in_r,
+            s_in_w,
+            s_out_r,
+            c_out_w,
+            Some((s_err_r, c_err_w)),
+            None,
+        )
+        .unwrap();
         let out: Vec<u8> = (0..1_500_000u32).map(|i| (i * 13 % 251) as u8).collect();
         let err: Vec<u8> = (0..700_000u32).map(|i| (i * 7 % 249) as u8).collect();
         // The "server" writes both streams and reads stdin to EOF.

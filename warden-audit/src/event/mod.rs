@@ -22,6 +22,7 @@ mod approval;
 mod daemon;
 mod file;
 mod limit;
+mod mcp;
 mod network;
 mod session;
 mod syscall;
@@ -37,6 +38,7 @@ pub use daemon::{
 };
 pub use file::{path_text, FileAccess, FileSummary, FilesLost};
 pub use limit::{Breach, LimitBreach};
+pub use mcp::{McpEnd, McpRequest, McpStream};
 pub use network::{
     Approved, NetworkAccept, NetworkClose, NetworkConnect, NetworkResolve, NetworkSummary,
 };
@@ -251,6 +253,9 @@ into_record!(
     ApprovalExpire,
     ApprovalRefuse,
     ApprovalPolicyEdit,
+    McpRequest,
+    McpEnd,
+    McpStream,
 );
 
 impl AnyEvent {
@@ -296,6 +301,9 @@ impl AnyEvent {
             (T::Approval, "expire") => AnyEvent::ApprovalExpire(Event::from_record(r)?),
             (T::Approval, "refuse") => AnyEvent::ApprovalRefuse(Event::from_record(r)?),
             (T::Approval, "policy-edit") => AnyEvent::ApprovalPolicyEdit(Event::from_record(r)?),
+            (T::Mcp, "request") => AnyEvent::McpRequest(Event::from_record(r)?),
+            (T::Mcp, "end") => AnyEvent::McpEnd(Event::from_record(r)?),
+            (T::Mcp, "stream") => AnyEvent::McpStream(Event::from_record(r)?),
             _ => return Err(EventError::Unknown(name(r))),
         })
     }

@@ -725,6 +725,7 @@ pub async fn spawn(
     spec: &SandboxSpec,
     policy: &CompiledPolicy,
     stdio: [OwnedFd; 3],
+    taps: Option<[crate::stdio::Tap; 2]>,
 ) -> Result<Launched, DaemonError> {
     let cli = engine.cli().map_err(DaemonError::Docker)?.to_path_buf();
     let image = policy.docker_image.clone().ok_or_else(|| {
@@ -809,7 +810,7 @@ pub async fn spawn(
     // Stdio), so EOF travels both ways.
     *container.child.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
     let container = Arc::new(container);
-    let relay = match Relay::start(stdio, [in_w, out_r, err_r]) {
+    let relay = match Relay::start_tapped(stdio, [in_w, out_r, err_r], taps) {
         Ok(r) => r,
         Err(e) => {
             container.kill_tree().ok();

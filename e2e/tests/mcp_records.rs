@@ -1,0 +1,221 @@
+//! MCP-aware sessions, first part (issue 17): the daemon follows the
+//! JSON-RPC stream on the stdio relay and records each request as
+//! `mcp.request` / `mcp.end` (docs/audit-format.md), through the real shim,
+//! with a real server (server-everything) and the fixture, without
+//! changing a byte of what the client sees.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use warden_e2e::*;
+
+const EXIT_WAIT: Duration = Duration::from_secs(30);
+
+fn mcp_records(env: &TestEnv, session: Option<&str>) -> Vec<Value> {
+    audit_records(env)
+        .into_iter()
+        .filter(|r| r["type"] == "mcp")
+        .filter(|r| session.is_none_or(|s| r["session"] == s))
+        .collect()
+}
+
+/// The `mcp.end` of the `tools/call` of `tool`.
+fn end_of<'a>(recs: &'a [Value], tool: &str) -> &'a Value {
+    recs.iter()
+        .find(|r| r["action"] == "end" && r["details"]["tool"] == tool)
+        .unwrap_or_else(|| panic!("no mcp.end of {tool}: {recs:#?}"))
+}
+
+#[test]
+fn server_everything_calls_each_have_their_records() {
+    let Some(deps) = require_test_deps() else {
+        return;
+    };
+    let node = node().expect("node");
+    let script = deps.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let policy = env.policy(
+        "everything.yaml",
+        &format!(
+            "version: 1\nname: e2e-mcp\nfilesystem:\n  read: [\"{}\"]\n",
+            deps.display()
+        ),
+    );
+    let mut c = env.mcp([
+        "--policy".into(),
+        policy.into_os_string(),
+        "--".into(),
+        node.into_os_string(),
+        script.into_os_string(),
+        "stdio".into(),
+    ]);
+    c.set_timeout(Duration::from_secs(60));
+    c.initialize();
+    let echoed = c.tool_text("echo", json!({"message": "secret-argument-value"}));
+    assert!(echoed.contains("secret-argument-value"), "{echoed}");
+    let sum = c.tool_text("get-sum", json!({"a": 2, "b": 3}));
+    assert!(sum.contains('5'), "{sum}");
+    // A long-running call with progress.
+    let r = c.request(
+        "tools/call",
+        json!({
+            "name": "trigger-long-running-operation",
+            "arguments": {"duration": 1, "steps": 3},
+            "_meta": {"progressToken": "tok-1"}
+        }),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    let progress = c
+        .other_messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .count();
+    assert_eq!(progress, 3, "{:?}", c.other_messages);
+    // An unknown tool: the server's error, recorded as such.
+    let bad = c.request(
+        "tools/call",
+        json!({"name": "no-such-tool", "arguments": {}}),
+    );
+    c.close_stdin();
+    assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
+    c.assert_stdout_only_jsonrpc();
+
+    let all = audit_records(&env);
+    let start = all
+        .iter()
+        .find(|r| r["type"] == "session" && r["action"] == "start")
+        .unwrap();
+    let id = start["session"].as_str().unwrap();
+    let recs = mcp_records(&env, Some(id));
+    // initialize, tools/list is not asked here; each tools/call has both.
+    let init = recs
+        .iter()
+        .filter(|r| r["resource"] == "initialize")
+        .count();
+    assert_eq!(init, 2, "initialize's request and end: {recs:#?}");
+    for tool in ["echo", "get-sum", "trigger-long-running-operation"] {
+        let e = end_of(&recs, tool);
+        assert_eq!(e["resource"], "tools/call", "{e}");
+        assert_eq!(e["details"]["outcome"], "result", "{e}");
+        assert_eq!(e["details"]["direction"], "to-server", "{e}");
+        assert!(e["details"]["request_bytes"].as_u64().unwrap() > 0, "{e}");
+        assert!(e["details"]["response_bytes"].as_u64().unwrap() > 0, "{e}");
+        let req = recs
+            .iter()
+            .find(|r| {
+                r["action"] == "request"
+                    && r["details"]["tool"] == tool
+                    && r["details"]["id"] == e["details"]["id"]
+            })
+            .unwrap_or_else(|| panic!("no mcp.request of {tool}"));
+        assert!(req["seq"].as_u64() < e["seq"].as_u64(), "{req} {e}");
+    }
+    let long = end_of(&recs, "trigger-long-running-operation");
+    assert_eq!(long["details"]["progress"], 3, "{long}");
+    assert!(
+        long["details"]["duration_ms"].as_u64().unwrap() >= 900,
+        "{long}"
+    );
+    // The unknown tool: a JSON-RPC error, or a tool error, as the server answers.
+    let unknown = end_of(&recs, "no-such-tool");
+    let want = if bad.get("error").is_some() {
+        "error"
+    } else {
+        "tool-error"
+    };
+    assert_eq!(unknown["details"]["outcome"], want, "{unknown} for {bad}");
+    // Never an argument value.
+    for r in &recs {
+        assert!(
+            !r.to_string().contains("secret-argument-value"),
+            "an argument value in {r}"
+        );
+    }
+    // Every mcp record precedes the session's exit.
+    let exit_seq = all
+        .iter()
+        .find(|r| r["type"] == "session" && r["action"] == "exit" && r["session"] == id)
+        .unwrap()["seq"]
+        .as_u64()
+        .unwrap();
+    assert!(recs.iter().all(|r| r["seq"].as_u64().unwrap() < exit_seq));
+}
+
+#[test]
+fn a_stream_that_is_not_json_rpc_passes_untouched_and_is_recorded_once() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let policy = env.minimal_policy();
+    let mut c = env.mcp([
+        "--policy".into(),
+        policy.into_os_string(),
+        "--".into(),
+        fixture().into_os_string(),
+    ]);
+    c.send_raw(b"garbage that is not json\n");
+    c.send_raw(b"more garbage\n");
+    let pong = c.request("ping", json!({}));
+    assert!(pong.get("result").is_some(), "{pong}");
+    // The fixture answered the garbage with parse errors ("id": null): valid
+    // JSON-RPC the client got unchanged.
+    let parse_errors = c
+        .other_messages
+        .iter()
+        .filter(|m| m["error"]["code"] == -32700 && m["id"].is_null())
+        .count();
+    assert_eq!(parse_errors, 2, "{:?}", c.other_messages);
+    c.close_stdin();
+    assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
+
+    let recs = mcp_records(&env, None);
+    let malformed: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["action"] == "stream" && r["details"]["event"] == "malformed")
+        .collect();
+    assert_eq!(malformed.len(), 1, "once per direction: {recs:#?}");
+    assert_eq!(malformed[0]["resource"], "to-server");
+    assert!(malformed[0]["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("not JSON"));
+    // The request after the garbage is still followed.
+    assert!(
+        recs.iter()
+            .any(|r| r["action"] == "end" && r["resource"] == "ping"),
+        "{recs:#?}"
+    );
+}
+
+#[test]
+fn a_request_still_in_flight_at_the_end_is_unanswered() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let policy = env.minimal_policy();
+    let mut c = env.mcp([
+        "--policy".into(),
+        policy.into_os_string(),
+        "--".into(),
+        fixture().into_os_string(),
+    ]);
+    c.initialize();
+    // The fixture's `sleep` tool (see warden-fixture-mcp) holds the call;
+    // the client goes away before it answers.
+    c.call_tool_no_wait("sleep", json!({"ms": 60000}));
+    std::thread::sleep(Duration::from_millis(300));
+    c.signal(9);
+    let deadline = std::time::Instant::now() + EXIT_WAIT;
+    let recs = loop {
+        let recs = mcp_records(&env, None);
+        let ended = audit_records(&env)
+            .iter()
+            .any(|r| r["type"] == "session" && r["action"] == "exit");
+        if ended || std::time::Instant::now() > deadline {
+            break recs;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let e = end_of(&recs, "sleep");
+    assert_eq!(e["details"]["outcome"], "unanswered", "{e}");
+}

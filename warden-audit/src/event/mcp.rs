@@ -1,0 +1,145 @@
+//! `mcp.*`: the session's MCP (JSON-RPC) requests as the daemon followed
+//! them on the stdio relay: each request's start and end, never argument
+//! values or result contents.
+
+use serde::{Deserialize, Serialize};
+
+use super::{expect, parse, record, Event, EventError};
+use crate::{Decision, Record, RecordType};
+
+/// `mcp.request` (info): a request began. `resource` is its method.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpRequest {
+    #[serde(skip)]
+    pub session: String,
+    #[serde(skip)]
+    pub method: String,
+    /// The JSON-RPC id as JSON text (`7`, `"abc"`).
+    pub id: String,
+    /// `to-server` (the client asked) or `to-client` (the server asked).
+    pub direction: String,
+    /// The tool a `tools/call` names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The request's size in bytes (its share of a batch).
+    pub bytes: u64,
+}
+
+impl Event for McpRequest {
+    fn into_record(self) -> Record {
+        let details = super::details(&self);
+        record(
+            RecordType::Mcp,
+            "request",
+            Some(&self.session),
+            self.method,
+            Decision::Info,
+            "",
+            Some(details),
+        )
+    }
+
+    fn from_record(r: &Record) -> Result<Self, EventError> {
+        expect(r, RecordType::Mcp, "request", Decision::Info)?;
+        Ok(McpRequest {
+            session: r.session.clone().unwrap_or_default(),
+            method: r.resource.clone(),
+            ..parse(r)?
+        })
+    }
+}
+
+/// `mcp.end` (info): a request ended. `resource` is its method, `reason`
+/// the outcome in words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpEnd {
+    #[serde(skip)]
+    pub session: String,
+    #[serde(skip)]
+    pub method: String,
+    #[serde(skip)]
+    pub reason: String,
+    pub id: String,
+    pub direction: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// `result`, `tool-error` (a result with `isError: true`), `error`,
+    /// `cancelled` or `unanswered` (the session ended first).
+    pub outcome: String,
+    /// The JSON-RPC error code, for `error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<i64>,
+    pub duration_ms: u64,
+    pub request_bytes: u64,
+    pub response_bytes: u64,
+    /// Progress notifications it had.
+    pub progress: u64,
+}
+
+impl Event for McpEnd {
+    fn into_record(self) -> Record {
+        let details = super::details(&self);
+        record(
+            RecordType::Mcp,
+            "end",
+            Some(&self.session),
+            self.method,
+            Decision::Info,
+            self.reason,
+            Some(details),
+        )
+    }
+
+    fn from_record(r: &Record) -> Result<Self, EventError> {
+        expect(r, RecordType::Mcp, "end", Decision::Info)?;
+        Ok(McpEnd {
+            session: r.session.clone().unwrap_or_default(),
+            method: r.resource.clone(),
+            reason: r.reason.clone(),
+            ..parse(r)?
+        })
+    }
+}
+
+/// `mcp.stream` (info): what could not be followed in one direction.
+/// `resource` is the direction, `reason` why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpStream {
+    #[serde(skip)]
+    pub session: String,
+    #[serde(skip)]
+    pub direction: String,
+    #[serde(skip)]
+    pub reason: String,
+    /// `malformed` (not JSON-RPC: once per direction, the bytes still
+    /// passed untouched), `lost` (bytes the observer could not keep up
+    /// with, not followed) or `suppressed` (records left out by the rate
+    /// limit).
+    pub event: String,
+    pub count: u64,
+}
+
+impl Event for McpStream {
+    fn into_record(self) -> Record {
+        let details = super::details(&self);
+        record(
+            RecordType::Mcp,
+            "stream",
+            Some(&self.session),
+            self.direction,
+            Decision::Info,
+            self.reason,
+            Some(details),
+        )
+    }
+
+    fn from_record(r: &Record) -> Result<Self, EventError> {
+        expect(r, RecordType::Mcp, "stream", Decision::Info)?;
+        Ok(McpStream {
+            session: r.session.clone().unwrap_or_default(),
+            direction: r.resource.clone(),
+            reason: r.reason.clone(),
+            ..parse(r)?
+        })
+    }
+}
