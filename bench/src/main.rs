@@ -310,6 +310,43 @@ fn rtt_rounds() {
     );
 }
 
+/// `warden-bench mcp [--rounds R] [--requests N]`: what following the MCP
+/// stream costs (issue 17): R rounds of N sequential round trips through the
+/// shim against a daemon that follows it (`mcp` records, the default) and
+/// one started with `--no-mcp-records`, interleaved, with direct exec as the
+/// baseline.
+fn mcp_rounds() {
+    let rounds = arg("--rounds", 5);
+    let requests = arg("--requests", 1000);
+    let on = Daemon::start();
+    let off = Daemon::start_with(&["--no-mcp-records"]);
+    round_trips(Mode::Shim, &on.socket, 100); // warm-up
+    round_trips(Mode::Shim, &off.socket, 100);
+    println!("## MCP records on vs off, {rounds} rounds of {requests} sequential requests\n");
+    println!("| round | direct (median) | shim, records off (median / p99) | shim, records on (median / p99) | added by records (median) |");
+    println!("| --- | --- | --- | --- | --- |");
+    let mut added = Vec::new();
+    for r in 1..=rounds {
+        let (dm, _, _) = stats(round_trips(Mode::Direct, &off.socket, requests));
+        let (fm, _, f99) = stats(round_trips(Mode::Shim, &off.socket, requests));
+        let (nm, _, n99) = stats(round_trips(Mode::Shim, &on.socket, requests));
+        added.push(nm.as_secs_f64() - fm.as_secs_f64());
+        println!(
+            "| {r} | {} | {} / {} | {} / {} | {:+.1} µs |",
+            us(dm),
+            us(fm),
+            us(f99),
+            us(nm),
+            us(n99),
+            (nm.as_secs_f64() - fm.as_secs_f64()) * 1e6
+        );
+    }
+    println!(
+        "\nmedian of the rounds' differences: {:+.1} µs",
+        median(added) * 1e6
+    );
+}
+
 /// A `SandboxSpec` (JSON) that runs the fixture, with or without the
 /// Landlock and seccomp layers, for `warden-sandbox-run`.
 fn spec_json(dir: &Path, confined: bool) -> PathBuf {
@@ -475,6 +512,10 @@ fn main() {
     }
     if std::env::args().nth(1).as_deref() == Some("rtt") {
         rtt_rounds();
+        return;
+    }
+    if std::env::args().nth(1).as_deref() == Some("mcp") {
+        mcp_rounds();
         return;
     }
     let launches = arg("--launches", 100);

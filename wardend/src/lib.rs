@@ -98,6 +98,9 @@ pub struct Config {
     /// `--max-sessions`: most sessions at once (0: as many as the file
     /// descriptors allow, see [`session::capacity`]).
     pub max_sessions: usize,
+    /// Follow each session's MCP stream for `mcp` records (`--no-mcp-records`
+    /// turns it off).
+    pub mcp_records: bool,
     /// `--dangerously-run-servers-as-root` (or [`ROOT_SERVERS_ENV`]`=1`): a
     /// daemon running as root starts sessions, whose servers are then the
     /// host's root (without capabilities). Off: refused.

@@ -52,6 +52,10 @@ struct Args {
     /// session. Also WARDEN_DANGEROUSLY_RUN_SERVERS_AS_ROOT=1.
     #[arg(long)]
     dangerously_run_servers_as_root: bool,
+    /// Do not follow sessions' MCP streams: no `mcp` records. For measuring
+    /// what following costs (`warden-bench mcp`), or as a last resort.
+    #[arg(long)]
+    no_mcp_records: bool,
     /// Print what the kernel offers (the `features` of `wardenctl status`)
     /// as JSON and exit, without starting a daemon.
     #[arg(long)]
@@ -337,6 +341,7 @@ fn real_main(
             ..warden_audit::Options::default()
         },
         max_sessions: args.max_sessions,
+        mcp_records: !args.no_mcp_records,
         servers_as_root: args.dangerously_run_servers_as_root
             || std::env::var_os(wardend::ROOT_SERVERS_ENV).is_some_and(|v| v == "1"),
     };

@@ -526,8 +526,13 @@ impl Daemon {
         // Copies of the MCP stream for its observer, which runs until the
         // relay closes them. Without them (no pipes, no thread) the session
         // runs unobserved rather than not at all.
-        let (taps, mcp_watch) = match (crate::stdio::tap(), crate::stdio::tap()) {
-            (Ok((ti, ri)), Ok((to, ro))) => {
+        let taps = self
+            .config
+            .mcp_records
+            .then(|| (crate::stdio::tap(), crate::stdio::tap()));
+        let (taps, mcp_watch) = match taps {
+            None => (None, None),
+            Some((Ok((ti, ri)), Ok((to, ro)))) => {
                 match crate::mcp::watch(self.clone(), id.clone(), [ri, ro]) {
                     Ok(h) => (Some([ti, to]), Some(h)),
                     Err(e) => {
@@ -536,7 +541,7 @@ impl Daemon {
                     }
                 }
             }
-            (Err(e), _) | (_, Err(e)) => {
+            Some((Err(e), _) | (_, Err(e))) => {
                 tracing::warn!(session = %id, error = %e, "no MCP observer");
                 (None, None)
             }
