@@ -657,10 +657,6 @@ fn wardenctl_kill_ends_the_container() {
         ("{{.HostConfig.NetworkMode}}", "none".to_string()),
         ("{{.HostConfig.ReadonlyRootfs}}", "true".into()),
         ("{{json .HostConfig.CapDrop}}", "[\"ALL\"]".into()),
-        (
-            "{{json .HostConfig.SecurityOpt}}",
-            "[\"no-new-privileges\"]".into(),
-        ),
         ("{{.HostConfig.PidsLimit}}", "4096".into()),
         ("{{.HostConfig.LogConfig.Type}}", "none".into()),
         ("{{.HostConfig.Init}}", "true".into()),
@@ -669,6 +665,27 @@ fn wardenctl_kill_ends_the_container() {
     ] {
         assert_eq!(inspect(&name, format), want, "{format}");
     }
+    // no-new-privileges, and Warden's seccomp profile (the CLI sent the
+    // content of the file the daemon wrote in its state directory).
+    let opts: Vec<String> =
+        serde_json::from_str(&inspect(&name, "{{json .HostConfig.SecurityOpt}}")).unwrap();
+    assert_eq!(opts.len(), 2, "{opts:?}");
+    assert_eq!(opts[0], "no-new-privileges");
+    let profile: Value = serde_json::from_str(opts[1].strip_prefix("seccomp=").unwrap()).unwrap();
+    let written: Vec<PathBuf> = std::fs::read_dir(w.env.state.join("docker"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("seccomp-")
+        })
+        .collect();
+    assert_eq!(written.len(), 1, "{written:?}");
+    let file: Value = serde_json::from_slice(&std::fs::read(&written[0]).unwrap()).unwrap();
+    assert_eq!(profile, file);
+    assert_eq!(profile["defaultAction"], "SCMP_ACT_ALLOW");
     let daemon_label = inspect(&name, "{{index .Config.Labels \"warden.daemon\"}}");
     assert!(
         daemon_label.starts_with(&format!("{uid}-")),
@@ -1132,4 +1149,126 @@ fn session_start_and_ps_say_docker() {
     );
     let exit = w.wait_exit_record(&id);
     assert_eq!(exit["details"]["code"], 0, "{exit}");
+}
+
+// ---------------------------------------------------------------------------------
+// Seccomp: the native sandbox's deny list
+
+#[test]
+fn setuid_and_setgid_bits_are_refused_in_write_grants_and_the_rest_works() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(w) = World::new() else { return };
+    let Some(node) = node_bin() else { return };
+    let node_s = node.display().to_string();
+    let rw = w.env.mkdir("rw");
+    let target = w.env.write("rw/target", "#!/bin/sh\n");
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+
+    // Control 1: on the host, outside any sandbox, the same chmod in the
+    // same directory sets the bits.
+    let control = w.env.write("rw/control", "x\n");
+    let out = run(
+        Command::new("/bin/sh").args(["-c", &format!("chmod u+s,g+s '{}'", control.display())]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(exit_code(out.status), 0, "{}", text(&out.stderr));
+    assert_eq!(mode(&control) & 0o6000, 0o6000);
+    std::fs::remove_file(&control).unwrap();
+    // Control 2: the image under Docker's default seccomp profile lets the
+    // container's user set them (what Warden's profile replaces).
+    let uid = nix::unistd::getuid().as_raw();
+    let out = run(
+        Command::new("docker").args([
+            "run",
+            "--rm",
+            "--pull",
+            "never",
+            "--network",
+            "none",
+            "--user",
+            &format!("{uid}"),
+            &w.image,
+            "sh",
+            "-c",
+            "cd /tmp && touch f && chmod u+s f && ls -l f",
+        ]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(exit_code(out.status), 0, "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("-rwS"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let policy = w.policy(
+        "setid",
+        &format!(
+            "filesystem:\n  read: [{node_s:?}]\n  write: [{:?}]\n\
+             sandbox:\n  best_effort_write_protection: true\nlimits:\n  timeout_s: 90\n",
+            rw.display().to_string()
+        ),
+    );
+    let node_js = format!(
+        "const fs=require('fs');const d={rw:?};\
+         try{{fs.openSync(d+'/created','w',0o4755);console.log('open-setuid=0')}}catch(e){{console.log('open-setuid='+e.code)}}\
+         fs.writeFileSync(d+'/node.txt','from node');fs.chmodSync(d+'/node.txt',0o700);console.log('node-write=0');\
+         try{{fs.chmodSync(d+'/node.txt',0o2755);console.log('node-setgid=0')}}catch(e){{console.log('node-setgid='+e.code)}}",
+        rw = rw.display().to_string(),
+    );
+    let script = format!(
+        "cd '{rw}'\n\
+         chmod u+s target; echo \"chmod-setuid=$?\"\n\
+         chmod g+s target; echo \"chmod-setgid=$?\"\n\
+         chmod 6755 target; echo \"chmod-6755=$?\"\n\
+         chmod 755 target; echo \"chmod-755=$?\"\n\
+         cd /tmp && touch t && chmod u+s t; echo \"chmod-setuid-tmp=$?\"; cd '{rw}'\n\
+         unshare -U true; echo \"unshare-user=$?\"\n\
+         echo plain > sh.txt; echo \"sh-write=$?\"\n\
+         mkdir sub && echo in-sub > sub/f; echo \"mkdir=$?\"\n\
+         ls / > /dev/null; echo \"ls=$?\"\n\
+         '{node_s}' -e \"$NODE_JS\"; echo \"node=$?\"\n",
+        rw = rw.display(),
+    );
+    let script = format!("NODE_JS='{}'\n{script}", node_js.replace('\'', "'\\''"));
+    let out = w.sh(&policy, &script);
+    assert_eq!(exit_code(out.status), 0, "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let r = results(&stdout);
+    for refused in [
+        "chmod-setuid",
+        "chmod-setgid",
+        "chmod-6755",
+        "chmod-setuid-tmp",
+        "unshare-user",
+    ] {
+        assert_ne!(result(&r, refused, &stdout), "0", "{refused}: {stdout}");
+    }
+    assert_eq!(result(&r, "open-setuid", &stdout), "EPERM", "{stdout}");
+    assert_eq!(result(&r, "node-setgid", &stdout), "EPERM", "{stdout}");
+    for ok in ["chmod-755", "sh-write", "mkdir", "ls", "node", "node-write"] {
+        assert_eq!(result(&r, ok, &stdout), "0", "{ok}: {stdout}");
+    }
+    // The host's files: modes without the bits, the plain changes made.
+    assert_eq!(mode(&target), 0o755);
+    assert!(!rw.join("created").exists());
+    assert_eq!(mode(&rw.join("node.txt")), 0o700);
+    assert_eq!(
+        std::fs::read_to_string(rw.join("node.txt")).unwrap(),
+        "from node"
+    );
+    assert_eq!(
+        std::fs::read_to_string(rw.join("sh.txt")).unwrap(),
+        "plain\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(rw.join("sub/f")).unwrap(),
+        "in-sub\n"
+    );
+    for f in ["sh.txt", "sub", "sub/f"] {
+        assert_eq!(mode(&rw.join(f)) & 0o6000, 0, "{f}");
+    }
+    let options = w.last_start()["details"]["sandbox"]["docker"]["options"].to_string();
+    assert!(options.contains("Warden's seccomp deny list"), "{options}");
 }

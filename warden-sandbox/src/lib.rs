@@ -71,6 +71,8 @@ mod sys;
 
 pub use sys::{activation, fdpass};
 
+/// The seccomp deny list as a Docker profile (the Docker backend's).
+pub use confine::seccomp::docker as docker_seccomp;
 pub use init::{entry_if_requested as init_entry_if_requested, INIT_ARG};
 pub use kernel::Kernel;
 pub use launch::{snapshot_dir, ExitOutcome, Hooks, Sandbox, SandboxError, Snapshot, Spawned};

@@ -55,25 +55,32 @@ pub fn file_name() -> String {
 /// identical file already there (same bytes, mode 0555) is reused. `dir`
 /// is created 0700 if missing.
 pub fn install(dir: &Path) -> io::Result<PathBuf> {
+    install_file(dir, &file_name(), BRIDGE, 0o555)
+}
+
+/// Writes `bytes` to `dir/name` with `mode`, as [`install`] does (`name`
+/// should name the content, e.g. by its hash: an identical file there is
+/// reused, a different one replaced by a rename).
+pub fn install_file(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> io::Result<PathBuf> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
-    let path = dir.join(file_name());
-    if is_installed(&path) {
+    let path = dir.join(name);
+    if is_installed(&path, bytes, mode) {
         return Ok(path);
     }
     let mut nonce = [0u8; 8];
     getrandom::fill(&mut nonce).map_err(io::Error::other)?;
-    let tmp = dir.join(format!(".{}.{}", file_name(), hex::encode(nonce)));
+    let tmp = dir.join(format!(".{name}.{}", hex::encode(nonce)));
     let written = (|| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .open(&tmp)?;
-        f.write_all(BRIDGE)?;
-        f.set_permissions(std::fs::Permissions::from_mode(0o555))?;
+        f.write_all(bytes)?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
         f.sync_all()?;
         std::fs::rename(&tmp, &path)
     })();
@@ -83,11 +90,11 @@ pub fn install(dir: &Path) -> io::Result<PathBuf> {
     written.map(|()| path)
 }
 
-/// Whether `path` is a regular file (not a link) of mode 0555 holding [`BRIDGE`].
-fn is_installed(path: &Path) -> bool {
+/// Whether `path` is a regular file (not a link) of `mode` holding `bytes`.
+fn is_installed(path: &Path, bytes: &[u8], mode: u32) -> bool {
     match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_file() && m.permissions().mode() & 0o7777 == 0o555 => {
-            m.len() == BRIDGE.len() as u64 && std::fs::read(path).is_ok_and(|b| b == BRIDGE)
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o7777 == mode => {
+            m.len() == bytes.len() as u64 && std::fs::read(path).is_ok_and(|b| b == bytes)
         }
         _ => false,
     }

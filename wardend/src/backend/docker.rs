@@ -16,7 +16,8 @@
 //! `--network none`, `--cap-drop ALL`, `no-new-privileges`, a read-only
 //! root, the daemon's own uid and gid, a size-limited `/tmp` (and `$HOME`
 //! unless a grant holds it), `--memory` = `--memory-swap`, `--pids-limit`,
-//! `--cpus`, the grants bind-mounted at their own paths, the protected
+//! `--cpus`, Warden's seccomp profile (the native sandbox's deny list,
+//! [`install_seccomp_profile`]) instead of Docker's default, the grants bind-mounted at their own paths, the protected
 //! names inside write grants bound read-only over themselves, `--init`, no
 //! log driver (the server's output is nowhere but the client's pipe), and
 //! never a pull. Its entrypoint is Warden's static bridge ([`super::bridge`]),
@@ -414,7 +415,7 @@ pub const OPTIONS: &[&str] = &[
     "--init",
     "--log-driver none",
     "--pull never",
-    "Docker's default seccomp and AppArmor profiles",
+    "Warden's seccomp deny list (the native sandbox's), Docker's default AppArmor profile",
 ];
 
 /// `session.start`'s `sandbox` for a container.
@@ -570,6 +571,8 @@ pub fn env_file(env: &[(Vec<u8>, Vec<u8>)]) -> Result<Vec<u8>, DaemonError> {
 /// Where the session's own files live on the host (the daemon's, 0700).
 pub struct Paths {
     pub bridge: PathBuf,
+    /// Warden's seccomp profile ([`install_seccomp_profile`]).
+    pub seccomp: PathBuf,
     pub egress: PathBuf,
     pub env_file: PathBuf,
 }
@@ -646,7 +649,14 @@ pub fn create_args(
         push("--cpus");
         push(&format!("{c}"));
     }
-    push("--env-file");
+    // The native sandbox's seccomp deny list, instead of Docker's default
+    // profile (which lets `chmod u+s` plant setuid files in write grants).
+    // The CLI reads the file and sends its content to the engine.
+    let mut seccomp = OsString::from("seccomp=");
+    seccomp.push(&paths.seccomp);
+    a.push("--security-opt".into());
+    a.push(seccomp);
+    a.push("--env-file".into());
     a.push(paths.env_file.clone().into_os_string());
     a.push("--workdir".into());
     a.push(spec.cwd.clone().into_os_string());
@@ -699,6 +709,18 @@ pub fn create_args(
     Ok(a)
 }
 
+/// Writes Warden's seccomp profile
+/// ([`warden_sandbox::docker_seccomp::docker_profile`]: the native sandbox's
+/// deny list) to `dir/seccomp-<16 hex of its sha256>.json`, mode 0644, as
+/// the bridge is installed, and returns its path.
+pub fn install_seccomp_profile(dir: &Path) -> std::io::Result<PathBuf> {
+    use sha2::Digest;
+    let json = warden_sandbox::docker_seccomp::docker_profile().to_string();
+    let hash = hex::encode(sha2::Sha256::digest(json.as_bytes()));
+    let name = format!("seccomp-{}.json", &hash[..16]);
+    super::bridge::install_file(dir, &name, json.as_bytes(), 0o644)
+}
+
 /// The protected paths inside write grants that exist now as files or
 /// directories (a symlink cannot be bound over itself; those are among
 /// what the Docker backend cannot protect), and Warden's own paths.
@@ -749,6 +771,8 @@ pub async fn spawn(
     let io = |what: &str, e: std::io::Error| DaemonError::Docker(format!("{what}: {e}"));
     let bridge =
         super::bridge::install(&root).map_err(|e| io("cannot install the egress bridge", e))?;
+    let seccomp =
+        install_seccomp_profile(&root).map_err(|e| io("cannot install the seccomp profile", e))?;
     std::fs::DirBuilder::new()
         .mode(0o700)
         .recursive(true)
@@ -757,6 +781,7 @@ pub async fn spawn(
     let session = SessionDir(dir.clone());
     let paths = Paths {
         bridge,
+        seccomp,
         egress: dir.join("egress.sock"),
         env_file: dir.join("env"),
     };
@@ -1219,6 +1244,7 @@ mod tests {
         p.limits.cpu = Some(0.5);
         let paths = Paths {
             bridge: root.join("bridge"),
+            seccomp: root.join("seccomp-0123.json"),
             egress: root.join("egress.sock"),
             env_file: root.join("env"),
         };
@@ -1230,6 +1256,10 @@ mod tests {
             "--label warden.session=abc123 --label warden.daemon=1000-x",
             "--network none --cap-drop ALL --security-opt no-new-privileges --read-only",
             "--user 1000:1001 --pull never --log-driver none",
+            &format!(
+                "--security-opt seccomp={}/seccomp-0123.json --env-file",
+                root.display()
+            ),
             "--tmpfs /tmp:rw,nosuid,nodev,size=64m,mode=1777",
             "--tmpfs /home/u:rw,nosuid,nodev,size=64m,mode=0700,uid=1000,gid=1001",
             "--memory 64m --memory-swap 64m --pids-limit 100 --cpus 0.5",
@@ -1279,6 +1309,35 @@ mod tests {
             .map(|s| s.to_string_lossy().into_owned())
             .collect();
         assert_eq!(tail, ["python3", "-m", "srv"]);
+    }
+
+    #[test]
+    fn the_seccomp_profile_is_written_once_by_its_hash_world_readable() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("docker");
+        let a = install_seccomp_profile(&dir).unwrap();
+        assert_eq!(a.parent(), Some(dir.as_path()));
+        let name = a.file_name().unwrap().to_str().unwrap();
+        assert!(
+            name.starts_with("seccomp-") && name.ends_with(".json"),
+            "{name}"
+        );
+        let m = std::fs::metadata(&a).unwrap();
+        assert_eq!(m.permissions().mode() & 0o7777, 0o644);
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&a).unwrap()).unwrap();
+        assert_eq!(v["defaultAction"], "SCMP_ACT_ALLOW");
+        assert!(v["syscalls"].as_array().unwrap().iter().any(|s| s["names"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n == "fchmodat")));
+        // Reused as it is; a changed file is replaced.
+        assert_eq!(install_seccomp_profile(&dir).unwrap(), a);
+        std::fs::write(&a, "{}").unwrap();
+        assert_eq!(install_seccomp_profile(&dir).unwrap(), a);
+        assert_ne!(std::fs::read(&a).unwrap(), b"{}");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
     }
 
     #[test]

@@ -47,6 +47,7 @@
 //! snapshot the filter saw) before it treats a notification as observed.
 
 mod bpf;
+pub mod docker;
 mod table;
 #[cfg(test)]
 mod tests;
