@@ -203,7 +203,24 @@ fn a_request_still_in_flight_at_the_end_is_unanswered() {
     // The fixture's `sleep` tool (see warden-fixture-mcp) holds the call;
     // the client goes away before it answers.
     c.call_tool_no_wait("sleep", json!({"ms": 60000}));
-    std::thread::sleep(Duration::from_millis(300));
+    // `wardenctl ps` shows the call in flight (polled: the observer follows
+    // the stream on its own thread).
+    let deadline = std::time::Instant::now() + EXIT_WAIT;
+    loop {
+        let ps = env.sessions();
+        if ps.len() == 1 && ps[0]["tool_calls"] == json!(["sleep (id 2)"]) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{ps:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = run(&mut env.ctl(["ps"]), Duration::from_secs(30));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().next().unwrap().contains("TOOL CALLS"),
+        "{text}"
+    );
+    assert!(text.contains("sleep (id 2)"), "{text}");
     c.signal(9);
     let deadline = std::time::Instant::now() + EXIT_WAIT;
     let recs = loop {

@@ -132,6 +132,8 @@ struct SessionRow {
     /// The backend that runs it, and why each one `auto` tried first could not.
     backend: String,
     backend_skipped: Vec<String>,
+    /// The `tools/call` requests in flight ("TOOL (id ID)").
+    tool_calls: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -265,6 +267,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         files_denied: s.files_denied,
                         backend: s.backend,
                         backend_skipped: s.backend_skipped,
+                        tool_calls: s.tool_calls,
                     })
                     .collect();
                 if cli.json {
@@ -378,6 +381,7 @@ fn print_ps(rows: &[SessionRow]) {
         "STDIO",
         "NET",
         "LAST DENIAL / APPROVALS",
+        "TOOL CALLS",
         "COMMAND",
     ];
     let cells: Vec<Vec<String>> = rows
@@ -419,6 +423,11 @@ fn print_ps(rows: &[SessionRow]) {
                         r.id
                     ),
                     (_, None) => "-".into(),
+                },
+                if r.tool_calls.is_empty() {
+                    "-".into()
+                } else {
+                    cell(&r.tool_calls.join(", "))
                 },
                 cell(&r.command.join(" ")),
             ]

@@ -457,12 +457,17 @@ pub fn watch(
     daemon: Arc<Daemon>,
     session: String,
     readers: [TapReader; 2],
+    in_flight: InFlight,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("mcp-watch".into())
         .stack_size(256 << 10)
-        .spawn(move || run(&daemon, &session, readers))
+        .spawn(move || run(&daemon, &session, readers, &in_flight))
 }
+
+/// The `tools/call` requests in flight, (id as shown, tool), for
+/// `wardenctl ps`; kept by the observer after every chunk it follows.
+pub type InFlight = Arc<std::sync::Mutex<Vec<(String, String)>>>;
 
 struct Sink<'a> {
     daemon: &'a Daemon,
@@ -594,7 +599,7 @@ fn record(session: &str, e: Event) -> Option<warden_audit::Record> {
     }
 }
 
-fn run(daemon: &Daemon, session: &str, readers: [TapReader; 2]) {
+fn run(daemon: &Daemon, session: &str, readers: [TapReader; 2], in_flight: &InFlight) {
     let mut obs = Observer::new();
     let mut sink = Sink {
         daemon,
@@ -655,7 +660,21 @@ fn run(daemon: &Daemon, session: &str, readers: [TapReader; 2]) {
                     }
                     offset[i] += chunk.len() as u64;
                     let events = obs.feed(dirs[i], chunk, now);
+                    let changed = events.iter().any(|e| {
+                        matches!(
+                            e,
+                            Event::Request { tool: Some(_), .. } | Event::End { tool: Some(_), .. }
+                        )
+                    });
                     sink.events(events);
+                    if changed {
+                        let calls = obs
+                            .tool_calls()
+                            .into_iter()
+                            .map(|(id, t)| (show_id(&id), t))
+                            .collect();
+                        *in_flight.lock().unwrap_or_else(|p| p.into_inner()) = calls;
+                    }
                 }
                 Err(Errno::EAGAIN | Errno::EINTR) => {}
                 Err(e) => {
@@ -684,6 +703,7 @@ fn run(daemon: &Daemon, session: &str, readers: [TapReader; 2]) {
     );
     let events = obs.finish(Instant::now());
     sink.events(events);
+    in_flight.lock().unwrap_or_else(|p| p.into_inner()).clear();
     for (i, d) in dirs.into_iter().enumerate() {
         if obs.lost[i] > 0 {
             daemon.audit.record(event::McpStream {

@@ -88,6 +88,8 @@ pub struct Session {
     transparent: Option<Arc<crate::transparent::Transparent>>,
     /// The MCP stream's observer (`mcp.rs`), joined before `session.exit`.
     mcp_watch: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The tool calls in flight, as the observer sees them.
+    tool_calls: crate::mcp::InFlight,
     cause: Mutex<Option<EndCause>>,
     end: Notify,
     ended: AtomicBool,
@@ -145,6 +147,13 @@ impl Session {
             approve: false,
             approvals_pending: 0,
             files_denied: self.files_denied.load(Ordering::Relaxed),
+            tool_calls: self
+                .tool_calls
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|(id, tool)| format!("{tool} (id {id})"))
+                .collect(),
             backend: self.backend.backend.to_string(),
             backend_skipped: self
                 .backend
@@ -526,6 +535,7 @@ impl Daemon {
         // Copies of the MCP stream for its observer, which runs until the
         // relay closes them. Without them (no pipes, no thread) the session
         // runs unobserved rather than not at all.
+        let tool_calls = crate::mcp::InFlight::default();
         let taps = self
             .config
             .mcp_records
@@ -533,7 +543,7 @@ impl Daemon {
         let (taps, mcp_watch) = match taps {
             None => (None, None),
             Some((Ok((ti, ri)), Ok((to, ro)))) => {
-                match crate::mcp::watch(self.clone(), id.clone(), [ri, ro]) {
+                match crate::mcp::watch(self.clone(), id.clone(), [ri, ro], tool_calls.clone()) {
                     Ok(h) => (Some([ti, to]), Some(h)),
                     Err(e) => {
                         tracing::warn!(session = %id, error = %e, "no MCP observer");
@@ -664,6 +674,7 @@ impl Daemon {
             resolver_task: Mutex::new(resolver_task),
             transparent: transparent.as_ref().map(|(t, _)| t.clone()),
             mcp_watch: Mutex::new(mcp_watch),
+            tool_calls,
             cause: Mutex::new(None),
             end: Notify::new(),
             ended: AtomicBool::new(false),
