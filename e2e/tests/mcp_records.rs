@@ -236,3 +236,50 @@ fn a_request_still_in_flight_at_the_end_is_unanswered() {
     let e = end_of(&recs, "sleep");
     assert_eq!(e["details"]["outcome"], "unanswered", "{e}");
 }
+
+#[test]
+fn a_file_denial_during_a_tool_call_names_the_call_and_the_tool() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let secret = env.write("outside/secret.txt", "not for the server");
+    let policy = env.minimal_policy();
+    let mut c = env.mcp([
+        "--policy".into(),
+        policy.into_os_string(),
+        "--".into(),
+        fixture().into_os_string(),
+    ]);
+    c.initialize();
+    // While nothing is in flight, then during a call: the same denial.
+    let r = c.call_tool("read_file", json!({"path": secret}));
+    assert!(is_tool_error(&r) || r.to_string().contains("rror"), "{r}");
+    c.close_stdin();
+    assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
+    let recs = audit_records(&env);
+    let denied: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["type"] == "file" && r["decision"] == "deny")
+        .filter(|r| {
+            r["resource"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with("secret.txt")
+        })
+        .collect();
+    assert!(!denied.is_empty(), "no file denial: {recs:#?}");
+    let during = denied
+        .iter()
+        .find(|r| r["details"]["tool"] == "read_file")
+        .unwrap_or_else(|| panic!("no denial carries the tool: {denied:#?}"));
+    // The call's id, as the mcp records spell it.
+    let end = recs
+        .iter()
+        .find(|r| r["type"] == "mcp" && r["action"] == "end" && r["details"]["tool"] == "read_file")
+        .unwrap();
+    assert_eq!(during["details"]["call"], end["details"]["id"], "{during}");
+    // Records with no call in flight carry none (session.start, mcp itself).
+    assert!(recs
+        .iter()
+        .filter(|r| r["type"] == "session")
+        .all(|r| r["details"].get("tool").is_none()));
+}

@@ -167,6 +167,13 @@ impl Sink {
             self.daemon.audit.record(summary_record(&self.session, s));
         }
         if admitted {
+            // A connection belongs to the tool call that made it; its close
+            // comes whenever it ends.
+            let rec = if rec.action == "connect" {
+                self.daemon.during_call(&self.session, rec)
+            } else {
+                rec
+            };
             self.daemon.audit.record(rec);
         }
     }

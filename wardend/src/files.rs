@@ -220,6 +220,7 @@ mod tests {
             verdict,
             errno: (verdict == AccessVerdict::Deny).then_some(libc::ENOENT),
             reason: "outside the sandbox's grants".into(),
+            at: std::time::Instant::now(),
         }
     }
 

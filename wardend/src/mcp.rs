@@ -30,7 +30,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use serde_json::Value;
 use warden_audit::event;
 
-use crate::stdio::TapReader;
+use crate::stdio::{Mark, TapReader};
 use crate::Daemon;
 
 /// The longest line followed; a longer one is skipped (reported once as
@@ -447,6 +447,65 @@ pub fn show_id(key: &str) -> String {
     }
 }
 
+impl Daemon {
+    /// `rec` with the tool call `session` has in flight, as the observer
+    /// follows it: `call` (the request id) and `tool` when there is exactly
+    /// one, `calls` (each "TOOL (id ID)") when there are several. Best
+    /// effort: the observer runs a moment behind the relay.
+    pub fn during_call(
+        &self,
+        session: &str,
+        rec: impl Into<warden_audit::Record>,
+    ) -> warden_audit::Record {
+        self.during_call_at(session, rec, Instant::now())
+    }
+
+    /// [`Daemon::during_call`] for an event that happened at `at` (the
+    /// notifier's time of a file access or refused call).
+    pub fn during_call_at(
+        &self,
+        session: &str,
+        rec: impl Into<warden_audit::Record>,
+        at: Instant,
+    ) -> warden_audit::Record {
+        let mut rec = rec.into();
+        let calls: Vec<(String, String)> = match self.sessions.get(session) {
+            Some(s) => s
+                .tool_calls
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .at(at)
+                .iter()
+                .map(|c| (c.id.clone(), c.tool.clone()))
+                .collect(),
+            None => return rec,
+        };
+        if calls.is_empty() {
+            return rec;
+        }
+        if !rec.details.is_object() {
+            rec.details = Value::Object(Default::default());
+        }
+        if let Some(d) = rec.details.as_object_mut() {
+            match &calls[..] {
+                [(id, tool)] => {
+                    d.insert("call".into(), Value::String(id.clone()));
+                    d.insert("tool".into(), Value::String(tool.clone()));
+                }
+                many => {
+                    d.insert(
+                        "calls".into(),
+                        many.iter()
+                            .map(|(id, tool)| Value::String(format!("{tool} (id {id})")))
+                            .collect(),
+                    );
+                }
+            }
+        }
+        rec
+    }
+}
+
 /// Records per second per session before the rest are only counted.
 pub const RECORDS_PER_SECOND: u32 = 200;
 
@@ -465,9 +524,100 @@ pub fn watch(
         .spawn(move || run(&daemon, &session, readers, &in_flight))
 }
 
-/// The `tools/call` requests in flight, (id as shown, tool), for
-/// `wardenctl ps`; kept by the observer after every chunk it follows.
-pub type InFlight = Arc<std::sync::Mutex<Vec<(String, String)>>>;
+/// A session's tool calls as the observer follows them: those in flight
+/// (`wardenctl ps`) and those that ended lately, each with when it began
+/// and ended, so that a record made later (the notifier's queues are
+/// drained in batches) goes to the call in flight when its event happened.
+pub type InFlight = Arc<std::sync::Mutex<CallLog>>;
+
+/// One tool call to the server: id as shown, tool, start, end.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub id: String,
+    pub tool: String,
+    pub start: Instant,
+    pub end: Option<Instant>,
+}
+
+/// How long an ended call is kept for attribution.
+const KEEP_ENDED: Duration = Duration::from_secs(10);
+/// At most this many ended calls are kept.
+const KEEP_ENDED_MAX: usize = 256;
+
+#[derive(Debug, Default)]
+pub struct CallLog {
+    calls: Vec<Call>,
+}
+
+impl CallLog {
+    fn begin(&mut self, id: String, tool: String, at: Instant) {
+        self.calls.push(Call {
+            id,
+            tool,
+            start: at,
+            end: None,
+        });
+    }
+
+    fn end(&mut self, id: &str, at: Instant) {
+        if let Some(c) = self
+            .calls
+            .iter_mut()
+            .find(|c| c.id == id && c.end.is_none())
+        {
+            c.end = Some(at);
+        }
+        self.calls.retain(|c| {
+            c.end
+                .is_none_or(|e| at.saturating_duration_since(e) < KEEP_ENDED)
+        });
+        let ended = self.calls.iter().filter(|c| c.end.is_some()).count();
+        let mut excess = ended.saturating_sub(KEEP_ENDED_MAX);
+        self.calls.retain(|c| {
+            if excess > 0 && c.end.is_some() {
+                excess -= 1;
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// The calls in flight now.
+    pub fn in_flight(&self) -> Vec<&Call> {
+        self.calls.iter().filter(|c| c.end.is_none()).collect()
+    }
+
+    /// The calls that were in flight at `at`.
+    pub fn at(&self, at: Instant) -> Vec<&Call> {
+        self.calls
+            .iter()
+            .filter(|c| c.start <= at && c.end.is_none_or(|e| e >= at))
+            .collect()
+    }
+}
+
+/// The tool calls to the server that `events` began or ended, into `log`.
+fn log_calls(log: &InFlight, events: &[Event], now: Instant) {
+    let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
+    for e in events {
+        match e {
+            Event::Request {
+                dir: Dir::ToServer,
+                id,
+                tool: Some(tool),
+                ..
+            } => log.begin(show_id(id), tool.clone(), now),
+            Event::End {
+                dir: Dir::ToServer,
+                id,
+                tool: Some(_),
+                ..
+            } => log.end(&show_id(id), now),
+            _ => {}
+        }
+    }
+}
 
 struct Sink<'a> {
     daemon: &'a Daemon,
@@ -599,6 +749,48 @@ fn record(session: &str, e: Event) -> Option<warden_audit::Record> {
     }
 }
 
+/// The marks that cover a tap's copy up to `end`, taken off its queue, and
+/// the time of the copy that goes on past `end`, if its mark is there.
+struct Due {
+    due: Vec<Mark>,
+    next: Option<Instant>,
+}
+
+/// How long the observer waits for the mark of bytes it already read (the
+/// relay pushes it right after the copy).
+const MARK_WAIT: Duration = Duration::from_millis(2);
+
+fn due_marks(marks: &crate::stdio::Marks, end: u64) -> Due {
+    let mut due = Vec::new();
+    let deadline = Instant::now() + MARK_WAIT;
+    loop {
+        let mut m = marks.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(&mk) = m.front() {
+            let off = match mk {
+                Mark::Copied { end, .. } => end,
+                Mark::Gap { at_offset } => at_offset,
+            };
+            if off > end {
+                break;
+            }
+            due.push(mk);
+            m.pop_front();
+        }
+        let reached = due
+            .iter()
+            .any(|mk| matches!(mk, Mark::Copied { end: e, .. } if *e >= end));
+        let next = match m.front() {
+            Some(Mark::Copied { at, .. }) => Some(*at),
+            _ => None,
+        };
+        if reached || next.is_some() || Instant::now() >= deadline {
+            return Due { due, next };
+        }
+        drop(m);
+        std::thread::yield_now();
+    }
+}
+
 fn run(daemon: &Daemon, session: &str, readers: [TapReader; 2], in_flight: &InFlight) {
     let mut obs = Observer::new();
     let mut sink = Sink {
@@ -639,41 +831,33 @@ fn run(daemon: &Daemon, session: &str, readers: [TapReader; 2], in_flight: &InFl
             match nix::unistd::read(&readers[i].fd, &mut buf) {
                 Ok(0) => open[i] = false,
                 Ok(n) => {
-                    let now = Instant::now();
+                    let marks = due_marks(&readers[i].marks, offset[i] + n as u64);
                     let mut chunk = &buf[..n];
-                    // Gaps inside this chunk: feed up to each, then the gap.
-                    let gaps: Vec<u64> = {
-                        let mut g = readers[i].gaps.lock().unwrap_or_else(|p| p.into_inner());
-                        let end = offset[i] + n as u64;
-                        let (now_due, later): (Vec<u64>, Vec<u64>) =
-                            g.iter().partition(|&&o| o <= end);
-                        *g = later;
-                        now_due
-                    };
-                    for at in gaps {
-                        let k = (at.saturating_sub(offset[i]) as usize).min(chunk.len());
-                        let events = obs.feed(dirs[i], &chunk[..k], now);
+                    let mut last = Instant::now();
+                    let mut feed = |obs: &mut Observer, bytes: &[u8], at: Instant| {
+                        let events = obs.feed(dirs[i], bytes, at);
+                        log_calls(in_flight, &events, at);
                         sink.events(events);
-                        obs.gap(dirs[i]);
+                    };
+                    for m in marks.due {
+                        let (until, at) = match m {
+                            Mark::Copied { end, at } => (end, Some(at)),
+                            Mark::Gap { at_offset } => (at_offset, None),
+                        };
+                        let k = (until.saturating_sub(offset[i]) as usize).min(chunk.len());
+                        let t = at.unwrap_or(last);
+                        feed(&mut obs, &chunk[..k], t);
+                        last = t;
                         chunk = &chunk[k..];
                         offset[i] += k as u64;
+                        if at.is_none() {
+                            obs.gap(dirs[i]);
+                        }
                     }
-                    offset[i] += chunk.len() as u64;
-                    let events = obs.feed(dirs[i], chunk, now);
-                    let changed = events.iter().any(|e| {
-                        matches!(
-                            e,
-                            Event::Request { tool: Some(_), .. } | Event::End { tool: Some(_), .. }
-                        )
-                    });
-                    sink.events(events);
-                    if changed {
-                        let calls = obs
-                            .tool_calls()
-                            .into_iter()
-                            .map(|(id, t)| (show_id(&id), t))
-                            .collect();
-                        *in_flight.lock().unwrap_or_else(|p| p.into_inner()) = calls;
+                    // The rest belongs to a copy whose mark is still ahead.
+                    if !chunk.is_empty() {
+                        feed(&mut obs, chunk, marks.next.unwrap_or_else(Instant::now));
+                        offset[i] += chunk.len() as u64;
                     }
                 }
                 Err(Errno::EAGAIN | Errno::EINTR) => {}
@@ -686,12 +870,10 @@ fn run(daemon: &Daemon, session: &str, readers: [TapReader; 2], in_flight: &InFl
     }
     // Gaps after the last byte copied.
     for i in 0..2 {
-        if !readers[i]
-            .gaps
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_empty()
-        {
+        let m = readers[i].marks.lock().unwrap_or_else(|p| p.into_inner());
+        let gap = m.iter().any(|m| matches!(m, Mark::Gap { .. }));
+        drop(m);
+        if gap {
             obs.gap(dirs[i]);
         }
     }
@@ -703,7 +885,14 @@ fn run(daemon: &Daemon, session: &str, readers: [TapReader; 2], in_flight: &InFl
     );
     let events = obs.finish(Instant::now());
     sink.events(events);
-    in_flight.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    {
+        let mut log = in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let open: Vec<String> = log.in_flight().iter().map(|c| c.id.clone()).collect();
+        for id in open {
+            log.end(&id, now);
+        }
+    }
     for (i, d) in dirs.into_iter().enumerate() {
         if obs.lost[i] > 0 {
             daemon.audit.record(event::McpStream {

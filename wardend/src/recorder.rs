@@ -97,7 +97,11 @@ impl Queues {
                         let now = Instant::now();
                         self.last_call = Some(now);
                         if self.call_limit.admit(&call, now) {
-                            audit.record(syscalls::call_record(session, &call));
+                            audit.record(self.daemon.during_call_at(
+                                session,
+                                syscalls::call_record(session, &call),
+                                call.at,
+                            ));
                         }
                     }
                     Err(TryRecvError::Empty) => break,
@@ -118,7 +122,11 @@ impl Queues {
                                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
                         if self.file_limit.admit(&a, Instant::now()) {
-                            audit.record(files::access_record(session, &a));
+                            audit.record(self.daemon.during_call_at(
+                                session,
+                                files::access_record(session, &a),
+                                a.at,
+                            ));
                         }
                     }
                     Err(TryRecvError::Empty) => break,

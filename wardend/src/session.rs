@@ -89,7 +89,7 @@ pub struct Session {
     /// The MCP stream's observer (`mcp.rs`), joined before `session.exit`.
     mcp_watch: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The tool calls in flight, as the observer sees them.
-    tool_calls: crate::mcp::InFlight,
+    pub(crate) tool_calls: crate::mcp::InFlight,
     cause: Mutex<Option<EndCause>>,
     end: Notify,
     ended: AtomicBool,
@@ -151,8 +151,9 @@ impl Session {
                 .tool_calls
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
+                .in_flight()
                 .iter()
-                .map(|(id, tool)| format!("{tool} (id {id})"))
+                .map(|c| format!("{} (id {})", c.tool, c.id))
                 .collect(),
             backend: self.backend.backend.to_string(),
             backend_skipped: self

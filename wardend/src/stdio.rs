@@ -439,9 +439,23 @@ fn poll_now(fd: BorrowedFd<'_>, events: PollFlags) -> bool {
     matches!(poll(&mut p, PollTimeout::ZERO), Ok(n) if n > 0)
 }
 
-/// Where a tap's copy stops being the stream: offsets (in bytes of the
-/// copy) at which bytes went by uncopied.
-pub type Gaps = Arc<Mutex<Vec<u64>>>;
+/// What the observer needs to know beside a tap's bytes, in the order of
+/// the copy: when each copy was made, and where bytes went by uncopied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// The copy up to this offset (in bytes of the copy) was made at `at`,
+    /// just before the same bytes moved on.
+    Copied { end: u64, at: Instant },
+    /// Bytes went by uncopied after this offset.
+    Gap { at_offset: u64 },
+}
+
+/// A tap's marks, oldest first; at most [`MAX_MARKS`] (beyond, the
+/// oldest timing marks are dropped: only their precision is lost).
+pub type Marks = Arc<Mutex<std::collections::VecDeque<Mark>>>;
+
+/// The most marks a tap holds for its observer.
+pub const MAX_MARKS: usize = 4096;
 
 /// A copy of one direction of a [`Duplex`] for an observer (the MCP
 /// stream's, `mcp.rs`): before moving bytes the relay duplicates them into
@@ -458,14 +472,14 @@ pub struct Tap {
     /// Bytes copied but not moved yet (move those before copying more).
     ahead: usize,
     written: u64,
-    gaps: Gaps,
+    marks: Marks,
     broken: bool,
 }
 
 /// The observer's end of a [`Tap`].
 pub struct TapReader {
     pub fd: OwnedFd,
-    pub gaps: Gaps,
+    pub marks: Marks,
 }
 
 /// The capacity asked for a tap's pipe (the unprivileged maximum,
@@ -477,7 +491,7 @@ pub fn tap() -> io::Result<(Tap, TapReader)> {
     let (r, w) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
     // Best effort: a smaller pipe only means gaps sooner.
     let _ = fcntl(&w, FcntlArg::F_SETPIPE_SZ(TAP_PIPE));
-    let gaps: Gaps = Arc::default();
+    let marks: Marks = Arc::default();
     Ok((
         Tap {
             w,
@@ -485,10 +499,10 @@ pub fn tap() -> io::Result<(Tap, TapReader)> {
             buf: Vec::new(),
             ahead: 0,
             written: 0,
-            gaps: gaps.clone(),
+            marks: marks.clone(),
             broken: false,
         },
-        TapReader { fd: r, gaps },
+        TapReader { fd: r, marks },
     ))
 }
 
@@ -512,11 +526,12 @@ impl Tap {
         if self.ahead > 0 || self.broken {
             return;
         }
+        let at = Instant::now();
         if self.peek {
             let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
             if let Ok(n @ 1..) = recv(src.as_raw_fd(), &mut self.buf, flags) {
                 match write(&self.w, &self.buf[..n]) {
-                    Ok(m) => self.copied(m),
+                    Ok(m) => self.copied(m, at),
                     Err(Errno::EAGAIN) => self.lose(),
                     Err(Errno::EINTR) => {}
                     Err(_) => self.broken = true,
@@ -524,7 +539,7 @@ impl Tap {
             }
         } else {
             match tee(src, &self.w, CHUNK, SpliceFFlags::SPLICE_F_NONBLOCK) {
-                Ok(n) => self.copied(n),
+                Ok(n) => self.copied(n, at),
                 // The source is empty, or the tap is full.
                 Err(Errno::EAGAIN) => {
                     if poll_now(src.as_fd(), PollFlags::POLLIN)
@@ -540,17 +555,38 @@ impl Tap {
         }
     }
 
-    fn copied(&mut self, n: usize) {
+    fn copied(&mut self, n: usize, at: Instant) {
         self.ahead = n;
         self.written += n as u64;
+        if n > 0 {
+            self.mark(Mark::Copied {
+                end: self.written,
+                at,
+            });
+        }
     }
 
     /// What moves next goes by uncopied.
     fn lose(&mut self) {
-        let mut g = self.gaps.lock().unwrap_or_else(|p| p.into_inner());
-        if g.last() != Some(&self.written) {
-            g.push(self.written);
+        let gap = Mark::Gap {
+            at_offset: self.written,
+        };
+        let m = self.marks.lock().unwrap_or_else(|p| p.into_inner());
+        if m.back() != Some(&gap) {
+            drop(m);
+            self.mark(gap);
         }
+    }
+
+    fn mark(&mut self, mark: Mark) {
+        let mut m = self.marks.lock().unwrap_or_else(|p| p.into_inner());
+        if m.len() >= MAX_MARKS {
+            // A timing mark goes first; a gap is never forgotten.
+            if let Some(i) = m.iter().position(|x| matches!(x, Mark::Copied { .. })) {
+                m.remove(i);
+            }
+        }
+        m.push_back(mark);
     }
 
     /// `n` bytes moved.

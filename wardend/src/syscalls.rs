@@ -137,6 +137,7 @@ mod tests {
             checked_arg: Some((0, 0x1000_0000)),
             errno: libc::EPERM,
             reason,
+            at: std::time::Instant::now(),
         }
     }
 

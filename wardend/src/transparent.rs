@@ -281,7 +281,7 @@ impl Connector for Transparent {
             std::net::IpAddr::V6(a) => format!("[{a}]"),
             a => a.to_string(),
         };
-        self.daemon.audit.record(event::NetworkConnect {
+        self.daemon.audit.record(self.daemon.during_call(&self.session, event::NetworkConnect {
             session: self.session.clone(),
             allowed: false,
             reason: match why {
@@ -305,7 +305,7 @@ impl Connector for Transparent {
             rule: None,
             code: "not-allowed".into(),
             approval: None,
-        });
+        }));
     }
 }
 

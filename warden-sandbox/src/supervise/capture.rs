@@ -47,6 +47,9 @@ pub(crate) struct Captured {
     /// The creation guard refused it ([`super::guard`]): the errno and the
     /// protected name's reason.
     pub guard: Option<(i32, &'static str)>,
+    /// When the notifier took the call (what a record made later is
+    /// attributed by: the tool call in flight then).
+    pub at: std::time::Instant,
 }
 
 /// The notifier's state for observed calls.
@@ -238,6 +241,7 @@ impl Capturer {
             unreadable,
             root: self.root.clone(),
             guard: None,
+            at: std::time::Instant::now(),
         })
     }
 

@@ -86,6 +86,8 @@ pub struct FileAccess {
     pub verdict: AccessVerdict,
     pub errno: Option<i32>,
     pub reason: String,
+    /// When the notifier took the call.
+    pub at: Instant,
 }
 
 /// The action and what it does to each path, from the call and its flags.
@@ -252,6 +254,7 @@ pub(crate) fn classify(
         verdict: AccessVerdict::Unknown,
         errno: None,
         reason: String::new(),
+        at: c.at,
     };
     if let Some(e) = c.unreadable {
         out.reason = format!("a path argument could not be read ({})", e.desc());
@@ -578,6 +581,7 @@ mod tests {
             unreadable: None,
             root: Some(root.clone()),
             guard: None,
+            at: Instant::now(),
         };
         let mut host = |_: &[u8]| true;
         let a = classify(

@@ -189,6 +189,8 @@ pub struct RefusedCall {
     pub errno: i32,
     /// The rule's one-line reason.
     pub reason: &'static str,
+    /// When the notifier took the call.
+    pub at: std::time::Instant,
 }
 
 impl RefusedCall {
@@ -206,6 +208,7 @@ impl RefusedCall {
                     .map(|c| (c.arg(), args[usize::from(c.arg())] as u32)),
                 errno: rule.action.errno(),
                 reason: rule.why,
+                at: std::time::Instant::now(),
             },
             // Only our own filter notifies this listener, so this cannot happen;
             // refuse anyway.
@@ -217,6 +220,7 @@ impl RefusedCall {
                 checked_arg: None,
                 errno: libc::EPERM,
                 reason: "no rule matches this notification",
+                at: std::time::Instant::now(),
             },
         }
     }
