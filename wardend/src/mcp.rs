@@ -126,6 +126,9 @@ pub enum Event {
     Unmatched { dir: Dir, id: String, bytes: usize },
     /// This direction stopped being followable (once per direction).
     Malformed { dir: Dir, reason: String },
+    /// A `tools/list` answer from the server: each tool's name and the
+    /// fingerprint of its definition (name, description, schemas...).
+    Tools { tools: Vec<(String, String)> },
 }
 
 struct Pending {
@@ -349,6 +352,17 @@ impl Observer {
                         return;
                     }
                 };
+                if p.method == "tools/list" && req_dir == Dir::ToServer {
+                    if let Some(tools) = o
+                        .get("result")
+                        .and_then(|r| r.get("tools"))
+                        .and_then(Value::as_array)
+                    {
+                        out.push(Event::Tools {
+                            tools: tools.iter().filter_map(fingerprint).collect(),
+                        });
+                    }
+                }
                 out.push(end(req_dir, id, p, outcome, bytes, now));
             }
             // `"id": null`: an error about a request that could not be read
@@ -427,6 +441,15 @@ fn end(
         response_bytes,
         progress: p.progress,
     }
+}
+
+/// A tool definition's name and fingerprint: sha256 of its JSON, keys
+/// sorted (serde_json's map), so the same definition always hashes alike.
+fn fingerprint(tool: &Value) -> Option<(String, String)> {
+    use sha2::Digest;
+    let name = tool.get("name")?.as_str()?.to_owned();
+    let text = serde_json::to_vec(tool).ok()?;
+    Some((name, hex::encode(sha2::Sha256::digest(&text))))
 }
 
 /// A request id (or progress token) as a key: strings as they are, numbers
@@ -517,11 +540,186 @@ pub fn watch(
     session: String,
     readers: [TapReader; 2],
     in_flight: InFlight,
+    profile: Profile,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("mcp-watch".into())
         .stack_size(256 << 10)
-        .spawn(move || run(&daemon, &session, readers, &in_flight))
+        .spawn(move || run(&daemon, &session, readers, &in_flight, profile))
+}
+
+/// Which server a session runs, for pinning its tool definitions: the
+/// policy's name, else its path, else the command; the pin file is named
+/// by a hash of the policy path and the command.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub label: String,
+    pub key: String,
+}
+
+impl Profile {
+    pub fn of(name: Option<&str>, policy: Option<&std::path::Path>, argv: &[String]) -> Profile {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        if let Some(p) = policy {
+            h.update(p.as_os_str().as_encoded_bytes());
+        }
+        for a in argv {
+            h.update([0u8]);
+            h.update(a.as_bytes());
+        }
+        let label = name
+            .map(str::to_owned)
+            .or_else(|| policy.map(|p| p.display().to_string()))
+            .unwrap_or_else(|| argv.join(" "));
+        Profile {
+            label,
+            key: hex::encode(h.finalize())[..16].to_owned(),
+        }
+    }
+}
+
+/// The tool definitions pinned for a profile, and what this session saw.
+struct Pins {
+    path: std::path::PathBuf,
+    profile: Profile,
+    /// The pinned definitions (name → fingerprint), or None before the
+    /// first `tools/list` of the profile.
+    pinned: Option<std::collections::BTreeMap<String, String>>,
+    /// What this session's `tools/list` answers showed.
+    seen: std::collections::BTreeMap<String, String>,
+    first: bool,
+    reported: std::collections::BTreeSet<String>,
+}
+
+impl Pins {
+    fn load(state_dir: &std::path::Path, profile: Profile) -> Pins {
+        let path = state_dir
+            .join("mcp-pins")
+            .join(format!("{}.json", profile.key));
+        let pinned = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|v| serde_json::from_value(v.get("tools")?.clone()).ok());
+        Pins {
+            path,
+            profile,
+            pinned,
+            seen: Default::default(),
+            first: false,
+            reported: Default::default(),
+        }
+    }
+
+    /// One `tools/list` answer: the first of the profile becomes the pin; a
+    /// later one is compared. Returns the record to write, if any.
+    fn tools(&mut self, session: &str, tools: Vec<(String, String)>) -> Option<event::McpPin> {
+        self.seen.extend(tools.iter().cloned());
+        let Some(pinned) = &self.pinned else {
+            self.first = true;
+            let pinned: std::collections::BTreeMap<String, String> = tools.into_iter().collect();
+            self.store(&pinned);
+            let names = pinned.keys().cloned().collect();
+            self.pinned = Some(pinned);
+            return Some(event::McpPin {
+                session: session.to_owned(),
+                profile: self.profile.label.clone(),
+                reason: "the first tool definitions of this profile, pinned".into(),
+                state: "pinned".into(),
+                added: names,
+                changed: vec![],
+                removed: vec![],
+            });
+        };
+        if self.first {
+            // The pin is this session's own: later pages join it.
+            let mut all = pinned.clone();
+            all.extend(tools);
+            self.store(&all);
+            self.pinned = Some(all);
+            return None;
+        }
+        let mut added = Vec::new();
+        let mut changed = Vec::new();
+        for (name, digest) in &tools {
+            if self.reported.contains(name) {
+                continue;
+            }
+            match pinned.get(name) {
+                None => added.push(name.clone()),
+                Some(d) if d != digest => changed.push(name.clone()),
+                Some(_) => continue,
+            }
+            self.reported.insert(name.clone());
+        }
+        (!added.is_empty() || !changed.is_empty())
+            .then(|| self.changed(session, added, changed, vec![]))
+    }
+
+    /// At the session's end: pinned tools its answers never showed.
+    fn finish(&mut self, session: &str) -> Option<event::McpPin> {
+        let pinned = self.pinned.as_ref()?;
+        if self.first || self.seen.is_empty() {
+            return None;
+        }
+        let removed: Vec<String> = pinned
+            .keys()
+            .filter(|k| !self.seen.contains_key(*k))
+            .cloned()
+            .collect();
+        (!removed.is_empty()).then(|| self.changed(session, vec![], vec![], removed))
+    }
+
+    fn changed(
+        &self,
+        session: &str,
+        added: Vec<String>,
+        changed: Vec<String>,
+        removed: Vec<String>,
+    ) -> event::McpPin {
+        event::McpPin {
+            session: session.to_owned(),
+            profile: self.profile.label.clone(),
+            reason: format!(
+                "the server's tool definitions differ from those pinned for this profile \
+                 ({}); to take the new ones as the pin, remove {}",
+                [
+                    ("added", &added),
+                    ("changed", &changed),
+                    ("removed", &removed)
+                ]
+                .iter()
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(k, v)| format!("{k}: {}", v.join(", ")))
+                .collect::<Vec<_>>()
+                .join("; "),
+                self.path.display()
+            ),
+            state: "changed".into(),
+            added,
+            changed,
+            removed,
+        }
+    }
+
+    fn store(&self, tools: &std::collections::BTreeMap<String, String>) {
+        let body = serde_json::json!({"profile": self.profile.label, "tools": tools});
+        let write = || -> std::io::Result<()> {
+            use std::os::unix::fs::DirBuilderExt;
+            if let Some(dir) = self.path.parent() {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)?;
+            }
+            let tmp = self.path.with_extension("tmp");
+            std::fs::write(&tmp, serde_json::to_vec_pretty(&body).unwrap_or_default())?;
+            std::fs::rename(&tmp, &self.path)
+        };
+        if let Err(e) = write() {
+            tracing::warn!(path = %self.path.display(), error = %e, "cannot store the tool pin");
+        }
+    }
 }
 
 /// A session's tool calls as the observer follows them: those in flight
@@ -625,6 +823,7 @@ struct Sink<'a> {
     second: Option<Instant>,
     in_second: u32,
     suppressed: u64,
+    pins: Pins,
 }
 
 impl Sink<'_> {
@@ -647,6 +846,13 @@ impl Sink<'_> {
 
     fn events(&mut self, events: Vec<Event>) {
         for e in events {
+            if let Event::Tools { tools } = e {
+                // Pin records are never rate-limited away.
+                if let Some(p) = self.pins.tools(self.session, tools) {
+                    self.daemon.audit.record(p);
+                }
+                continue;
+            }
             if let Some(r) = record(self.session, e) {
                 self.write(r);
             }
@@ -745,7 +951,7 @@ fn record(session: &str, e: Event) -> Option<warden_audit::Record> {
             }
             .into(),
         ),
-        Event::Notification { .. } | Event::Unmatched { .. } => None,
+        Event::Notification { .. } | Event::Unmatched { .. } | Event::Tools { .. } => None,
     }
 }
 
@@ -791,7 +997,13 @@ fn due_marks(marks: &crate::stdio::Marks, end: u64) -> Due {
     }
 }
 
-fn run(daemon: &Daemon, session: &str, readers: [TapReader; 2], in_flight: &InFlight) {
+fn run(
+    daemon: &Daemon,
+    session: &str,
+    readers: [TapReader; 2],
+    in_flight: &InFlight,
+    profile: Profile,
+) {
     let mut obs = Observer::new();
     let mut sink = Sink {
         daemon,
@@ -799,6 +1011,7 @@ fn run(daemon: &Daemon, session: &str, readers: [TapReader; 2], in_flight: &InFl
         second: None,
         in_second: 0,
         suppressed: 0,
+        pins: Pins::load(&daemon.config.state_dir, profile),
     };
     let dirs = [Dir::ToServer, Dir::ToClient];
     let mut open = [true, true];
@@ -885,6 +1098,9 @@ fn run(daemon: &Daemon, session: &str, readers: [TapReader; 2], in_flight: &InFl
     );
     let events = obs.finish(Instant::now());
     sink.events(events);
+    if let Some(p) = sink.pins.finish(session) {
+        daemon.audit.record(p);
+    }
     {
         let mut log = in_flight.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();

@@ -544,7 +544,18 @@ impl Daemon {
         let (taps, mcp_watch) = match taps {
             None => (None, None),
             Some((Ok((ti, ri)), Ok((to, ro)))) => {
-                match crate::mcp::watch(self.clone(), id.clone(), [ri, ro], tool_calls.clone()) {
+                let profile = crate::mcp::Profile::of(
+                    policy.name.as_deref(),
+                    policy.source.as_deref(),
+                    &policy.argv,
+                );
+                match crate::mcp::watch(
+                    self.clone(),
+                    id.clone(),
+                    [ri, ro],
+                    tool_calls.clone(),
+                    profile,
+                ) {
                     Ok(h) => (Some([ti, to]), Some(h)),
                     Err(e) => {
                         tracing::warn!(session = %id, error = %e, "no MCP observer");

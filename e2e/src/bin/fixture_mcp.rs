@@ -220,7 +220,9 @@ fn tools() -> Vec<Value> {
     vec![
         tool(
             "echo",
-            "Returns text unchanged",
+            // A changed definition, for the tool-pinning tests.
+            &std::env::var("FIXTURE_ECHO_DESCRIPTION")
+                .unwrap_or_else(|_| "Returns text unchanged".into()),
             json!({"text": s}),
             &["text"],
         ),

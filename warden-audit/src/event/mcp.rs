@@ -143,3 +143,52 @@ impl Event for McpStream {
         })
     }
 }
+
+/// `mcp.pin` (info, or deny when definitions changed): the server's tool
+/// definitions against the ones pinned for its profile. `resource` is the
+/// profile (the policy's name, or its path, or the command).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpPin {
+    #[serde(skip)]
+    pub session: String,
+    #[serde(skip)]
+    pub profile: String,
+    #[serde(skip)]
+    pub reason: String,
+    /// `pinned` (first seen: now the reference) or `changed`.
+    pub state: String,
+    /// Tool names new since the pin, changed, and gone (at the session's end).
+    pub added: Vec<String>,
+    pub changed: Vec<String>,
+    pub removed: Vec<String>,
+}
+
+impl Event for McpPin {
+    fn into_record(self) -> Record {
+        let decision = if self.state == "changed" {
+            Decision::Deny
+        } else {
+            Decision::Info
+        };
+        let details = super::details(&self);
+        record(
+            RecordType::Mcp,
+            "pin",
+            Some(&self.session),
+            self.profile,
+            decision,
+            self.reason,
+            Some(details),
+        )
+    }
+
+    fn from_record(r: &Record) -> Result<Self, EventError> {
+        super::expect_kind(r, RecordType::Mcp, Some("pin"))?;
+        Ok(McpPin {
+            session: r.session.clone().unwrap_or_default(),
+            profile: r.resource.clone(),
+            reason: r.reason.clone(),
+            ..parse(r)?
+        })
+    }
+}

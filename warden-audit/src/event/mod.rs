@@ -38,7 +38,7 @@ pub use daemon::{
 };
 pub use file::{path_text, FileAccess, FileSummary, FilesLost};
 pub use limit::{Breach, LimitBreach};
-pub use mcp::{McpEnd, McpRequest, McpStream};
+pub use mcp::{McpEnd, McpPin, McpRequest, McpStream};
 pub use network::{
     Approved, NetworkAccept, NetworkClose, NetworkConnect, NetworkResolve, NetworkSummary,
 };
@@ -256,6 +256,7 @@ into_record!(
     McpRequest,
     McpEnd,
     McpStream,
+    McpPin,
 );
 
 impl AnyEvent {
@@ -304,6 +305,7 @@ impl AnyEvent {
             (T::Mcp, "request") => AnyEvent::McpRequest(Event::from_record(r)?),
             (T::Mcp, "end") => AnyEvent::McpEnd(Event::from_record(r)?),
             (T::Mcp, "stream") => AnyEvent::McpStream(Event::from_record(r)?),
+            (T::Mcp, "pin") => AnyEvent::McpPin(Event::from_record(r)?),
             _ => return Err(EventError::Unknown(name(r))),
         })
     }
