@@ -21,12 +21,9 @@
 //! [`Tap`]: crate::stdio::Tap
 
 use std::collections::HashMap;
-use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use serde_json::Value;
 use warden_audit::event;
 
@@ -541,11 +538,17 @@ pub fn watch(
     readers: [TapReader; 2],
     in_flight: InFlight,
     profile: Profile,
-) -> std::io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name("mcp-watch".into())
-        .stack_size(256 << 10)
-        .spawn(move || run(&daemon, &session, readers, &in_flight, profile))
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    use tokio::net::unix::pipe::Receiver;
+    let [a, b] = readers;
+    let fds = [
+        (Receiver::from_owned_fd(a.fd)?, a.marks),
+        (Receiver::from_owned_fd(b.fd)?, b.marks),
+    ];
+    // A task, not a thread: an idle session costs no thread for it.
+    Ok(tokio::spawn(async move {
+        run(&daemon, &session, fds, &in_flight, profile).await
+    }))
 }
 
 /// Which server a session runs, for pinning its tool definitions: the
@@ -966,41 +969,44 @@ struct Due {
 /// relay pushes it right after the copy).
 const MARK_WAIT: Duration = Duration::from_millis(2);
 
-fn due_marks(marks: &crate::stdio::Marks, end: u64) -> Due {
+async fn due_marks(marks: &crate::stdio::Marks, end: u64) -> Due {
     let mut due = Vec::new();
     let deadline = Instant::now() + MARK_WAIT;
     loop {
-        let mut m = marks.lock().unwrap_or_else(|p| p.into_inner());
-        while let Some(&mk) = m.front() {
-            let off = match mk {
-                Mark::Copied { end, .. } => end,
-                Mark::Gap { at_offset } => at_offset,
-            };
-            if off > end {
-                break;
+        let next = {
+            let mut m = marks.lock().unwrap_or_else(|p| p.into_inner());
+            while let Some(&mk) = m.front() {
+                let off = match mk {
+                    Mark::Copied { end, .. } => end,
+                    Mark::Gap { at_offset } => at_offset,
+                };
+                if off > end {
+                    break;
+                }
+                due.push(mk);
+                m.pop_front();
             }
-            due.push(mk);
-            m.pop_front();
-        }
+            match m.front() {
+                Some(Mark::Copied { at, .. }) => Some(*at),
+                _ => None,
+            }
+        };
         let reached = due
             .iter()
             .any(|mk| matches!(mk, Mark::Copied { end: e, .. } if *e >= end));
-        let next = match m.front() {
-            Some(Mark::Copied { at, .. }) => Some(*at),
-            _ => None,
-        };
         if reached || next.is_some() || Instant::now() >= deadline {
             return Due { due, next };
         }
-        drop(m);
-        std::thread::yield_now();
+        tokio::task::yield_now().await;
     }
 }
 
-fn run(
+type TapFd = (tokio::net::unix::pipe::Receiver, crate::stdio::Marks);
+
+async fn run(
     daemon: &Daemon,
     session: &str,
-    readers: [TapReader; 2],
+    readers: [TapFd; 2],
     in_flight: &InFlight,
     profile: Profile,
 ) {
@@ -1018,33 +1024,21 @@ fn run(
     let mut offset = [0u64; 2];
     let mut buf = vec![0u8; 1 << 16];
     while open.iter().any(|o| *o) {
-        let mut ready = [false; 2];
+        let i = tokio::select! {
+            r = readers[0].0.readable(), if open[0] => match r {
+                Ok(()) => 0,
+                Err(_) => { open[0] = false; continue; }
+            },
+            r = readers[1].0.readable(), if open[1] => match r {
+                Ok(()) => 1,
+                Err(_) => { open[1] = false; continue; }
+            },
+        };
         {
-            let mut fds: Vec<PollFd<'_>> = Vec::new();
-            let mut which = Vec::new();
-            for i in 0..2 {
-                if open[i] {
-                    fds.push(PollFd::new(readers[i].fd.as_fd(), PollFlags::POLLIN));
-                    which.push(i);
-                }
-            }
-            match poll(&mut fds, PollTimeout::NONE) {
-                Ok(_) => {}
-                Err(Errno::EINTR) => continue,
-                Err(_) => break,
-            }
-            for (k, &i) in which.iter().enumerate() {
-                ready[i] = fds[k].any().unwrap_or(true);
-            }
-        }
-        for i in 0..2 {
-            if !ready[i] {
-                continue;
-            }
-            match nix::unistd::read(&readers[i].fd, &mut buf) {
+            match readers[i].0.try_read(&mut buf) {
                 Ok(0) => open[i] = false,
                 Ok(n) => {
-                    let marks = due_marks(&readers[i].marks, offset[i] + n as u64);
+                    let marks = due_marks(&readers[i].1, offset[i] + n as u64).await;
                     let mut chunk = &buf[..n];
                     let mut last = Instant::now();
                     let mut feed = |obs: &mut Observer, bytes: &[u8], at: Instant| {
@@ -1073,7 +1067,11 @@ fn run(
                         offset[i] += chunk.len() as u64;
                     }
                 }
-                Err(Errno::EAGAIN | Errno::EINTR) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                    ) => {}
                 Err(e) => {
                     tracing::warn!(session, error = %e, "mcp observer: cannot read its tap");
                     open[i] = false;
@@ -1083,7 +1081,7 @@ fn run(
     }
     // Gaps after the last byte copied.
     for i in 0..2 {
-        let m = readers[i].marks.lock().unwrap_or_else(|p| p.into_inner());
+        let m = readers[i].1.lock().unwrap_or_else(|p| p.into_inner());
         let gap = m.iter().any(|m| matches!(m, Mark::Gap { .. }));
         drop(m);
         if gap {

@@ -87,7 +87,7 @@ pub struct Session {
     /// Transparent egress, whose relayed connections end with the session.
     transparent: Option<Arc<crate::transparent::Transparent>>,
     /// The MCP stream's observer (`mcp.rs`), joined before `session.exit`.
-    mcp_watch: Mutex<Option<std::thread::JoinHandle<()>>>,
+    mcp_watch: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The tool calls in flight, as the observer sees them.
     pub(crate) tool_calls: crate::mcp::InFlight,
     cause: Mutex<Option<EndCause>>,
@@ -828,21 +828,7 @@ impl Daemon {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         if let Some(w) = watch {
-            let joined = tokio::task::spawn_blocking(move || {
-                let deadline = Instant::now() + RECORDER_GRACE;
-                while !w.is_finished() && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                if w.is_finished() {
-                    let _ = w.join();
-                    true
-                } else {
-                    false
-                }
-            })
-            .await
-            .unwrap_or(false);
-            if !joined {
+            if tokio::time::timeout(RECORDER_GRACE, w).await.is_err() {
                 tracing::warn!(session = %session.id, "mcp records still being written at session end");
             }
         }
