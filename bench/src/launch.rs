@@ -11,6 +11,10 @@
 //!   without grants), which is what an exec-server call pays for its sandbox:
 //!   connecting, passing stdio, compiling the policy (shim and daemon), the
 //!   fsynced `session.start`, the sandbox, the exit and its record;
+//! - **warden-shim, `audit.files: off`**: the same with the policy's
+//!   `audit: {files: off}`: no file access is observed, so the loader's
+//!   path-taking calls in the sandbox never leave the kernel (the default,
+//!   `denied`, sends each to the daemon's seccomp notifier and back);
 //! - **sandbox alone**: `warden-sandbox-run SPEC` (the debug driver:
 //!   `Sandbox::spawn` of a spec as the daemon builds one for that policy,
 //!   `audit_files: denied` as the policy's default), no daemon, no gRPC, no
@@ -65,10 +69,17 @@ enum Way {
     Direct,
     Bwrap,
     Shim,
+    ShimFilesOff,
     SandboxAlone,
 }
 
-const WAYS: [Way; 4] = [Way::Direct, Way::Bwrap, Way::Shim, Way::SandboxAlone];
+const WAYS: [Way; 5] = [
+    Way::Direct,
+    Way::Bwrap,
+    Way::Shim,
+    Way::ShimFilesOff,
+    Way::SandboxAlone,
+];
 
 impl Way {
     fn label(self) -> &'static str {
@@ -76,6 +87,7 @@ impl Way {
             Way::Direct => "direct `/bin/true`",
             Way::Bwrap => "bwrap (flags below)",
             Way::Shim => "warden-shim → wardend (native sandbox)",
+            Way::ShimFilesOff => "warden-shim → wardend, `audit.files: off`",
             Way::SandboxAlone => "sandbox alone (warden-sandbox-run, no daemon)",
         }
     }
@@ -87,6 +99,7 @@ struct Setup {
     runner: PathBuf,
     socket: PathBuf,
     policy: PathBuf,
+    policy_files_off: PathBuf,
     spec: PathBuf,
 }
 
@@ -98,13 +111,16 @@ fn command(way: Way, s: &Setup) -> Command {
             c.args(BWRAP_ARGS).arg(TRUE);
             c
         }
-        Way::Shim => {
+        Way::Shim | Way::ShimFilesOff => {
             let mut c = Command::new(&s.shim);
             c.arg("--socket")
                 .arg(&s.socket)
                 .arg("--no-autostart")
                 .arg("--policy")
-                .arg(&s.policy)
+                .arg(match way {
+                    Way::Shim => &s.policy,
+                    _ => &s.policy_files_off,
+                })
                 .arg("--")
                 .arg(TRUE);
             c
@@ -181,12 +197,19 @@ pub fn main() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("true.yaml");
     std::fs::write(&policy, "version: 1\nname: bench-true\n").unwrap();
+    let policy_files_off = dir.path().join("true-files-off.yaml");
+    std::fs::write(
+        &policy_files_off,
+        "version: 1\nname: bench-true\naudit:\n  files: off\n",
+    )
+    .unwrap();
     let setup = Setup {
         bwrap,
         shim: bin("warden-shim"),
         runner: bin("warden-sandbox-run"),
         socket: daemon.socket.clone(),
         policy,
+        policy_files_off,
         spec: spec(dir.path()),
     };
     // Warm up every path (page cache, daemon threads), and fail early.
@@ -216,12 +239,15 @@ pub fn main() {
         println!("| {} | {} | {} | {added} |", w.label(), ms(m), ms(p90));
     }
     let added = |i: usize| st[i].0.saturating_sub(direct_m).as_secs_f64();
-    let (bw, shim, alone) = (added(1), added(2), added(3));
+    let (bw, shim, off, alone) = (added(1), added(2), added(3), added(4));
     println!(
-        "\nwarden-added / bwrap-added (median): {:.2}× through the daemon, {:.2}× the sandbox \
-         alone (target: ≤ 1.5×); the daemon's share (shim − sandbox alone): {}",
+        "\nwarden-added / bwrap-added (median): {:.2}× through the daemon, {:.2}× with \
+         audit.files off, {:.2}× the sandbox alone (target: ≤ 1.5×); the daemon's share \
+         (shim − sandbox alone): {}; file watching's (default − audit.files off): {}",
         shim / bw,
+        off / bw,
         alone / bw,
+        ms(st[2].0.saturating_sub(st[4].0)),
         ms(st[2].0.saturating_sub(st[3].0))
     );
     println!("\nbwrap {} /bin/true", BWRAP_ARGS.join(" "));
