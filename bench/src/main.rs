@@ -7,7 +7,9 @@
 //! an fsync per record, see `audit.rs`; `warden-bench files`: what file-access
 //! auditing costs, see `files.rs`; `warden-bench create` and `write`: what the
 //! creation guard adds to creating files and to opening files for writing;
-//! `warden-bench sessions`: many concurrent idle sessions, see `sessions.rs`)
+//! `warden-bench sessions`: many concurrent idle sessions, see `sessions.rs`;
+//! `warden-bench launch-true`: spawn to exit of `/bin/true` directly, in
+//! bwrap, through the shim and in the sandbox alone, see `launch.rs`)
 //! (options: `--launches N` (default 100), `--requests N` (default 1000)).
 //!
 //! - launch: time from spawning the process to the first byte of the reply to
@@ -22,6 +24,7 @@
 mod audit;
 mod egress;
 mod files;
+mod launch;
 mod sessions;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -508,6 +511,10 @@ fn main() {
     }
     if std::env::args().nth(1).as_deref() == Some("write") {
         guard_rounds(true);
+        return;
+    }
+    if std::env::args().nth(1).as_deref() == Some("launch-true") {
+        launch::main();
         return;
     }
     if std::env::args().nth(1).as_deref() == Some("rtt") {

@@ -88,6 +88,17 @@ struct Run {
 /// Runs the Python client against `wardenctl --socket S exec-server --policy
 /// P`, with the env's HOME and XDG directories, and `steps`.
 fn exec_server(env: &TestEnv, python: &Path, policy: &Path, steps: Value) -> Run {
+    exec_server_with(env, python, policy, &[], steps)
+}
+
+/// [`exec_server`] with more `exec-server` arguments (`--backend docker`).
+fn exec_server_with(
+    env: &TestEnv,
+    python: &Path,
+    policy: &Path,
+    extra: &[&str],
+    steps: Value,
+) -> Run {
     let script = env.write("clients/exec_client.py", PY_CLIENT);
     let mut child_env: serde_json::Map<String, Value> = env
         .env_vars()
@@ -98,10 +109,17 @@ fn exec_server(env: &TestEnv, python: &Path, policy: &Path, steps: Value) -> Run
         "PATH".into(),
         json!(std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into())),
     );
+    let mut args = vec![
+        "--socket".to_string(),
+        env.socket.display().to_string(),
+        "exec-server".into(),
+        "--policy".into(),
+        policy.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
     let config = json!({
         "command": bin("wardenctl").display().to_string(),
-        "args": ["--socket", env.socket.display().to_string(), "exec-server",
-                 "--policy", policy.display().to_string()],
+        "args": args,
         "env": child_env,
         "steps": steps,
     });
@@ -545,4 +563,336 @@ fn a_calls_session_start_is_on_disk_before_its_command_runs() {
     for pid in left {
         send_signal(pid, 9);
     }
+}
+
+/// Polls `wardenctl ps --json` until it lists exactly one session (a call
+/// running); returns its row. A wait, not a timed assertion.
+fn wait_one_session(env: &TestEnv, daemon: &Daemon) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let ps = env.sessions();
+        if ps.len() == 1 {
+            return ps[0].clone();
+        }
+        assert!(
+            ps.is_empty() && std::time::Instant::now() < deadline,
+            "expected one running call: {ps:?}\ndaemon log:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `wardenctl ps` shows a running call as a session, `wardenctl kill ID`
+/// ends it, the call returns with the daemon's exit status and reason (not a
+/// tool error, not a hang), and the server answers the next call;
+/// `wardenctl policy show` is the allowlist view of the ceiling.
+#[test]
+fn wardenctl_ps_and_kill_see_and_end_a_running_call() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let daemon = env.start_daemon();
+    // The ceiling as a profile, so `wardenctl policy show NAME` names it.
+    let profiles = env.config.join("warden/policies");
+    std::fs::create_dir_all(&profiles).unwrap();
+    let policy = profiles.join("exec-kill.yaml");
+    std::fs::write(
+        &policy,
+        "version: 1\nname: e2e-exec-kill\nnetwork:\n  allow: [\"api.example.com:443\"]\nlimits:\n  timeout_s: 300\n",
+    )
+    .unwrap();
+    let show = run(
+        &mut env.ctl(["policy", "show", "exec-kill"]),
+        std::time::Duration::from_secs(30),
+    );
+    let shown = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        show.status.success(),
+        "wardenctl policy show: {}",
+        String::from_utf8_lossy(&show.stderr)
+    );
+    assert!(shown.contains("api.example.com:443"), "{shown}");
+    assert!(shown.contains(&policy.display().to_string()), "{shown}");
+
+    let (run, row) = std::thread::scope(|s| {
+        let client = s.spawn(|| {
+            exec_server(
+                &env,
+                &py,
+                &policy,
+                json!([
+                    {"command": "exec sleep 1000", "timeout_s": 300},
+                    {"command": "echo after"},
+                ]),
+            )
+        });
+        let row = wait_one_session(&env, &daemon);
+        let id = row["id"].as_str().unwrap().to_owned();
+        let out = run(
+            &mut env.ctl(["kill", id.as_str()]),
+            std::time::Duration::from_secs(30),
+        );
+        assert!(
+            out.status.success(),
+            "wardenctl kill {id}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (client.join().unwrap(), row)
+    });
+    assert_eq!(row["name"], "e2e-exec-kill", "{row}");
+    assert!(row["command"].to_string().contains("sleep 1000"), "{row}");
+    let killed = ran(&run.results[0]);
+    assert_eq!(killed["session"], row["id"], "ps showed the call's session");
+    let code = killed["exit_code"].as_i64().unwrap();
+    assert!(code == 128 + 15 || code == 128 + 9, "{killed}");
+    assert!(
+        killed["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "the result says why: {killed}"
+    );
+    assert_eq!(stdout(&run.results[1]), "after\n", "the server answers");
+    let id = row["id"].as_str().unwrap();
+    assert!(
+        session_records(&env, id)
+            .iter()
+            .any(|r| r["type"] == "session" && r["action"] == "kill"),
+        "no session.kill for {id}"
+    );
+    assert!(env.sessions().is_empty(), "nothing left running");
+}
+
+// ---- The same with `--backend docker` (the Docker backend, docs/backends.md).
+
+/// Names of the containers (running or not) labelled with session `id`.
+fn containers(id: &str) -> Vec<String> {
+    let out = run(
+        Command::new("docker").args([
+            "ps",
+            "-a",
+            "--filter",
+            &format!("label=warden.session={id}"),
+            "--format",
+            "{{.Names}}",
+        ]),
+        std::time::Duration::from_secs(30),
+    );
+    assert!(
+        out.status.success(),
+        "docker ps: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Polls until session `id` has no container (or 15 s pass); what is left.
+fn wait_no_containers(id: &str) -> Vec<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let left = containers(id);
+        if left.is_empty() || std::time::Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// A ceiling for the Docker backend: the test image, and
+/// `sandbox.best_effort_write_protection` (the call's scratch directory is a
+/// write grant, which the Docker backend runs only with it), then `body`.
+fn docker_ceiling(env: &TestEnv, image: &str, name: &str, body: &str) -> PathBuf {
+    env.policy(
+        &format!("{name}.yaml"),
+        &format!(
+            "version: 1\nname: {name}\ndocker:\n  image: {image:?}\nsandbox:\n  \
+             best_effort_write_protection: true\n{body}"
+        ),
+    )
+}
+
+const DOCKER: &[&str] = &["--backend", "docker"];
+
+#[test]
+fn docker_the_host_is_out_of_reach_and_nothing_persists_between_calls() {
+    let Some(py) = python() else { return };
+    let Some(image) = docker_test_image() else {
+        return;
+    };
+    let env = TestEnv::new();
+    let _d = env.start_daemon();
+    let key = env.home.join(".ssh/id_rsa");
+    std::fs::create_dir_all(key.parent().unwrap()).unwrap();
+    std::fs::write(&key, "-----BEGIN PLANTED KEY-----\n").unwrap();
+    let policy = docker_ceiling(&env, &image, "e2e-exec-docker", "");
+    // Without best_effort_write_protection the scratch directory (a write
+    // grant) is refused by the Docker backend, naming the key.
+    let strict = env.policy(
+        "strict.yaml",
+        &format!("version: 1\nname: e2e-exec-strict\ndocker:\n  image: {image:?}\n"),
+    );
+    let run = exec_server_with(&env, &py, &strict, DOCKER, json!([{"command": "echo hi"}]));
+    let msg = refused(&run.results[0]);
+    assert!(msg.contains("best_effort_write_protection"), "{msg}");
+
+    let run = exec_server_with(
+        &env,
+        &py,
+        &policy,
+        DOCKER,
+        json!([
+            {"command": "echo hi"},
+            {"command": "echo data > note.txt && cat note.txt && pwd"},
+            {"command": "echo x > /planted"},
+            {"command": "cat ~/.ssh/id_rsa"},
+            {"command": format!("cat {}", key.display())},
+            {"command": "cat note.txt"},
+            {"command": "cat in/a.txt", "files": {"in/a.txt": "given\n"}},
+            {"command": "cat in/a.txt"},
+            {"command": "head -c 10485760 /dev/zero | tr '\\0' a; echo done >&2"},
+        ]),
+    );
+    let echo = ran(&run.results[0]);
+    assert_eq!(echo["stdout"], "hi\n", "{echo}");
+    assert_eq!(echo["exit_code"], 0);
+    // The call ran in a container: its session.start says so, with the
+    // command, before it ran.
+    let session = echo["session"].as_str().unwrap();
+    let records = session_records(&env, session);
+    let start = records
+        .iter()
+        .find(|r| r["type"] == "session" && r["action"] == "start")
+        .unwrap_or_else(|| panic!("no session.start for {session}: {records:?}"));
+    assert_eq!(start["details"]["sandbox"]["backend"], "docker", "{start}");
+    assert_eq!(
+        start["details"]["argv"],
+        json!(["/bin/sh", "-c", "echo hi"]),
+        "{start}"
+    );
+    assert!(wait_no_containers(session).is_empty());
+
+    let first = stdout(&run.results[1]);
+    assert!(
+        first.starts_with("data\n"),
+        "the scratch dir is writable: {first}"
+    );
+    let scratch = PathBuf::from(first.lines().nth(1).unwrap());
+    assert!(scratch.starts_with(std::env::temp_dir()), "{first}");
+    assert!(
+        !scratch.exists(),
+        "{} removed after the call",
+        scratch.display()
+    );
+    assert_ne!(code(&run.results[2]), 0, "writing to / fails");
+    assert!(!Path::new("/planted").exists());
+    assert!(std::fs::read_to_string(&key).unwrap().contains("PLANTED"));
+    for r in &run.results[3..5] {
+        assert_ne!(code(r), 0, "{r}");
+        assert!(!stdout(r).contains("PLANTED"), "{r}");
+    }
+    assert_ne!(code(&run.results[5]), 0, "the last call's file is gone");
+    assert_eq!(stdout(&run.results[6]), "given\n");
+    assert_ne!(code(&run.results[7]), 0, "the last call's files are gone");
+    let big = ran(&run.results[8]);
+    assert_eq!(big["exit_code"], 0, "{big}");
+    assert_eq!(big["truncated"], true);
+    let out = big["stdout"].as_str().unwrap();
+    assert_eq!(out.len(), 1 << 20, "1 MiB kept of 10 MiB");
+    assert!(out.bytes().all(|b| b == b'a'));
+    assert_eq!(big["stderr"], "done\n");
+}
+
+#[test]
+fn docker_the_timeout_ends_a_call_and_its_container() {
+    let Some(py) = python() else { return };
+    let Some(image) = docker_test_image() else {
+        return;
+    };
+    let env = TestEnv::new();
+    let daemon = env.start_daemon();
+    let policy = docker_ceiling(
+        &env,
+        &image,
+        "e2e-exec-docker-timeout",
+        "limits:\n  timeout_s: 120\n",
+    );
+    let (run, row, while_running) = std::thread::scope(|s| {
+        let client = s.spawn(|| {
+            exec_server_with(
+                &env,
+                &py,
+                &policy,
+                DOCKER,
+                json!([
+                    {"command": "sleep 1000", "timeout_s": 5},
+                    {"command": "echo alive"},
+                ]),
+            )
+        });
+        let row = wait_one_session(&env, &daemon);
+        // Control: the call's container exists while it runs.
+        let id = row["id"].as_str().unwrap().to_owned();
+        let mut seen = containers(&id);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while seen.is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            seen = containers(&id);
+        }
+        (client.join().unwrap(), row, seen)
+    });
+    assert_eq!(row["backend"], "docker", "{row}");
+    let id = row["id"].as_str().unwrap();
+    assert_eq!(while_running, [format!("warden-{id}")]);
+    let t = ran(&run.results[0]);
+    assert_eq!(t["session"], row["id"]);
+    assert_eq!(t["exit_code"], 124, "{t}");
+    assert!(
+        t["reason"].as_str().unwrap_or("").contains("timeout"),
+        "{t}"
+    );
+    let left = wait_no_containers(id);
+    assert!(left.is_empty(), "left behind: {left:?}");
+    assert_eq!(stdout(&run.results[1]), "alive\n");
+}
+
+#[test]
+fn docker_a_fork_bomb_ends_at_the_pids_limit_and_the_server_keeps_answering() {
+    let Some(py) = python() else { return };
+    let Some(image) = docker_test_image() else {
+        return;
+    };
+    let env = TestEnv::new();
+    let _d = env.start_daemon();
+    let policy = docker_ceiling(
+        &env,
+        &image,
+        "e2e-exec-docker-bomb",
+        "limits:\n  pids: 32\n  timeout_s: 60\n",
+    );
+    let bomb = "bomb() { bomb | bomb & }; bomb; sleep 3; echo survived";
+    let run = exec_server_with(
+        &env,
+        &py,
+        &policy,
+        DOCKER,
+        json!([
+            {"command": bomb, "timeout_s": 20},
+            {"command": "echo alive"},
+        ]),
+    );
+    // Docker's --pids-limit is a cgroup limit: it holds for root too.
+    let r = ran(&run.results[0]);
+    let stderr = r["stderr"].as_str().unwrap();
+    assert!(
+        stderr.to_ascii_lowercase().contains("fork"),
+        "fork fails at the limit: {r}"
+    );
+    let session = r["session"].as_str().unwrap();
+    let start = session_records(&env, session)
+        .into_iter()
+        .find(|r| r["type"] == "session" && r["action"] == "start")
+        .unwrap();
+    assert_eq!(start["details"]["sandbox"]["backend"], "docker", "{start}");
+    assert!(wait_no_containers(session).is_empty());
+    assert_eq!(stdout(&run.results[1]), "alive\n");
 }

@@ -543,17 +543,39 @@ fn policy_check(file: &Path, socket: Option<&Path>, json: bool) -> anyhow::Resul
     } else {
         std::env::current_dir()?.join(file)
     };
-    match profiles::compile_file(&path, socket)? {
+    print_policy(profiles::compile_file(&path, socket)?, false, json)
+}
+
+/// Prints a compiled policy (YAML for people, else JSON), or its errors
+/// (exit 1). `no_command`: it was compiled with a stand-in command (a
+/// profile without `command:`), shown as none.
+fn print_policy(
+    compiled: Result<policy::CompiledPolicy, String>,
+    no_command: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    const NONE: &str = "(none in the profile: given after `--`, or each exec-server call's)";
+    match compiled {
         Ok(p) => {
             for w in &p.warnings {
                 eprintln!("warning: {w}");
             }
             if json {
-                println!("{}", serde_json::to_string_pretty(&p)?);
+                let mut v = serde_json::to_value(&p)?;
+                if no_command {
+                    v["argv"] = serde_json::Value::Null;
+                    v["program"] = serde_json::Value::Null;
+                }
+                println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
+                let mut v = human_policy(&p)?;
+                if no_command {
+                    v["argv"] = serde_yaml::Value::from(NONE);
+                    v["program"] = serde_yaml::Value::Null;
+                }
                 print!(
                     "{}",
-                    serde_yaml::to_string(&human_policy(&p)?).context("rendering the policy")?
+                    serde_yaml::to_string(&v).context("rendering the policy")?
                 );
             }
             Ok(ExitCode::SUCCESS)

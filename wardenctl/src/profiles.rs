@@ -39,6 +39,17 @@ pub fn compile_text(
     text: &str,
     socket: Option<&Path>,
 ) -> anyhow::Result<Result<CompiledPolicy, String>> {
+    compile_text_with(path, text, socket, &Overrides::default())
+}
+
+/// [`compile_text`] with `overrides` (a stand-in command for a profile
+/// without one).
+fn compile_text_with(
+    path: &Path,
+    text: &str,
+    socket: Option<&Path>,
+    overrides: &Overrides,
+) -> anyhow::Result<Result<CompiledPolicy, String>> {
     let cwd = std::env::current_dir()?;
     let ctx = CompileContext {
         home: warden_core::paths::home_dir()?,
@@ -57,7 +68,33 @@ pub fn compile_text(
         path: Some(path),
         text,
     };
-    Ok(policy::compile(&input, &Overrides::default(), &ctx).map_err(|e| e.to_string()))
+    Ok(policy::compile(&input, overrides, &ctx).map_err(|e| e.to_string()))
+}
+
+/// What `policy show` compiles: the profile as [`compile_file`] does, except
+/// that a profile without a `command:` key (one used with `warden-shim
+/// --profile NAME -- CMD`, or as `wardenctl exec-server`'s ceiling, whose
+/// calls bring their own) is compiled with a stand-in command, and says so
+/// (`true`), so that its grants, hosts and limits can be shown.
+pub fn compile_profile(
+    path: &Path,
+    socket: Option<&Path>,
+) -> anyhow::Result<(Result<CompiledPolicy, String>, bool)> {
+    let text = match policy::load_file(path) {
+        Ok(t) => t,
+        Err(e) => return Ok((Err(e.to_string()), false)),
+    };
+    let no_command = policy::parse(&text, Some(path))
+        .map(|p| p.position("command").is_none())
+        .unwrap_or(false);
+    if !no_command {
+        return Ok((compile_text(path, &text, socket)?, false));
+    }
+    let stand_in = Overrides {
+        command: vec!["/bin/sh".into()],
+        ..Overrides::default()
+    };
+    Ok((compile_text_with(path, &text, socket, &stand_in)?, true))
 }
 
 /// [`compile_text`] of the file itself; a file that cannot be read is an
@@ -168,7 +205,8 @@ pub fn show(name: &str, socket: Option<&Path>, json: bool) -> anyhow::Result<Exi
     if !json {
         println!("# {}", path.display());
     }
-    crate::policy_check(&path, socket, json)
+    let (compiled, no_command) = compile_profile(&path, socket)?;
+    crate::print_policy(compiled, no_command, json)
 }
 
 /// What ended an edit.

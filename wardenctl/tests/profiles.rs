@@ -141,6 +141,34 @@ fn show_prints_the_path_and_what_the_profile_allows() {
     }
 }
 
+/// A profile without `command:` (used with `-- CMD`, or as `wardenctl
+/// exec-server`'s ceiling) is shown, its command as none; `policy check`
+/// still wants one.
+#[test]
+fn show_prints_a_profile_without_a_command() {
+    let h = Home::new();
+    let path = h.profile(
+        "ceiling",
+        "version: 1\nname: ceiling\nnetwork:\n  allow: [\"api.example.com:443\"]\n",
+    );
+    let out = h.run(&["policy", "show", "ceiling"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("api.example.com:443"), "{stdout}");
+    assert!(stdout.contains("argv: '(none in the profile"), "{stdout}");
+    let out = h.run(&["--json", "policy", "show", "ceiling"], None);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["argv"], serde_json::Value::Null);
+    assert_eq!(v["program"], serde_json::Value::Null);
+    let out = h.run(&["policy", "check", path.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("no command"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 /// An editor script: `sh -c` runs `$EDITOR "$@"`, so the value may hold
 /// arguments, as `code --wait` does.
 fn editor(h: &Home, name: &str, body: &str) -> String {

@@ -7,7 +7,10 @@
 //!
 //! - while events keep coming ([`FileAccesses::busy`], or a refused call
 //!   within [`BUSY`]) it drains every [`BATCH_INTERVAL`] on its own
-//!   schedule, so queueing costs the notifier no system call;
+//!   schedule, so queueing costs the notifier no system call; the queues
+//!   closing (the sandbox gone) rings the [`Wake`] even unarmed and ends
+//!   that wait at once, so a short command's exit is not held back by up to
+//!   an interval;
 //! - when a drain finds nothing, it arms the sandbox's [`Wake`] *before* the
 //!   last look at the queues and waits on its eventfd ([`WakeWaiter`]): the next
 //!   event, or the queues closing, rings it. An idle session costs no thread
@@ -228,7 +231,17 @@ async fn run(mut q: Queues, wake: Option<Arc<Wake>>) {
                 w.disarm();
             }
             if got != Drained::Full {
-                tokio::time::sleep(BATCH_INTERVAL).await;
+                match &waiter {
+                    // The queues closing rings even unarmed: a sandbox that
+                    // ends during the interval is finished at once, not an
+                    // interval later (`session.exit`, and the client's exit
+                    // status, wait for this task). A stale ring only brings
+                    // one drain forward.
+                    Some(w) => {
+                        let _ = tokio::time::timeout(BATCH_INTERVAL, ring(w)).await;
+                    }
+                    None => tokio::time::sleep(BATCH_INTERVAL).await,
+                }
             }
             continue;
         }

@@ -1,0 +1,254 @@
+//! `warden-bench launch-true [--runs N]` (issue 16): what one sandbox per
+//! tool call costs, spawn to exit of `/bin/true`, four ways in one run,
+//! interleaved so that machine noise hits each alike:
+//!
+//! - **direct**: `/bin/true` itself;
+//! - **bwrap**: Debian's bubblewrap with a comparable sandbox ([`BWRAP_ARGS`]:
+//!   every namespace, `/usr` read-only, the merged-`/usr` symlinks, a fresh
+//!   `/proc`, a minimal `/dev`, a tmpfs `/tmp`);
+//! - **warden-shim**: `warden-shim --policy P -- /bin/true` against a running
+//!   daemon (P: a name and nothing else, as an exec-server call's ceiling
+//!   without grants), which is what an exec-server call pays for its sandbox:
+//!   connecting, passing stdio, compiling the policy (shim and daemon), the
+//!   fsynced `session.start`, the sandbox, the exit and its record;
+//! - **warden-shim, `audit.files: off`**: the same with the policy's
+//!   `audit: {files: off}`: no file access is observed, so the loader's
+//!   path-taking calls in the sandbox never leave the kernel (the default,
+//!   `denied`, sends each to the daemon's seccomp notifier and back);
+//! - **sandbox alone**: `warden-sandbox-run SPEC` (the debug driver:
+//!   `Sandbox::spawn` of a spec as the daemon builds one for that policy,
+//!   `audit_files: denied` as the policy's default), no daemon, no gRPC, no
+//!   audit record: the difference to the shim is the daemon's share.
+//!
+//! Each is timed from `spawn()` to `wait()` returning, stdio `/dev/null`.
+//! Reported: median and p90 of each, and the time each adds over direct.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{arg, bin, ms, stats, which, Daemon};
+
+/// bubblewrap's arguments before the program: a sandbox comparable to
+/// Warden's (new user, mount, pid, net, ipc, uts and cgroup namespaces; the
+/// runtime read-only; a private `/proc`, `/dev` and `/tmp`; killed with its
+/// parent).
+pub const BWRAP_ARGS: &[&str] = &[
+    "--unshare-all",
+    "--die-with-parent",
+    "--new-session",
+    "--ro-bind",
+    "/usr",
+    "/usr",
+    "--symlink",
+    "usr/bin",
+    "/bin",
+    "--symlink",
+    "usr/sbin",
+    "/sbin",
+    "--symlink",
+    "usr/lib",
+    "/lib",
+    "--symlink",
+    "usr/lib64",
+    "/lib64",
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
+    "--tmpfs",
+    "/tmp",
+    "--chdir",
+    "/",
+];
+
+const TRUE: &str = "/bin/true";
+
+#[derive(Clone, Copy)]
+enum Way {
+    Direct,
+    Bwrap,
+    Shim,
+    ShimFilesOff,
+    SandboxAlone,
+}
+
+const WAYS: [Way; 5] = [
+    Way::Direct,
+    Way::Bwrap,
+    Way::Shim,
+    Way::ShimFilesOff,
+    Way::SandboxAlone,
+];
+
+impl Way {
+    fn label(self) -> &'static str {
+        match self {
+            Way::Direct => "direct `/bin/true`",
+            Way::Bwrap => "bwrap (flags below)",
+            Way::Shim => "warden-shim → wardend (native sandbox)",
+            Way::ShimFilesOff => "warden-shim → wardend, `audit.files: off`",
+            Way::SandboxAlone => "sandbox alone (warden-sandbox-run, no daemon)",
+        }
+    }
+}
+
+struct Setup {
+    bwrap: PathBuf,
+    shim: PathBuf,
+    runner: PathBuf,
+    socket: PathBuf,
+    policy: PathBuf,
+    policy_files_off: PathBuf,
+    spec: PathBuf,
+}
+
+fn command(way: Way, s: &Setup) -> Command {
+    let mut c = match way {
+        Way::Direct => Command::new(TRUE),
+        Way::Bwrap => {
+            let mut c = Command::new(&s.bwrap);
+            c.args(BWRAP_ARGS).arg(TRUE);
+            c
+        }
+        Way::Shim | Way::ShimFilesOff => {
+            let mut c = Command::new(&s.shim);
+            c.arg("--socket")
+                .arg(&s.socket)
+                .arg("--no-autostart")
+                .arg("--policy")
+                .arg(match way {
+                    Way::Shim => &s.policy,
+                    _ => &s.policy_files_off,
+                })
+                .arg("--")
+                .arg(TRUE);
+            c
+        }
+        Way::SandboxAlone => {
+            let mut c = Command::new(&s.runner);
+            c.arg(&s.spec);
+            c
+        }
+    };
+    c.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    c
+}
+
+fn once(way: Way, s: &Setup) -> Duration {
+    let mut c = command(way, s);
+    let t0 = Instant::now();
+    let status = c.status().expect("spawn");
+    let dt = t0.elapsed();
+    if !status.success() {
+        // Once more with stderr shown, to say why.
+        let out = command(way, s).stderr(Stdio::piped()).output().unwrap();
+        panic!(
+            "{} failed ({status}): {}",
+            way.label(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    dt
+}
+
+/// The `SandboxSpec` (JSON) the daemon builds for `/bin/true` under a policy
+/// without grants, for `warden-sandbox-run` (which decides the layers as the
+/// daemon does, from what the kernel offers).
+fn spec(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let me = std::fs::metadata("/proc/self").unwrap();
+    let program = std::fs::canonicalize(TRUE).unwrap();
+    let bytes = |s: &str| serde_json::Value::from(s.as_bytes().to_vec());
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let spec = serde_json::json!({
+        "session_id": "benchtrue000",
+        "program": program,
+        "argv": [bytes(TRUE)],
+        "env": [[bytes("PATH"), bytes("/usr/bin:/bin")]],
+        "cwd": "/tmp",
+        "read": [],
+        "write": [],
+        "home": home,
+        "uid": me.uid(),
+        "gid": me.gid(),
+        "user": "bench",
+        "tmp_size_mb": 256,
+        "audit_files": "denied",
+    });
+    let path = dir.join("true.json");
+    std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
+    path
+}
+
+pub fn main() {
+    let runs = arg("--runs", 200);
+    let Some(bwrap) = which("bwrap") else {
+        eprintln!(
+            "warden-bench launch-true: `bwrap` is not on PATH; it is the baseline of this \
+             benchmark: install bubblewrap (Debian: apt-get install -y bubblewrap)"
+        );
+        std::process::exit(2);
+    };
+    let daemon = Daemon::start();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("true.yaml");
+    std::fs::write(&policy, "version: 1\nname: bench-true\n").unwrap();
+    let policy_files_off = dir.path().join("true-files-off.yaml");
+    std::fs::write(
+        &policy_files_off,
+        "version: 1\nname: bench-true\naudit:\n  files: off\n",
+    )
+    .unwrap();
+    let setup = Setup {
+        bwrap,
+        shim: bin("warden-shim"),
+        runner: bin("warden-sandbox-run"),
+        socket: daemon.socket.clone(),
+        policy,
+        policy_files_off,
+        spec: spec(dir.path()),
+    };
+    // Warm up every path (page cache, daemon threads), and fail early.
+    for _ in 0..5 {
+        for w in WAYS {
+            once(w, &setup);
+        }
+    }
+    let mut times: Vec<Vec<Duration>> = vec![Vec::with_capacity(runs); WAYS.len()];
+    for _ in 0..runs {
+        for (i, w) in WAYS.iter().enumerate() {
+            times[i].push(once(*w, &setup));
+        }
+    }
+    let st: Vec<(Duration, Duration, Duration)> = times.into_iter().map(stats).collect();
+    let direct_m = st[0].0;
+    println!("## spawn to exit of /bin/true ({runs} runs each, interleaved)\n");
+    println!("| path | median | p90 | added over direct (median) |");
+    println!("| --- | --- | --- | --- |");
+    for (i, w) in WAYS.iter().enumerate() {
+        let (m, p90, _) = st[i];
+        let added = if i == 0 {
+            "—".to_string()
+        } else {
+            ms(m.saturating_sub(direct_m))
+        };
+        println!("| {} | {} | {} | {added} |", w.label(), ms(m), ms(p90));
+    }
+    let added = |i: usize| st[i].0.saturating_sub(direct_m).as_secs_f64();
+    let (bw, shim, off, alone) = (added(1), added(2), added(3), added(4));
+    println!(
+        "\nwarden-added / bwrap-added (median): {:.2}× through the daemon, {:.2}× with \
+         audit.files off, {:.2}× the sandbox alone (target: ≤ 1.5×); the daemon's share \
+         (shim − sandbox alone): {}; file watching's (default − audit.files off): {}",
+        shim / bw,
+        off / bw,
+        alone / bw,
+        ms(st[2].0.saturating_sub(st[4].0)),
+        ms(st[2].0.saturating_sub(st[3].0))
+    );
+    println!("\nbwrap {} /bin/true", BWRAP_ARGS.join(" "));
+}
