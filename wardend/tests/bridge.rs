@@ -121,6 +121,40 @@ impl Setup {
     }
 }
 
+/// Spawning a program just written can meet ETXTBSY: another test's thread
+/// forked while the file was open for writing, and its child holds that fd
+/// until it execs. Retried, as the kernel's answer is only "not yet".
+trait Retrying {
+    fn spawn_retrying(&mut self) -> std::process::Child;
+    fn output_retrying(&mut self) -> Output;
+}
+
+impl Retrying for Command {
+    fn spawn_retrying(&mut self) -> std::process::Child {
+        for _ in 0..100 {
+            match self.spawn() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                r => return r.unwrap(),
+            }
+        }
+        self.spawn().unwrap()
+    }
+
+    fn output_retrying(&mut self) -> Output {
+        for _ in 0..100 {
+            match self.output() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                r => return r.unwrap(),
+            }
+        }
+        self.output().unwrap()
+    }
+}
+
 /// The socket inode of `fd` in this process.
 fn inode(fd: RawFd) -> u64 {
     std::fs::metadata(format!("/proc/self/fd/{fd}"))
@@ -146,8 +180,7 @@ fn the_bridge_hands_over_its_listener_and_execs_the_server() {
         .command("0", &["sh", "-c", "echo ran; exec cat"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn_retrying();
     let fd = bridge::receive(&s.listener, None, WAIT).unwrap();
     let ino = inode(fd.as_raw_fd());
     let egress = TcpListener::from(fd);
@@ -203,8 +236,7 @@ fn handoff(
         .command(port, program)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn_retrying();
     let received = bridge::receive(&s.listener, expect_port, WAIT);
     (received, child.wait_with_output().unwrap())
 }
@@ -256,7 +288,7 @@ fn bad_usage_exits_125() {
         &["/sock", "-1", "--", "sh"],
     ];
     for args in cases {
-        let out = Command::new(&s.bridge).args(*args).output().unwrap();
+        let out = Command::new(&s.bridge).args(*args).output_retrying();
         assert_eq!(out.status.code(), Some(125), "{args:?}");
         assert!(
             stderr(&out)
@@ -275,8 +307,7 @@ fn bad_usage_exits_125() {
             "-c",
             "echo ran",
         ])
-        .output()
-        .unwrap();
+        .output_retrying();
     assert_eq!(out.status.code(), Some(125));
     assert!(
         stderr(&out).contains("cannot connect to /nonexistent/egress.sock"),
@@ -293,8 +324,7 @@ fn answering(answer: &[u8]) -> Output {
         .command("0", &["sh", "-c", "echo ran"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .spawn_retrying();
     let (mut conn, _) = s.listener.accept().unwrap();
     let mut buf = [0u8; 4];
     let (n, fds) =
