@@ -277,6 +277,41 @@ fn a_file_denial_during_a_tool_call_names_the_call_and_the_tool() {
         .find(|r| r["type"] == "mcp" && r["action"] == "end" && r["details"]["tool"] == "read_file")
         .unwrap();
     assert_eq!(during["details"]["call"], end["details"]["id"], "{during}");
+    // `wardenctl logs --tool` and `--call`: the call's records and what was
+    // done during it, nothing else.
+    for args in [
+        vec!["logs", "--json", "--tool", "read_file"],
+        vec![
+            "logs",
+            "--json",
+            "--call",
+            end["details"]["id"].as_str().unwrap(),
+        ],
+    ] {
+        let out = run(&mut env.ctl(&args), Duration::from_secs(30));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert!(
+            got.iter().any(|r| r["type"] == "file"),
+            "{args:?}: {got:#?}"
+        );
+        assert!(
+            got.iter()
+                .any(|r| r["type"] == "mcp" && r["action"] == "end"),
+            "{got:#?}"
+        );
+        assert!(
+            got.iter().all(|r| r["details"]["tool"] == "read_file"),
+            "{args:?}: {got:#?}"
+        );
+    }
     // Records with no call in flight carry none (session.start, mcp itself).
     assert!(recs
         .iter()

@@ -15,6 +15,13 @@ pub struct Filter {
     pub since_ms: Option<i64>,
     /// Unix milliseconds, inclusive.
     pub until_ms: Option<i64>,
+    /// Only records of this tool's calls: `details.tool`, or one of
+    /// `details.calls` ("TOOL (id ID)").
+    pub tool: Option<String>,
+    /// Only records of the call with this request id (as `mcp.*` spell it):
+    /// `details.call` or `details.id` of an `mcp` record, or one of
+    /// `details.calls`.
+    pub call: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -23,6 +30,21 @@ pub enum FilterError {
     Type(String),
     #[error("unknown decision `{0}` (one of: allow, deny, info)")]
     Decision(String),
+}
+
+/// `details.calls` of a record made while several tool calls were in
+/// flight: ("TOOL", "ID") pairs.
+fn calls(r: &Record) -> impl Iterator<Item = (&str, &str)> {
+    r.details
+        .get("calls")
+        .and_then(|v| v.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str())
+        .filter_map(|s| {
+            let (tool, rest) = s.rsplit_once(" (id ")?;
+            Some((tool, rest.strip_suffix(')')?))
+        })
 }
 
 impl Filter {
@@ -50,6 +72,26 @@ impl Filter {
     }
 
     pub fn matches(&self, r: &Record) -> bool {
+        if let Some(t) = &self.tool {
+            let one = r.details.get("tool").and_then(|v| v.as_str()) == Some(t.as_str());
+            let among = calls(r).any(|(tool, _)| tool == t);
+            if !one && !among {
+                return false;
+            }
+        }
+        if let Some(c) = &self.call {
+            let key = if r.kind == RecordType::Mcp {
+                "id"
+            } else {
+                "call"
+            };
+            let one = r.details.get(key).and_then(|v| v.as_str()) == Some(c.as_str())
+                && (r.kind != RecordType::Mcp || r.details.get("tool").is_some());
+            let among = calls(r).any(|(_, id)| id == c);
+            if !one && !among {
+                return false;
+            }
+        }
         if let Some(s) = &self.session {
             if !r
                 .session
@@ -82,6 +124,44 @@ impl Filter {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tool_and_call_pick_a_calls_records() {
+        let rec = |kind, details: serde_json::Value| {
+            Record::new(kind, "x", Some("s"), "r", Decision::Info, "").with_details(details)
+        };
+        let during = rec(
+            RecordType::File,
+            serde_json::json!({"call": "7", "tool": "fetch"}),
+        );
+        let several = rec(
+            RecordType::Network,
+            serde_json::json!({"calls": ["fetch (id 7)", "read (id \"a\")"]}),
+        );
+        let mcp_end = rec(
+            RecordType::Mcp,
+            serde_json::json!({"id": "7", "tool": "fetch"}),
+        );
+        let mcp_init = rec(RecordType::Mcp, serde_json::json!({"id": "7"}));
+        let plain = rec(RecordType::File, serde_json::json!({}));
+        let f = Filter {
+            tool: Some("fetch".into()),
+            ..Filter::default()
+        };
+        assert!(f.matches(&during) && f.matches(&several) && f.matches(&mcp_end));
+        assert!(!f.matches(&plain) && !f.matches(&mcp_init));
+        let f = Filter {
+            call: Some("7".into()),
+            ..Filter::default()
+        };
+        assert!(f.matches(&during) && f.matches(&several) && f.matches(&mcp_end));
+        assert!(!f.matches(&plain) && !f.matches(&mcp_init));
+        let f = Filter {
+            call: Some("\"a\"".into()),
+            ..Filter::default()
+        };
+        assert!(f.matches(&several) && !f.matches(&during));
+    }
+
     use super::*;
 
     fn rec(session: Option<&str>, kind: RecordType, action: &str, d: Decision, ts: &str) -> Record {

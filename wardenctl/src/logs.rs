@@ -34,6 +34,14 @@ pub struct LogsArgs {
     /// Only this decision: allow, deny or info.
     #[arg(long, value_name = "DECISION")]
     decision: Option<String>,
+    /// Only records of this MCP tool's calls: their `mcp` records and what
+    /// the server did during them (files, network, refused calls).
+    #[arg(long, value_name = "NAME")]
+    tool: Option<String>,
+    /// Only records of the tool call with this request id, as the `mcp`
+    /// records spell it (`7`, `"abc"`).
+    #[arg(long, value_name = "ID")]
+    call: Option<String>,
     /// Only records from this long ago on (30s, 10m, 1h, 2d, 1h30m) or from
     /// this RFC 3339 time on.
     #[arg(long, value_name = "DUR|TIME")]
@@ -43,7 +51,7 @@ pub struct LogsArgs {
     until: Option<String>,
     /// Check the hash chain and seq continuity of the whole store; exit 1
     /// naming the first bad record.
-    #[arg(long, conflicts_with_all = ["session", "kind", "decision", "since", "until"])]
+    #[arg(long, conflicts_with_all = ["session", "kind", "decision", "tool", "call", "since", "until"])]
     verify: bool,
     /// Read the store of this state directory (default: the running daemon's,
     /// else $XDG_STATE_HOME/warden).
@@ -73,6 +81,8 @@ pub fn run(args: &LogsArgs, socket: Option<&Path>, json: bool) -> anyhow::Result
 fn filter(args: &LogsArgs, now: i64) -> anyhow::Result<Filter> {
     let mut f = Filter {
         session: args.session.clone(),
+        tool: args.tool.clone(),
+        call: args.call.clone(),
         ..Filter::default()
     };
     if let Some(t) = &args.kind {
@@ -205,6 +215,8 @@ async fn follow(socket: &Path, filter: &Filter, out: &mut Output) -> anyhow::Res
             .unwrap_or_default(),
         since_ms: filter.since_ms.unwrap_or(0),
         until_ms: 0,
+        tool: filter.tool.clone().unwrap_or_default(),
+        call: filter.call.clone().unwrap_or_default(),
     };
     let mut stream = c
         .logs(req)

@@ -38,6 +38,8 @@ pub fn filter(req: &pb::LogsRequest) -> Result<Filter, DaemonError> {
     if !req.decision.is_empty() {
         f.set_decision(&req.decision).map_err(bad)?;
     }
+    f.tool = (!req.tool.is_empty()).then(|| req.tool.clone());
+    f.call = (!req.call.is_empty()).then(|| req.call.clone());
     f.since_ms = (req.since_ms != 0).then_some(req.since_ms);
     f.until_ms = (req.until_ms != 0).then_some(req.until_ms);
     if req.follow && f.until_ms.is_some() {
