@@ -489,17 +489,32 @@ impl Daemon {
         at: Instant,
     ) -> warden_audit::Record {
         let mut rec = rec.into();
-        let calls: Vec<(String, String)> = match self.sessions.get(session) {
-            Some(s) => s
-                .tool_calls
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .at(at)
-                .iter()
-                .map(|c| (c.id.clone(), c.tool.clone()))
-                .collect(),
-            None => return rec,
+        let Some(log) = self.sessions.get(session).map(|s| s.tool_calls.clone()) else {
+            return rec;
         };
+        // Requests copied before `at` that the observer has not taken yet:
+        // give it a moment (it runs just behind the relay).
+        let deadline = Instant::now() + CATCH_UP;
+        loop {
+            let behind = {
+                let l = log.lock().unwrap_or_else(|p| p.into_inner());
+                l.requests
+                    .as_ref()
+                    .and_then(front_at)
+                    .is_some_and(|t| t <= at)
+            };
+            if !behind || Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let calls: Vec<(String, String)> = log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .at(at)
+            .iter()
+            .map(|c| (c.id.clone(), c.tool.clone()))
+            .collect();
         if calls.is_empty() {
             return rec;
         }
@@ -748,7 +763,14 @@ const KEEP_ENDED_MAX: usize = 256;
 #[derive(Debug, Default)]
 pub struct CallLog {
     calls: Vec<Call>,
+    /// The client-to-server tap's marks: what the observer has not taken
+    /// yet (a record made at a time the observer has not reached waits a
+    /// moment for it).
+    pub(crate) requests: Option<crate::stdio::Marks>,
 }
+
+/// How long a record waits for the observer to reach its time.
+const CATCH_UP: Duration = Duration::from_millis(20);
 
 impl CallLog {
     fn begin(&mut self, id: String, tool: String, at: Instant) {
@@ -965,6 +987,14 @@ struct Due {
     next: Option<Instant>,
 }
 
+/// Takes `n` marks off the front once what they cover has been followed
+/// (until then a record waiting for the observer sees them pending).
+fn take_marks(marks: &crate::stdio::Marks, n: usize) {
+    let mut m = marks.lock().unwrap_or_else(|p| p.into_inner());
+    let n = n.min(m.len());
+    m.drain(..n);
+}
+
 /// How long the observer waits for the mark of bytes it already read (the
 /// relay pushes it right after the copy).
 const MARK_WAIT: Duration = Duration::from_millis(2);
@@ -974,20 +1004,23 @@ async fn due_marks(marks: &crate::stdio::Marks, end: u64) -> Due {
     let deadline = Instant::now() + MARK_WAIT;
     loop {
         let next = {
-            let mut m = marks.lock().unwrap_or_else(|p| p.into_inner());
-            while let Some(&mk) = m.front() {
+            let m = marks.lock().unwrap_or_else(|p| p.into_inner());
+            due.clear();
+            let mut rest = m.iter();
+            let mut after = None;
+            for &mk in rest.by_ref() {
                 let off = match mk {
                     Mark::Copied { end, .. } => end,
                     Mark::Gap { at_offset } => at_offset,
                 };
                 if off > end {
+                    after = Some(mk);
                     break;
                 }
                 due.push(mk);
-                m.pop_front();
             }
-            match m.front() {
-                Some(Mark::Copied { at, .. }) => Some(*at),
+            match after {
+                Some(Mark::Copied { at, .. }) => Some(at),
                 _ => None,
             }
         };
@@ -999,6 +1032,15 @@ async fn due_marks(marks: &crate::stdio::Marks, end: u64) -> Due {
         }
         tokio::task::yield_now().await;
     }
+}
+
+/// When the oldest copy still in a tap was made.
+fn front_at(marks: &crate::stdio::Marks) -> Option<Instant> {
+    let m = marks.lock().unwrap_or_else(|p| p.into_inner());
+    m.iter().find_map(|mk| match mk {
+        Mark::Copied { at, .. } => Some(*at),
+        Mark::Gap { .. } => None,
+    })
 }
 
 type TapFd = (tokio::net::unix::pipe::Receiver, crate::stdio::Marks);
@@ -1034,47 +1076,74 @@ async fn run(
                 Err(_) => { open[1] = false; continue; }
             },
         };
-        {
-            match readers[i].0.try_read(&mut buf) {
-                Ok(0) => open[i] = false,
-                Ok(n) => {
-                    let marks = due_marks(&readers[i].1, offset[i] + n as u64).await;
-                    let mut chunk = &buf[..n];
-                    let mut last = Instant::now();
-                    let mut feed = |obs: &mut Observer, bytes: &[u8], at: Instant| {
-                        let events = obs.feed(dirs[i], bytes, at);
-                        log_calls(in_flight, &events, at);
-                        sink.events(events);
-                    };
-                    for m in marks.due {
-                        let (until, at) = match m {
-                            Mark::Copied { end, at } => (end, Some(at)),
-                            Mark::Gap { at_offset } => (at_offset, None),
-                        };
-                        let k = (until.saturating_sub(offset[i]) as usize).min(chunk.len());
-                        let t = at.unwrap_or(last);
-                        feed(&mut obs, &chunk[..k], t);
-                        last = t;
-                        chunk = &chunk[k..];
-                        offset[i] += k as u64;
-                        if at.is_none() {
-                            obs.gap(dirs[i]);
-                        }
-                    }
-                    // The rest belongs to a copy whose mark is still ahead.
-                    if !chunk.is_empty() {
-                        feed(&mut obs, chunk, marks.next.unwrap_or_else(Instant::now));
-                        offset[i] += chunk.len() as u64;
-                    }
+        // The direction whose unread copy is older is followed first: the
+        // question of an answer is in the other tap already (it was copied
+        // before the other side could read it), and must be seen first.
+        let order = match (front_at(&readers[0].1), front_at(&readers[1].1)) {
+            (Some(a), Some(b)) if b < a => [1, 0],
+            (Some(_), _) => [0, 1],
+            (None, Some(_)) => [1, 0],
+            (None, None) => [1 - i, i],
+        };
+        for j in order {
+            // At most a few chunks at a time: a flooding direction must not
+            // keep the task from yielding (what is left stays readable).
+            for _ in 0..16 {
+                if !open[j] {
+                    break;
                 }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-                    ) => {}
-                Err(e) => {
-                    tracing::warn!(session, error = %e, "mcp observer: cannot read its tap");
-                    open[i] = false;
+                match readers[j].0.try_read(&mut buf) {
+                    Ok(0) => {
+                        open[j] = false;
+                        break;
+                    }
+                    Ok(n) => {
+                        let marks = due_marks(&readers[j].1, offset[j] + n as u64).await;
+                        let taken = marks.due.len();
+                        let mut chunk = &buf[..n];
+                        let mut last = Instant::now();
+                        let mut feed = |obs: &mut Observer, bytes: &[u8], at: Instant| {
+                            let events = obs.feed(dirs[j], bytes, at);
+                            log_calls(in_flight, &events, at);
+                            sink.events(events);
+                        };
+                        for m in marks.due {
+                            let (until, at) = match m {
+                                Mark::Copied { end, at } => (end, Some(at)),
+                                Mark::Gap { at_offset } => (at_offset, None),
+                            };
+                            let k = (until.saturating_sub(offset[j]) as usize).min(chunk.len());
+                            let t = at.unwrap_or(last);
+                            feed(&mut obs, &chunk[..k], t);
+                            last = t;
+                            chunk = &chunk[k..];
+                            offset[j] += k as u64;
+                            if at.is_none() {
+                                obs.gap(dirs[j]);
+                            }
+                        }
+                        // The rest belongs to a copy whose mark is still ahead.
+                        if !chunk.is_empty() {
+                            feed(&mut obs, chunk, marks.next.unwrap_or_else(Instant::now));
+                            offset[j] += chunk.len() as u64;
+                        }
+                        take_marks(&readers[j].1, taken);
+                    }
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                        ) =>
+                    {
+                        break
+                    }
+                    Err(e) => {
+                        tracing::warn!(session, error = %e, "mcp observer: cannot read its tap");
+                        {
+                            open[j] = false;
+                            break;
+                        };
+                    }
                 }
             }
         }

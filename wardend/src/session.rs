@@ -544,6 +544,10 @@ impl Daemon {
         let (taps, mcp_watch) = match taps {
             None => (None, None),
             Some((Ok((ti, ri)), Ok((to, ro)))) => {
+                tool_calls
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .requests = Some(ri.marks.clone());
                 let profile = crate::mcp::Profile::of(
                     policy.name.as_deref(),
                     policy.source.as_deref(),

@@ -521,36 +521,64 @@ impl Tap {
     }
 
     /// Copies what `src` holds into the tap, unless copied bytes are still
-    /// to move. Afterwards, `ahead` is what the move may take (0: anything).
-    fn copy(&mut self, src: &OwnedFd) {
+    /// to move. Afterwards, `ahead` is what the move may take (0: anything,
+    /// when the tap is off or full). [`Copy::Empty`]: nothing was there to
+    /// copy, so nothing may move now either (bytes arriving after the copy
+    /// looked would go by uncopied): the lane waits for more.
+    fn copy(&mut self, src: &OwnedFd) -> Copy {
         if self.ahead > 0 || self.broken {
-            return;
+            return Copy::Move;
         }
         let at = Instant::now();
         if self.peek {
             let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
-            if let Ok(n @ 1..) = recv(src.as_raw_fd(), &mut self.buf, flags) {
-                match write(&self.w, &self.buf[..n]) {
-                    Ok(m) => self.copied(m, at),
-                    Err(Errno::EAGAIN) => self.lose(),
-                    Err(Errno::EINTR) => {}
-                    Err(_) => self.broken = true,
+            match recv(src.as_raw_fd(), &mut self.buf, flags) {
+                Ok(0) => Copy::Move, // EOF: the move says so
+                Ok(n) => match write(&self.w, &self.buf[..n]) {
+                    Ok(m) => {
+                        self.copied(m, at);
+                        Copy::Move
+                    }
+                    Err(Errno::EAGAIN) => {
+                        self.lose();
+                        Copy::Move
+                    }
+                    Err(Errno::EINTR) => Copy::Empty,
+                    Err(_) => {
+                        self.broken = true;
+                        Copy::Move
+                    }
+                },
+                Err(Errno::EAGAIN | Errno::EINTR) => Copy::Empty,
+                // Not readable as a socket after all: the move decides.
+                Err(_) => {
+                    self.broken = true;
+                    Copy::Move
                 }
             }
         } else {
             match tee(src, &self.w, CHUNK, SpliceFFlags::SPLICE_F_NONBLOCK) {
-                Ok(n) => self.copied(n, at),
+                Ok(n) => {
+                    self.copied(n, at);
+                    Copy::Move
+                }
                 // The source is empty, or the tap is full.
                 Err(Errno::EAGAIN) => {
                     if poll_now(src.as_fd(), PollFlags::POLLIN)
                         && !poll_now(self.w.as_fd(), PollFlags::POLLOUT)
                     {
                         self.lose();
+                        Copy::Move
+                    } else {
+                        Copy::Empty
                     }
                 }
-                Err(Errno::EINTR) => {}
+                Err(Errno::EINTR) => Copy::Empty,
                 // The observer is gone (EPIPE), or the source cannot be teed.
-                Err(_) => self.broken = true,
+                Err(_) => {
+                    self.broken = true;
+                    Copy::Move
+                }
             }
         }
     }
@@ -595,6 +623,14 @@ impl Tap {
     }
 }
 
+/// What a tap's copy allows the lane.
+enum Copy {
+    /// Move (up to `ahead` when the tap copied).
+    Move,
+    /// Nothing to copy, so nothing to move: wait for the source.
+    Empty,
+}
+
 /// One direction of a [`Duplex`].
 struct Lane {
     src: OwnedFd,
@@ -625,7 +661,10 @@ impl Lane {
         // With a tap, what moves is exactly what was copied.
         let mut len = CHUNK;
         if let Some(t) = self.tap.as_mut() {
-            t.copy(&self.src);
+            if let Copy::Empty = t.copy(&self.src) {
+                self.want_write = false;
+                return Ok(Step::Idle);
+            }
             if t.ahead > 0 {
                 len = t.ahead;
             }
