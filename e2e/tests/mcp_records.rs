@@ -250,9 +250,14 @@ fn a_file_denial_during_a_tool_call_names_the_call_and_the_tool() {
         fixture().into_os_string(),
     ]);
     c.initialize();
-    // While nothing is in flight, then during a call: the same denial.
-    let r = c.call_tool("read_file", json!({"path": secret}));
-    assert!(is_tool_error(&r) || r.to_string().contains("rror"), "{r}");
+    // Attribution is best effort (docs/audit-format.md): a call whose copy
+    // the observer reads before the relay notes its time can be placed a
+    // moment late. Three calls; at least one denial must carry its call,
+    // and every one that names a call names the right one.
+    for _ in 0..3 {
+        let r = c.call_tool("read_file", json!({"path": secret}));
+        assert!(is_tool_error(&r) || r.to_string().contains("rror"), "{r}");
+    }
     c.close_stdin();
     assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
     let recs = audit_records(&env);
@@ -272,11 +277,27 @@ fn a_file_denial_during_a_tool_call_names_the_call_and_the_tool() {
         .find(|r| r["details"]["tool"] == "read_file")
         .unwrap_or_else(|| panic!("no denial carries the tool: {denied:#?}"));
     // The call's id, as the mcp records spell it.
+    let ids: Vec<&Value> = recs
+        .iter()
+        .filter(|r| {
+            r["type"] == "mcp" && r["action"] == "end" && r["details"]["tool"] == "read_file"
+        })
+        .map(|r| &r["details"]["id"])
+        .collect();
+    assert_eq!(ids.len(), 3, "{recs:#?}");
+    for d in denied.iter().filter(|d| d["details"].get("call").is_some()) {
+        assert!(ids.contains(&&d["details"]["call"]), "{d}");
+        assert_eq!(d["details"]["tool"], "read_file", "{d}");
+    }
     let end = recs
         .iter()
-        .find(|r| r["type"] == "mcp" && r["action"] == "end" && r["details"]["tool"] == "read_file")
+        .find(|r| {
+            r["type"] == "mcp"
+                && r["action"] == "end"
+                && r["details"]["id"] == during["details"]["call"]
+        })
         .unwrap();
-    assert_eq!(during["details"]["call"], end["details"]["id"], "{during}");
+    assert_eq!(end["details"]["tool"], "read_file");
     // `wardenctl logs --tool` and `--call`: the call's records and what was
     // done during it, nothing else.
     for args in [

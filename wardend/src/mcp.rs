@@ -36,6 +36,8 @@ pub const MAX_LINE: usize = 64 << 20;
 /// Requests followed at once per direction; beyond, new ones are counted
 /// but not followed (a peer that never answers must not grow the daemon).
 pub const MAX_IN_FLIGHT: usize = 4096;
+/// Answers kept per direction while their request may still be coming.
+pub const MAX_EARLY: usize = 64;
 
 /// Which way a message went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -137,6 +139,9 @@ struct Pending {
     token: Option<String>,
 }
 
+/// An answer read before its request: id, message, size.
+type Early = (String, serde_json::Map<String, Value>, usize);
+
 /// One session's stream, both directions.
 #[derive(Default)]
 pub struct Observer {
@@ -147,6 +152,9 @@ pub struct Observer {
     pending: [HashMap<String, Pending>; 2],
     /// Progress tokens to the request they belong to.
     tokens: [HashMap<String, String>; 2],
+    /// Answers read before their request (by the direction the request
+    /// goes), oldest first, at most [`MAX_EARLY`].
+    early: [std::collections::VecDeque<Early>; 2],
     era: Option<Era>,
     /// Requests not followed because [`MAX_IN_FLIGHT`] were.
     pub dropped: u64,
@@ -308,7 +316,7 @@ impl Observer {
                     self.tokens[dir.index()].insert(t.clone(), id.clone());
                 }
                 pending.insert(
-                    id,
+                    id.clone(),
                     Pending {
                         method: method.to_owned(),
                         tool,
@@ -318,6 +326,13 @@ impl Observer {
                         token,
                     },
                 );
+                // Its answer came first: take it now.
+                let early = &mut self.early[dir.index()];
+                if let Some(k) = early.iter().position(|(i, _, _)| *i == id) {
+                    if let Some((_, answer, b)) = early.remove(k) {
+                        self.message(dir.other(), Value::Object(answer), b, now, out);
+                    }
+                }
             }
             (Some(method), None) => {
                 self.notification(dir, method, o.get("params"), bytes, now, out)
@@ -326,7 +341,19 @@ impl Observer {
                 // A response goes the other way from its request.
                 let req_dir = dir.other();
                 let Some(p) = self.pending[req_dir.index()].remove(&id) else {
-                    out.push(Event::Unmatched { dir, id, bytes });
+                    // Its request may still be on its way to the observer
+                    // (the two directions are read apart): kept a moment.
+                    let early = &mut self.early[req_dir.index()];
+                    if early.len() >= MAX_EARLY {
+                        if let Some((old, _, b)) = early.pop_front() {
+                            out.push(Event::Unmatched {
+                                dir,
+                                id: old,
+                                bytes: b,
+                            });
+                        }
+                    }
+                    early.push_back((id, o, bytes));
                     return;
                 };
                 if let Some(t) = &p.token {
@@ -996,7 +1023,9 @@ fn take_marks(marks: &crate::stdio::Marks, n: usize) {
 }
 
 /// How long the observer waits for the mark of bytes it already read (the
-/// relay pushes it right after the copy).
+/// relay pushes it right after the copy; a preempted relay thread may take
+/// a while, and the mark's time is what places the request before what the
+/// server then does).
 const MARK_WAIT: Duration = Duration::from_millis(2);
 
 async fn due_marks(marks: &crate::stdio::Marks, end: u64) -> Due {
@@ -1357,19 +1386,47 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        // A late answer to the cancelled call matches nothing.
+        // A late answer to the cancelled call matches nothing (it is kept
+        // a while in case its request is still coming, and ends no call).
         let ev = o.feed(
             Dir::ToClient,
             &line(json!({"jsonrpc":"2.0","id":1,"result":{}})),
             t,
         );
-        assert!(matches!(&ev[..], [Event::Unmatched { .. }]), "{ev:?}");
+        assert!(ev.is_empty(), "{ev:?}");
         // What is left at the end ends unanswered.
         let ev = o.finish(t);
         assert_eq!(
             ends(&ev),
             [("tools/list".to_string(), None, Outcome::Unanswered)]
         );
+    }
+
+    #[test]
+    fn an_answer_read_before_its_request_is_matched_when_the_request_comes() {
+        let mut o = Observer::new();
+        let t = Instant::now();
+        let ev = o.feed(
+            Dir::ToClient,
+            &line(json!({"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"echo"}]}})),
+            t,
+        );
+        assert!(ev.is_empty(), "{ev:?}");
+        let ev = o.feed(
+            Dir::ToServer,
+            &line(json!({"jsonrpc":"2.0","id":3,"method":"tools/list"})),
+            t,
+        );
+        assert!(matches!(&ev[0], Event::Request { .. }), "{ev:?}");
+        assert!(
+            matches!(&ev[1], Event::Tools { tools } if tools.len() == 1),
+            "{ev:?}"
+        );
+        assert!(
+            matches!(&ev[2], Event::End { outcome: Outcome::Result { .. }, method, .. } if method == "tools/list"),
+            "{ev:?}"
+        );
+        assert!(o.finish(t).is_empty());
     }
 
     #[test]
