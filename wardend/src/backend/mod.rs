@@ -148,6 +148,19 @@ pub struct Choice {
     pub skipped: Vec<Skipped>,
 }
 
+impl Choice {
+    /// `session.start`'s `sandbox.backend_skipped`.
+    pub fn skipped_facts(&self) -> Vec<warden_audit::event::SkippedBackend> {
+        self.skipped
+            .iter()
+            .map(|s| warden_audit::event::SkippedBackend {
+                backend: s.backend.to_string(),
+                reason: s.reason.clone(),
+            })
+            .collect()
+    }
+}
+
 /// Picks the backend for `requested` on `os`; `available` says whether a
 /// backend can run a session here now, or why not. The error is the
 /// refusal, one line naming each backend considered and why.

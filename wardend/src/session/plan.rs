@@ -473,14 +473,7 @@ pub fn sandbox_facts(
     event::SandboxFacts {
         backend: backend.backend.to_string(),
         backend_requested: backend.requested.to_string(),
-        backend_skipped: backend
-            .skipped
-            .iter()
-            .map(|s| event::SkippedBackend {
-                backend: s.backend.to_string(),
-                reason: s.reason.clone(),
-            })
-            .collect(),
+        backend_skipped: backend.skipped_facts(),
         namespaces: ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"]
             .map(String::from)
             .to_vec(),
