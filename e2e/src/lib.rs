@@ -1087,12 +1087,19 @@ pub fn assert_only_jsonrpc_lines(bytes: &[u8]) {
                 String::from_utf8_lossy(&line[..line.len().min(300)])
             )
         });
-        assert_eq!(
-            message["jsonrpc"],
-            "2.0",
-            "stdout line {} is not JSON-RPC 2.0: {message}",
-            n + 1
-        );
+        // A batch is a JSON-RPC line too, when every item is one.
+        let items = match &message {
+            Value::Array(items) if !items.is_empty() => items.iter().collect(),
+            m => vec![m],
+        };
+        for m in items {
+            assert_eq!(
+                m["jsonrpc"],
+                "2.0",
+                "stdout line {} is not JSON-RPC 2.0: {message}",
+                n + 1
+            );
+        }
     }
 }
 

@@ -149,6 +149,7 @@ impl Fixture {
             approve: false,
             backend: Default::default(),
             docker_image: None,
+            mcp: Default::default(),
         }
     }
 }
@@ -1414,4 +1415,41 @@ fn docker_image_is_a_strict_reference() {
     }
     let e = f.err("command: [server]\ndocker:\n  tag: x\n").join("\n");
     assert!(e.contains("unknown key `tag`"), "{e}");
+}
+
+#[test]
+fn mcp_tools_and_pin() {
+    let f = Fixture::new();
+    let text = "command: [server]\nmcp:\n  tools:\n    allow: [\"read_*\", echo]\n    deny: [\"read_secret*\"]\n  pin: off\n";
+    let p = f.ok(text);
+    assert_eq!(
+        p.mcp,
+        warden_core::policy::McpPolicy {
+            allow: Some(strings(&["read_*", "echo"])),
+            deny: strings(&["read_secret*"]),
+            pin: warden_core::policy::PinMode::Off,
+        }
+    );
+    assert!(p.mcp.gates());
+    // The default: nothing gated, pins flagged.
+    let p = f.ok("command: [server]\n");
+    assert_eq!(p.mcp, Default::default());
+    assert!(!p.mcp.gates());
+    let json = serde_json::to_value(&p).unwrap();
+    assert!(json.get("mcp").is_none(), "{json}");
+    assert_eq!(
+        f.err("command: [server]\nmcp:\n  tools:\n    deny: [\"\", \"a b\"]\n  pin: strict\n"),
+        vec![
+            "$T/proj/policy.yaml:4:12: mcp.tools.deny[0]: a tool name or pattern cannot be empty".to_string(),
+            "$T/proj/policy.yaml:4:16: mcp.tools.deny[1]: `a b` holds ' ': tool names have no spaces or control characters".to_string(),
+            "$T/proj/policy.yaml:5:8: mcp.pin: unknown pin mode `strict`: use `flag` (record changed tool definitions, the default) or `off`".to_string(),
+        ]
+    );
+    let e = f
+        .err("command: [server]\nmcp:\n  tool:\n    deny: [x]\n")
+        .join("\n");
+    assert!(
+        e.contains("unknown key `tool`") && e.contains("tools"),
+        "{e}"
+    );
 }

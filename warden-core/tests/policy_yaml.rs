@@ -156,7 +156,7 @@ fn what_yaml_readers_read_differently_is_refused() {
 #[test]
 fn merge_keys_non_string_keys_and_documents_stay_refused() {
     let f = Fixture::new();
-    let expected = "expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`, `approve`, `backend`, `docker`";
+    let expected = "expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`, `approve`, `backend`, `docker`, `mcp`";
     for (text, want) in [
         (
             "base: &b {name: x}\ncommand: [server]\n<<: *b\n",

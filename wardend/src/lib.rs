@@ -52,6 +52,7 @@ pub mod egress;
 pub mod error;
 pub mod features;
 pub mod files;
+pub mod gate;
 pub mod limits;
 pub mod logs;
 pub mod mcp;

@@ -478,7 +478,7 @@ fn fingerprint(tool: &Value) -> Option<(String, String)> {
 
 /// A request id (or progress token) as a key: strings as they are, numbers
 /// and anything else as their JSON text, so `1` and `"1"` stay apart.
-fn id_key(v: &Value) -> String {
+pub(crate) fn id_key(v: &Value) -> String {
     match v {
         Value::String(s) => format!("s:{s}"),
         other => format!("j:{other}"),
@@ -580,6 +580,7 @@ pub fn watch(
     readers: [TapReader; 2],
     in_flight: InFlight,
     profile: Profile,
+    mcp: warden_core::policy::McpPolicy,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     use tokio::net::unix::pipe::Receiver;
     let [a, b] = readers;
@@ -589,7 +590,7 @@ pub fn watch(
     ];
     // A task, not a thread: an idle session costs no thread for it.
     Ok(tokio::spawn(async move {
-        run(&daemon, &session, fds, &in_flight, profile).await
+        run(&daemon, &session, fds, &in_flight, profile, mcp).await
     }))
 }
 
@@ -625,9 +626,12 @@ impl Profile {
 }
 
 /// The tool definitions pinned for a profile, and what this session saw.
-struct Pins {
+pub(crate) struct Pins {
     path: std::path::PathBuf,
     profile: Profile,
+    /// The session's `mcp:` policy: tools it refuses are not offered, so
+    /// neither pinned nor missed.
+    mcp: warden_core::policy::McpPolicy,
     /// The pinned definitions (name → fingerprint), or None before the
     /// first `tools/list` of the profile.
     pinned: Option<std::collections::BTreeMap<String, String>>,
@@ -638,7 +642,11 @@ struct Pins {
 }
 
 impl Pins {
-    fn load(state_dir: &std::path::Path, profile: Profile) -> Pins {
+    pub(crate) fn load(
+        state_dir: &std::path::Path,
+        profile: Profile,
+        mcp: warden_core::policy::McpPolicy,
+    ) -> Pins {
         let path = state_dir
             .join("mcp-pins")
             .join(format!("{}.json", profile.key));
@@ -649,6 +657,7 @@ impl Pins {
         Pins {
             path,
             profile,
+            mcp,
             pinned,
             seen: Default::default(),
             first: false,
@@ -658,7 +667,15 @@ impl Pins {
 
     /// One `tools/list` answer: the first of the profile becomes the pin; a
     /// later one is compared. Returns the record to write, if any.
-    fn tools(&mut self, session: &str, tools: Vec<(String, String)>) -> Option<event::McpPin> {
+    pub(crate) fn tools(
+        &mut self,
+        session: &str,
+        tools: Vec<(String, String)>,
+    ) -> Option<event::McpPin> {
+        let tools: Vec<(String, String)> = tools
+            .into_iter()
+            .filter(|(name, _)| self.mcp.refuses(name).is_none())
+            .collect();
         self.seen.extend(tools.iter().cloned());
         let Some(pinned) = &self.pinned else {
             self.first = true;
@@ -702,14 +719,14 @@ impl Pins {
     }
 
     /// At the session's end: pinned tools its answers never showed.
-    fn finish(&mut self, session: &str) -> Option<event::McpPin> {
+    pub(crate) fn finish(&mut self, session: &str) -> Option<event::McpPin> {
         let pinned = self.pinned.as_ref()?;
         if self.first || self.seen.is_empty() {
             return None;
         }
         let removed: Vec<String> = pinned
             .keys()
-            .filter(|k| !self.seen.contains_key(*k))
+            .filter(|k| !self.seen.contains_key(*k) && self.mcp.refuses(k).is_none())
             .cloned()
             .collect();
         (!removed.is_empty()).then(|| self.changed(session, vec![], vec![], removed))
@@ -875,7 +892,7 @@ struct Sink<'a> {
     second: Option<Instant>,
     in_second: u32,
     suppressed: u64,
-    pins: Pins,
+    pins: Option<Pins>,
 }
 
 impl Sink<'_> {
@@ -900,7 +917,8 @@ impl Sink<'_> {
         for e in events {
             if let Event::Tools { tools } = e {
                 // Pin records are never rate-limited away.
-                if let Some(p) = self.pins.tools(self.session, tools) {
+                let pins = self.pins.as_mut();
+                if let Some(p) = pins.and_then(|p| p.tools(self.session, tools)) {
                     self.daemon.audit.record(p);
                 }
                 continue;
@@ -1080,6 +1098,7 @@ async fn run(
     readers: [TapFd; 2],
     in_flight: &InFlight,
     profile: Profile,
+    mcp: warden_core::policy::McpPolicy,
 ) {
     let mut obs = Observer::new();
     let mut sink = Sink {
@@ -1088,7 +1107,10 @@ async fn run(
         second: None,
         in_second: 0,
         suppressed: 0,
-        pins: Pins::load(&daemon.config.state_dir, profile),
+        // With `mcp.pin: enforce` the gate keeps the pin (it sees the
+        // server's answers before they are filtered); `off` keeps none.
+        pins: (mcp.pin == warden_core::policy::PinMode::Flag)
+            .then(|| Pins::load(&daemon.config.state_dir, profile, mcp)),
     };
     let dirs = [Dir::ToServer, Dir::ToClient];
     let mut open = [true, true];
@@ -1194,7 +1216,7 @@ async fn run(
     );
     let events = obs.finish(Instant::now());
     sink.events(events);
-    if let Some(p) = sink.pins.finish(session) {
+    if let Some(p) = sink.pins.as_mut().and_then(|p| p.finish(session)) {
         daemon.audit.record(p);
     }
     {
@@ -1210,7 +1232,8 @@ async fn run(
             daemon.audit.record(event::McpStream {
                 session: session.to_owned(),
                 direction: direction(d),
-                reason: "bytes went by while the observer was behind; the requests in them                          are not recorded (the bytes themselves passed untouched)"
+                reason: "bytes went by while the observer was behind; the requests in them \
+                         are not recorded (the bytes themselves passed untouched)"
                     .into(),
                 event: "lost".into(),
                 count: obs.lost[i],

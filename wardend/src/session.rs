@@ -559,6 +559,7 @@ impl Daemon {
                     [ri, ro],
                     tool_calls.clone(),
                     profile,
+                    policy.mcp.clone(),
                 ) {
                     Ok(h) => (Some([ti, to]), Some(h)),
                     Err(e) => {
@@ -572,9 +573,23 @@ impl Daemon {
                 (None, None)
             }
         };
+        // The per-tool policy: the stream passes through a gate (never
+        // without one when the policy restricts tools: a gate that cannot
+        // start fails the launch).
+        let gate = policy.mcp.gates().then(|| {
+            let daemon = self.clone();
+            let session = id.clone();
+            crate::stdio::GateRun {
+                gate: crate::gate::Gate::new(policy.mcp.clone()),
+                report: Box::new(move |e: crate::gate::GateEvent| {
+                    daemon.audit.record(e.record(&session));
+                }),
+            }
+        });
+        let watch = crate::stdio::Watch { taps, gate };
         let result = match &docker {
             None => {
-                crate::backend::native::spawn(&self.config.sandbox_exe, &spec, stdio, hooks, taps)
+                crate::backend::native::spawn(&self.config.sandbox_exe, &spec, stdio, hooks, watch)
                     .await
             }
             Some(_) => {
@@ -585,7 +600,7 @@ impl Daemon {
                     &spec,
                     &policy,
                     stdio,
-                    taps,
+                    watch,
                 )
                 .await
             }

@@ -36,6 +36,10 @@ use nix::sys::socket::{recv, MsgFlags};
 use nix::sys::stat::{fstat, SFlag};
 use nix::unistd::{pipe2, read, write};
 
+mod filter;
+
+pub use filter::{Filter, GateRun, Report};
+
 const CHUNK: usize = 1 << 16;
 
 /// How long the duplex relay polls without sleeping after it moved data.
@@ -273,6 +277,14 @@ fn copy(
     }
 }
 
+/// What a session's relay does besides moving bytes: copies for the MCP
+/// observer, and the per-tool policy's gate.
+#[derive(Default)]
+pub struct Watch {
+    pub taps: Option<[Tap; 2]>,
+    pub gate: Option<GateRun>,
+}
+
 /// The relay of one session: a [`Duplex`] for stdin/stdout plus a [`Pump`]
 /// for stderr when the client's fds are pipes or sockets (MCP clients pass
 /// those), else one [`Pump`] per stream (ttys, files).
@@ -284,6 +296,12 @@ pub enum Relay {
         err: Option<Pump>,
     },
     Threads([Pump; 3]),
+    /// Through a [`Filter`]: `inner` relays between the client and the
+    /// filter's pipes, the filter between them and the server.
+    Gated {
+        inner: Box<Relay>,
+        filter: Filter,
+    },
 }
 
 impl Relay {
@@ -291,6 +309,29 @@ impl Relay {
     /// ends of the server's pipes: stdin write end, stdout and stderr read ends.
     pub fn start(client: [OwnedFd; 3], server: [OwnedFd; 3]) -> io::Result<Relay> {
         Relay::start_tapped(client, server, None)
+    }
+
+    /// [`Relay::start_tapped`] with `stream.taps`, and with `stream.gate`
+    /// the stream between the relay and the server through a [`Filter`]
+    /// (the taps see what the client sends and gets).
+    pub fn start_watched(
+        client: [OwnedFd; 3],
+        server: [OwnedFd; 3],
+        stream: Watch,
+    ) -> io::Result<Relay> {
+        let Watch { taps, gate } = stream;
+        let Some(gate) = gate else {
+            return Relay::start_tapped(client, server, taps);
+        };
+        let [in_w, out_r, err_r] = server;
+        let (q_r, q_w) = pipe()?;
+        let (p_r, p_w) = pipe()?;
+        let filter = Filter::start(q_r, in_w, out_r, p_w, gate)?;
+        let inner = Relay::start_tapped(client, [q_w, p_r, err_r], taps)?;
+        Ok(Relay::Gated {
+            inner: Box::new(inner),
+            filter,
+        })
     }
 
     /// [`Relay::start`] with `taps` (stdin, stdout) copying both directions
@@ -348,6 +389,7 @@ impl Relay {
                 [i, o, e]
             }
             Relay::Threads([i, o, e]) => [i.bytes_counter(), o.bytes_counter(), e.bytes_counter()],
+            Relay::Gated { inner, .. } => inner.counters(),
         }
     }
 
@@ -377,6 +419,12 @@ impl Relay {
                 stdin.stop(Duration::from_millis(100));
                 stdout.stop(Duration::from_millis(10));
                 stderr.stop(Duration::from_millis(10));
+            }
+            Relay::Gated { inner, filter } => {
+                let t0 = Instant::now();
+                filter.wait_outbound(drain);
+                inner.finish(drain.saturating_sub(t0.elapsed()));
+                filter.stop(Duration::from_millis(10));
             }
         }
     }

@@ -192,3 +192,86 @@ impl Event for McpPin {
         })
     }
 }
+
+/// `mcp.refuse` (deny): a message from the client that Warden's policy
+/// kept from the server (`mcp.tools`); the client got a JSON-RPC error in
+/// its place. `resource` is the tool (or the method, or `-` for a line
+/// that could not be read), `reason` the rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpRefuse {
+    #[serde(skip)]
+    pub session: String,
+    #[serde(skip)]
+    pub resource: String,
+    #[serde(skip)]
+    pub reason: String,
+    /// The request id as JSON text, when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+}
+
+impl Event for McpRefuse {
+    fn into_record(self) -> Record {
+        let details = super::details(&self);
+        record(
+            RecordType::Mcp,
+            "refuse",
+            Some(&self.session),
+            self.resource,
+            Decision::Deny,
+            self.reason,
+            Some(details),
+        )
+    }
+
+    fn from_record(r: &Record) -> Result<Self, EventError> {
+        expect(r, RecordType::Mcp, "refuse", Decision::Deny)?;
+        Ok(McpRefuse {
+            session: r.session.clone().unwrap_or_default(),
+            resource: r.resource.clone(),
+            reason: r.reason.clone(),
+            ..parse(r)?
+        })
+    }
+}
+
+/// `mcp.hide` (info): tools Warden's policy cut from a `tools/list`
+/// answer before the client saw it. `resource` is `tools/list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpHide {
+    #[serde(skip)]
+    pub session: String,
+    #[serde(skip)]
+    pub reason: String,
+    /// The id of the `tools/list` request, as JSON text.
+    pub id: String,
+    pub tools: Vec<String>,
+}
+
+impl Event for McpHide {
+    fn into_record(self) -> Record {
+        let details = super::details(&self);
+        record(
+            RecordType::Mcp,
+            "hide",
+            Some(&self.session),
+            "tools/list".to_owned(),
+            Decision::Info,
+            self.reason,
+            Some(details),
+        )
+    }
+
+    fn from_record(r: &Record) -> Result<Self, EventError> {
+        expect(r, RecordType::Mcp, "hide", Decision::Info)?;
+        Ok(McpHide {
+            session: r.session.clone().unwrap_or_default(),
+            reason: r.reason.clone(),
+            ..parse(r)?
+        })
+    }
+}

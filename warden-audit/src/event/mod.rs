@@ -38,7 +38,7 @@ pub use daemon::{
 };
 pub use file::{path_text, FileAccess, FileSummary, FilesLost};
 pub use limit::{Breach, LimitBreach};
-pub use mcp::{McpEnd, McpPin, McpRequest, McpStream};
+pub use mcp::{McpEnd, McpHide, McpPin, McpRefuse, McpRequest, McpStream};
 pub use network::{
     Approved, NetworkAccept, NetworkClose, NetworkConnect, NetworkResolve, NetworkSummary,
 };
@@ -257,6 +257,8 @@ into_record!(
     McpEnd,
     McpStream,
     McpPin,
+    McpRefuse,
+    McpHide,
 );
 
 impl AnyEvent {
@@ -306,6 +308,8 @@ impl AnyEvent {
             (T::Mcp, "end") => AnyEvent::McpEnd(Event::from_record(r)?),
             (T::Mcp, "stream") => AnyEvent::McpStream(Event::from_record(r)?),
             (T::Mcp, "pin") => AnyEvent::McpPin(Event::from_record(r)?),
+            (T::Mcp, "refuse") => AnyEvent::McpRefuse(Event::from_record(r)?),
+            (T::Mcp, "hide") => AnyEvent::McpHide(Event::from_record(r)?),
             _ => return Err(EventError::Unknown(name(r))),
         })
     }

@@ -25,6 +25,7 @@ pub mod reserved;
 mod rules;
 mod schema;
 pub mod sensitive;
+mod tools;
 mod yaml;
 
 use std::collections::{BTreeMap, HashMap};
@@ -41,6 +42,7 @@ pub use reserved::Reserved;
 use rules::Invalid;
 pub use schema::Located;
 use schema::RawPolicy;
+pub use tools::{McpPolicy, PinMode, ToolPattern};
 pub use yaml::{Position, Span};
 
 /// The policy version this build reads and writes.
@@ -174,6 +176,14 @@ pub struct CompiledPolicy {
     /// (else `WARDEN_DOCKER_IMAGE`); never pulled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub docker_image: Option<String>,
+    /// `mcp:`: per-tool policy and tool-definition pinning, enforced on the
+    /// MCP stream by the daemon.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub mcp: McpPolicy,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 /// Checks a Docker image reference as `docker.image` takes it (also for
@@ -707,6 +717,27 @@ pub fn compile(
         .and_then(|d| d.image.as_deref())
         .and_then(|i| sink.check(&Origin::Key("docker.image".into()), rules::docker_image(i)));
 
+    // MCP: per-tool policy and pinning.
+    let mcp_raw = raw.mcp.as_ref();
+    let tools_raw = mcp_raw.and_then(|m| m.tools.as_ref());
+    let mut patterns = |key: &str, list: Option<&Vec<String>>| -> Option<Vec<String>> {
+        let list = list?;
+        let mut out = Vec::new();
+        for (i, p) in list.iter().enumerate() {
+            let origin = Origin::Key(format!("mcp.tools.{key}[{i}]"));
+            if let Some(p) = sink.check(&origin, rules::tool_pattern(p)) {
+                out.push(p);
+            }
+        }
+        Some(out)
+    };
+    let tools_allow = patterns("allow", tools_raw.and_then(|t| t.allow.as_ref()));
+    let tools_deny = patterns("deny", tools_raw.and_then(|t| t.deny.as_ref())).unwrap_or_default();
+    let pin = mcp_raw
+        .and_then(|m| m.pin.as_deref())
+        .and_then(|v| sink.check(&Origin::Key("mcp.pin".into()), rules::mcp_pin(v)))
+        .unwrap_or_default();
+
     // Limits.
     let limits_raw = raw.limits.as_ref();
     let memory_mb = limits_raw
@@ -801,6 +832,11 @@ pub fn compile(
         approve: raw.approve.unwrap_or(false),
         backend,
         docker_image,
+        mcp: McpPolicy {
+            allow: tools_allow,
+            deny: tools_deny,
+            pin,
+        },
     })
 }
 

@@ -83,6 +83,10 @@ pub(crate) enum Invalid {
     Backend(String),
     #[error("`{0}` is not a Docker image reference: use a name such as `debian:12`, `registry.example:5000/team/server:1.2` or `sha256:<digest>` (letters, digits and `._-/:@`, starting with a letter or digit, at most 255 characters)")]
     DockerImage(String),
+    #[error("{0}")]
+    ToolPattern(String),
+    #[error("unknown pin mode `{0}`: use `flag` (record changed tool definitions, the default) or `off`")]
+    McpPin(String),
     #[error("unknown level `{0}`: use `denied` (record the accesses the sandbox denies), `all` (every access) or `off`")]
     AuditFiles(String),
     #[error("{0} is out of range: must be between 0.01 and 1024 (CPU cores, e.g. 0.5)")]
@@ -412,6 +416,18 @@ pub(crate) fn audit_files(v: &str) -> Result<super::FileAudit, Invalid> {
         "off" => Ok(super::FileAudit::Off),
         other => Err(Invalid::AuditFiles(other.to_owned())),
     }
+}
+
+/// `mcp.pin`.
+pub(crate) fn mcp_pin(v: &str) -> Result<super::PinMode, Invalid> {
+    super::PinMode::parse(v).ok_or_else(|| Invalid::McpPin(v.to_owned()))
+}
+
+/// An `mcp.tools.allow`/`deny` entry: a tool name, or a glob of one.
+pub(crate) fn tool_pattern(v: &str) -> Result<String, Invalid> {
+    super::ToolPattern::check(v)
+        .map(|()| v.to_owned())
+        .map_err(Invalid::ToolPattern)
 }
 
 /// `docker.image`: a Docker image reference (or id). Strict on purpose: it

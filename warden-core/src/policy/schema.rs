@@ -35,6 +35,21 @@ pub(crate) struct RawPolicy {
     pub approve: Option<bool>,
     pub backend: Option<String>,
     pub docker: Option<RawDocker>,
+    pub mcp: Option<RawMcp>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMcp {
+    pub tools: Option<RawMcpTools>,
+    pub pin: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMcpTools {
+    pub allow: Option<Vec<String>>,
+    pub deny: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -589,7 +604,8 @@ mod tests {
                 "audit",
                 "approve",
                 "backend",
-                "docker"
+                "docker",
+                "mcp"
             ]
         );
         let limits = &top.iter().find(|(n, _)| *n == "limits").unwrap().1;
@@ -688,9 +704,9 @@ mod tests {
             vec![
                 "1:1: filesytem: unknown key `filesytem`, did you mean `filesystem`?",
                 "3:1: environment: unknown key `environment`, did you mean `env`?",
-                "4:1: base: unknown key `base`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`, `approve`, `backend`, `docker`",
+                "4:1: base: unknown key `base`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`, `approve`, `backend`, `docker`, `mcp`",
                 "6:3: limits.timeout: unknown key `timeout`, did you mean `timeout_s`?",
-                "7:1: foo: unknown key `foo`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`, `approve`, `backend`, `docker`",
+                "7:1: foo: unknown key `foo`; expected one of `version`, `name`, `command`, `cwd`, `filesystem`, `network`, `env`, `limits`, `sandbox`, `audit`, `approve`, `backend`, `docker`, `mcp`",
             ]
         );
     }

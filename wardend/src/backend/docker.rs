@@ -740,7 +740,7 @@ pub async fn spawn(
     spec: &SandboxSpec,
     policy: &CompiledPolicy,
     stdio: [OwnedFd; 3],
-    taps: Option<[crate::stdio::Tap; 2]>,
+    watch: crate::stdio::Watch,
 ) -> Result<Launched, DaemonError> {
     let cli = engine.cli().map_err(DaemonError::Docker)?.to_path_buf();
     let image = policy.docker_image.clone().ok_or_else(|| {
@@ -828,7 +828,7 @@ pub async fn spawn(
     // Stdio), so EOF travels both ways.
     *container.child.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
     let container = Arc::new(container);
-    let relay = match Relay::start_tapped(stdio, [in_w, out_r, err_r], taps) {
+    let relay = match Relay::start_watched(stdio, [in_w, out_r, err_r], watch) {
         Ok(r) => r,
         Err(e) => {
             container.kill_tree().ok();
@@ -1147,6 +1147,7 @@ mod tests {
             approve: false,
             backend: policy::Backend::Docker,
             docker_image: None,
+            mcp: Default::default(),
         }
     }
 

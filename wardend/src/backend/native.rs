@@ -30,7 +30,7 @@ pub async fn spawn(
     spec: &SandboxSpec,
     stdio: [OwnedFd; 3],
     hooks: warden_sandbox::Hooks,
-    taps: Option<[crate::stdio::Tap; 2]>,
+    watch: crate::stdio::Watch,
 ) -> Result<Launched, DaemonError> {
     let (in_r, in_w) = pipe().map_err(DaemonError::StdioPipes)?;
     let (out_r, out_w) = pipe().map_err(DaemonError::StdioPipes)?;
@@ -57,7 +57,7 @@ pub async fn spawn(
     };
     // The server's ends now live only in the sandbox; ours are closed, so
     // EOF travels both ways.
-    let relay = match Relay::start_tapped(stdio, [in_w, out_r, err_r], taps) {
+    let relay = match Relay::start_watched(stdio, [in_w, out_r, err_r], watch) {
         Ok(r) => r,
         Err(e) => return fail(&sandbox, DaemonError::StdioPipes(e)),
     };

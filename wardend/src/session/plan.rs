@@ -628,6 +628,7 @@ mod tests {
             approve: false,
             backend: Default::default(),
             docker_image: None,
+            mcp: Default::default(),
         }
     }
 

@@ -1,0 +1,245 @@
+//! Per-tool policy (issue 17): `mcp.tools.allow` / `mcp.tools.deny`. A
+//! refused `tools/call` never reaches the server (the client gets a JSON-RPC
+//! error saying Warden's policy refused it), `tools/list` answers lose the
+//! refused tools, and what passes is byte for byte what was sent; through
+//! the real shim, with the fixture and server-everything.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use warden_e2e::*;
+
+const EXIT_WAIT: Duration = Duration::from_secs(30);
+
+fn mcp_records(env: &TestEnv, action: &str) -> Vec<Value> {
+    audit_records(env)
+        .into_iter()
+        .filter(|r| r["type"] == "mcp" && r["action"] == action)
+        .collect()
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tools in {list}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A policy for the fixture with a write grant `out` and `mcp` as given.
+fn fixture_policy(env: &TestEnv, mcp: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let out = env.root.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let policy = env.policy(
+        "gate.yaml",
+        &format!(
+            "version: 1\nname: gate\nfilesystem:\n  write: [\"{}\"]\n{mcp}",
+            out.display()
+        ),
+    );
+    (policy, out)
+}
+
+#[test]
+fn a_denied_tool_never_reaches_the_server_and_is_not_listed() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let (policy, out) = fixture_policy(&env, "mcp:\n  tools:\n    deny: [\"write_*\", exec]\n");
+    let mut c = env.fixture_session(&policy, &[], &[]);
+    c.initialize();
+    let list = c.call("tools/list", json!({}));
+    let listed = names(&list);
+    assert!(listed.contains(&"echo".to_owned()), "{listed:?}");
+    assert!(listed.contains(&"read_file".to_owned()), "{listed:?}");
+    for refused in ["write_file", "exec"] {
+        assert!(!listed.contains(&refused.to_owned()), "{listed:?}");
+    }
+    // The server never runs a refused call: the file is not written.
+    let target = out.join("made-by-the-server.txt");
+    let r = c.request(
+        "tools/call",
+        json!({"name": "write_file", "arguments": {"path": target, "content": "x"}}),
+    );
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("Warden's policy refuses the tool `write_file`")
+            && msg.contains("mcp.tools.deny: \"write_*\""),
+        "{msg}"
+    );
+    assert_eq!(r["error"]["data"]["refusedBy"], "warden", "{r}");
+    // Allowed calls pass, before and after, byte for byte (a 1 MiB echo).
+    let big = big_pattern(1 << 20);
+    let echoed = c.tool_text("echo", json!({"text": big}));
+    assert_eq!(echoed, big);
+    c.close_stdin();
+    assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
+    c.assert_stdout_only_jsonrpc();
+    assert!(
+        !target.exists(),
+        "the refused call ran: {}",
+        target.display()
+    );
+
+    // Control: the same call without the deny rule writes the file.
+    let (allowed, _) = fixture_policy(&env, "");
+    let mut c = env.fixture_session(&allowed, &[], &[]);
+    c.initialize();
+    let r = c.call_tool("write_file", json!({"path": target, "content": "x"}));
+    assert!(!is_tool_error(&r), "{r}");
+    c.close_stdin();
+    assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
+    assert!(target.exists());
+
+    // Audited: the refusal, the cut from the list, and the call's mcp.end
+    // as the client saw it.
+    let refuse = mcp_records(&env, "refuse");
+    assert_eq!(refuse.len(), 1, "{refuse:#?}");
+    assert_eq!(refuse[0]["resource"], "write_file");
+    assert_eq!(refuse[0]["decision"], "deny");
+    assert_eq!(refuse[0]["details"]["method"], "tools/call");
+    assert_eq!(refuse[0]["reason"], "mcp.tools.deny: \"write_*\"");
+    let hide = mcp_records(&env, "hide");
+    assert_eq!(hide.len(), 1, "{hide:#?}");
+    // The fixture lists them in its own order.
+    let mut hidden: Vec<&str> = hide[0]["details"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    hidden.sort();
+    assert_eq!(hidden, ["exec", "write_file"]);
+    let end = mcp_records(&env, "end")
+        .into_iter()
+        .find(|r| r["details"]["tool"] == "write_file")
+        .unwrap();
+    assert_eq!(end["details"]["outcome"], "error", "{end}");
+    assert_eq!(end["details"]["error_code"], -32602, "{end}");
+}
+
+#[test]
+fn an_allow_list_is_closed_and_what_cannot_be_read_does_not_pass() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let (policy, _) = fixture_policy(&env, "mcp:\n  tools:\n    allow: [echo, \"read_*\"]\n");
+    let mut c = env.fixture_session(&policy, &[], &[]);
+    c.initialize();
+    let mut listed = names(&c.call("tools/list", json!({})));
+    listed.sort();
+    assert_eq!(listed, ["echo", "read_file"]);
+    let r = c.request("tools/call", json!({"name": "whoami", "arguments": {}}));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("(not in mcp.tools.allow)"),
+        "{r}"
+    );
+    // A duplicated name: JSON readers disagree on which one counts, so the
+    // message is refused rather than guessed at.
+    c.send_raw(
+        br#"{"jsonrpc":"2.0","id":"dup","method":"tools/call","params":{"name":"echo","name":"whoami","arguments":{"text":"x"}}}
+"#,
+    );
+    let dup = c.wait_response(&json!("dup"));
+    assert_eq!(dup["error"]["code"], -32602, "{dup}");
+    // Not JSON: Warden answers as a server would, the server never sees it.
+    c.send_raw(b"this is not json\n");
+    let pong = c.request("ping", json!({}));
+    assert!(pong.get("result").is_some(), "{pong}");
+    let parse = c
+        .other_messages
+        .iter()
+        .find(|m| m["error"]["code"] == -32700)
+        .unwrap_or_else(|| panic!("no parse error: {:?}", c.other_messages));
+    assert_eq!(parse["error"]["data"]["refusedBy"], "warden", "{parse}");
+    // A batch holding a refused call is refused whole.
+    c.send_raw(
+        br#"[{"jsonrpc":"2.0","id":"b1","method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}},{"jsonrpc":"2.0","id":"b2","method":"tools/call","params":{"name":"whoami","arguments":{}}}]
+"#,
+    );
+    // (Warden's answer, a batch too, comes before the next one's.)
+    let pong = c.request("ping", json!({}));
+    assert!(pong.get("result").is_some(), "{pong}");
+    let batch = c
+        .other_messages
+        .iter()
+        .find_map(|m| m.as_array())
+        .unwrap_or_else(|| panic!("no batch answer: {:?}", c.other_messages));
+    let ids: Vec<&Value> = batch.iter().map(|e| &e["id"]).collect();
+    assert_eq!(ids, [&json!("b1"), &json!("b2")], "{batch:?}");
+    for e in batch {
+        assert_eq!(e["error"]["code"], -32602, "{e}");
+        assert!(e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("whole batch"));
+    }
+    // And the allowed tool still works.
+    assert_eq!(
+        c.tool_text("echo", json!({"text": "still here"})),
+        "still here"
+    );
+    c.close_stdin();
+    assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
+    c.assert_stdout_only_jsonrpc();
+    let refuse = mcp_records(&env, "refuse");
+    // whoami, the duplicate, the non-JSON line, the batch's whoami.
+    assert_eq!(refuse.len(), 4, "{refuse:#?}");
+}
+
+#[test]
+fn server_everything_offers_and_runs_only_the_allowed_tools() {
+    let Some(deps) = require_test_deps() else {
+        return;
+    };
+    let node = node().expect("node");
+    let script = deps.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let policy = env.policy(
+        "everything.yaml",
+        &format!(
+            "version: 1\nname: e2e-gate\nfilesystem:\n  read: [\"{}\"]\nmcp:\n  tools:\n    allow: [echo, \"get-*\"]\n    deny: [get-env]\n",
+            deps.display()
+        ),
+    );
+    let mut c = env.mcp([
+        "--policy".into(),
+        policy.into_os_string(),
+        "--".into(),
+        node.into_os_string(),
+        script.into_os_string(),
+        "stdio".into(),
+    ]);
+    c.set_timeout(Duration::from_secs(60));
+    c.initialize();
+    let listed = names(&c.call("tools/list", json!({})));
+    assert!(listed.contains(&"echo".to_owned()), "{listed:?}");
+    assert!(listed.contains(&"get-sum".to_owned()), "{listed:?}");
+    assert!(
+        listed
+            .iter()
+            .all(|n| n == "echo" || (n.starts_with("get-") && n != "get-env")),
+        "{listed:?}"
+    );
+    let sum = c.tool_text("get-sum", json!({"a": 2, "b": 3}));
+    assert!(sum.contains('5'), "{sum}");
+    for refused in ["get-env", "trigger-long-running-operation"] {
+        let r = c.request("tools/call", json!({"name": refused, "arguments": {}}));
+        assert_eq!(r["error"]["code"], -32602, "{refused}: {r}");
+    }
+    c.close_stdin();
+    assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
+    c.assert_stdout_only_jsonrpc();
+    let refuse = mcp_records(&env, "refuse");
+    let tools: Vec<&str> = refuse
+        .iter()
+        .map(|r| r["resource"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["get-env", "trigger-long-running-operation"]);
+}

@@ -1,0 +1,613 @@
+//! The per-tool policy on the MCP stream (`mcp.tools.allow` / `deny`): what
+//! the daemon does when it must stand between client and server instead of
+//! only watching (issue 17).
+//!
+//! A [`Gate`] is given each whole line (one JSON-RPC message or batch, as
+//! MCP's stdio transport frames them) in each direction and says what goes
+//! on. From the client: a `tools/call` of a tool the policy refuses never
+//! reaches the server; the client gets the JSON-RPC error both protocol
+//! eras prescribe for a tool the server does not offer (`-32602`, invalid
+//! params), whose message says that Warden's policy refused it and which
+//! rule. A line the gate cannot read (not JSON, a duplicated `method` or
+//! `name`, a `tools/call` whose tool is not a string) is not passed on
+//! either: the server might read it differently than the gate did, so it
+//! fails closed (`-32700` / `-32602` back, as a server would answer). A
+//! batch holding anything refused is refused whole, one error per request
+//! in it. From the server: the answers to the client's `tools/list`
+//! requests lose the tools the policy refuses (cut out of the line, every
+//! other byte as the server sent it), so the model is not offered what it
+//! cannot call. Every other message passes byte for byte.
+//!
+//! The relay thread that drives a gate is `stdio::Filter`.
+
+use std::collections::{HashSet, VecDeque};
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use warden_core::policy::McpPolicy;
+
+use crate::mcp::{id_key, show_id};
+
+/// `tools/list` requests remembered at once (answers to others pass
+/// unfiltered: a client this far ahead of its server is not a real one, and
+/// the calls themselves are still refused).
+pub const MAX_LISTS: usize = 1024;
+
+/// What the gate did, for the audit trail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateEvent {
+    /// A request (or a line) from the client that the server never saw.
+    Refused {
+        /// The request id as shown (`7`, `"abc"`), None for a notification
+        /// or a line with no readable id.
+        id: Option<String>,
+        method: Option<String>,
+        tool: Option<String>,
+        /// Why, naming the rule (`mcp.tools.deny: "write_*"`).
+        rule: String,
+    },
+    /// Tools cut from a `tools/list` answer.
+    Hidden { id: String, tools: Vec<String> },
+}
+
+impl GateEvent {
+    /// The event as the audit record of `session` (`mcp.refuse`, `mcp.hide`).
+    pub fn record(self, session: &str) -> warden_audit::Record {
+        use warden_audit::event::{Event, McpHide, McpRefuse};
+        match self {
+            GateEvent::Refused {
+                id,
+                method,
+                tool,
+                rule,
+            } => McpRefuse {
+                session: session.to_owned(),
+                resource: tool
+                    .clone()
+                    .or_else(|| method.clone())
+                    .unwrap_or_else(|| "-".into()),
+                reason: rule,
+                id,
+                method,
+                tool,
+            }
+            .into_record(),
+            GateEvent::Hidden { id, tools } => McpHide {
+                session: session.to_owned(),
+                reason: "tools the policy refuses (mcp.tools) were cut from the server's answer"
+                    .into(),
+                id,
+                tools,
+            }
+            .into_record(),
+        }
+    }
+}
+
+/// What to do with a line from the client.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Pass the line on to the server, as it came.
+    pub forward: bool,
+    /// A line to send the client instead (JSON-RPC errors), with its `\n`.
+    pub reply: Option<Vec<u8>>,
+}
+
+/// The top-level members the gate reads. A derived struct refuses a member
+/// given twice ("duplicate field"), which is what the gate wants: JSON
+/// readers disagree on which of two `method`s counts.
+#[derive(Deserialize)]
+struct Msg<'a> {
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    method: Option<String>,
+    #[serde(borrow)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow)]
+    result: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct CallParams {
+    name: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ListResult<'a> {
+    #[serde(borrow)]
+    tools: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ToolDef {
+    name: Option<Value>,
+}
+
+/// One session's gate.
+pub struct Gate {
+    policy: McpPolicy,
+    /// Ids (as [`id_key`]s) of the client's `tools/list` requests not yet
+    /// answered, oldest first.
+    lists: VecDeque<String>,
+    listed: HashSet<String>,
+    events: Vec<GateEvent>,
+}
+
+/// How a client message fared.
+enum Check {
+    Pass,
+    /// Refused: the error to answer with (None for a notification).
+    Refuse {
+        id: Option<Value>,
+        code: i64,
+        message: String,
+    },
+}
+
+impl Gate {
+    pub fn new(policy: McpPolicy) -> Gate {
+        Gate {
+            policy,
+            lists: VecDeque::new(),
+            listed: HashSet::new(),
+            events: Vec::new(),
+        }
+    }
+
+    /// What happened since the last call.
+    pub fn take_events(&mut self) -> Vec<GateEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// A line from the client (without its `\n`).
+    pub fn from_client(&mut self, line: &[u8]) -> Verdict {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Verdict {
+                forward: true,
+                reply: None,
+            };
+        }
+        let text = match std::str::from_utf8(line) {
+            Ok(t) => t,
+            Err(_) => return self.unreadable("the line is not UTF-8"),
+        };
+        if text.trim_start().starts_with('[') {
+            return self.batch(text);
+        }
+        match serde_json::from_str::<Msg>(text) {
+            Err(e) => self.unreadable(&format!("not a JSON-RPC message ({e})")),
+            Ok(m) => match self.check(&m) {
+                Check::Pass => Verdict {
+                    forward: true,
+                    reply: None,
+                },
+                Check::Refuse { id, code, message } => Verdict {
+                    forward: false,
+                    reply: id.map(|id| line_of(&error(id, code, &message))),
+                },
+            },
+        }
+    }
+
+    /// A line from the client longer than the gate reads: not passed on.
+    pub fn too_long(&mut self) -> Verdict {
+        self.unreadable(&format!(
+            "a line longer than {} MiB",
+            crate::mcp::MAX_LINE >> 20
+        ))
+    }
+
+    /// A batch: passed whole, or refused whole.
+    fn batch(&mut self, text: &str) -> Verdict {
+        let items = match serde_json::from_str::<Vec<&RawValue>>(text) {
+            Ok(items) => items,
+            Err(e) => return self.unreadable(&format!("not a JSON-RPC batch ({e})")),
+        };
+        let mut msgs = Vec::with_capacity(items.len());
+        let mut reason = None;
+        for raw in &items {
+            match serde_json::from_str::<Msg>(raw.get()) {
+                Ok(m) => msgs.push(m),
+                Err(e) => {
+                    reason
+                        .get_or_insert_with(|| format!("an item is not a JSON-RPC message ({e})"));
+                }
+            }
+        }
+        // Lists are remembered only once the batch goes on.
+        let lists_before = self.lists.len();
+        let mut refused = Vec::new();
+        for m in &msgs {
+            if let Check::Refuse { message, .. } = self.check(m) {
+                reason.get_or_insert(message.clone());
+                refused.push(message);
+            }
+        }
+        let Some(reason) = reason else {
+            return Verdict {
+                forward: true,
+                reply: None,
+            };
+        };
+        while self.lists.len() > lists_before {
+            if let Some(k) = self.lists.pop_back() {
+                self.listed.remove(&k);
+            }
+        }
+        let message = format!("Warden refused this whole batch: {reason}");
+        let answers: Vec<Value> = msgs
+            .iter()
+            .filter(|m| m.method.is_some())
+            .filter_map(|m| {
+                m.id.and_then(|id| serde_json::from_str::<Value>(id.get()).ok())
+            })
+            .map(|id| error(id, -32602, &message))
+            .collect();
+        if refused.is_empty() {
+            self.events.push(GateEvent::Refused {
+                id: None,
+                method: None,
+                tool: None,
+                rule: reason,
+            });
+        }
+        Verdict {
+            forward: false,
+            reply: (!answers.is_empty()).then(|| line_of(&Value::Array(answers))),
+        }
+    }
+
+    /// A line that cannot be read: not passed on, answered as a server
+    /// would (a parse error, id null).
+    fn unreadable(&mut self, why: &str) -> Verdict {
+        let rule =
+            format!("{why}: with mcp.tools set, what Warden cannot read does not reach the server");
+        self.events.push(GateEvent::Refused {
+            id: None,
+            method: None,
+            tool: None,
+            rule: rule.clone(),
+        });
+        Verdict {
+            forward: false,
+            reply: Some(line_of(&error(
+                Value::Null,
+                -32700,
+                &format!("Warden: {rule}"),
+            ))),
+        }
+    }
+
+    fn check(&mut self, m: &Msg) -> Check {
+        let Some(method) = m.method.as_deref() else {
+            // A response to the server's own request (sampling...).
+            return Check::Pass;
+        };
+        let id =
+            m.id.and_then(|id| serde_json::from_str::<Value>(id.get()).ok());
+        match method {
+            "tools/list" => {
+                if let Some(id) = &id {
+                    self.remember_list(id_key(id));
+                }
+                Check::Pass
+            }
+            "tools/call" => {
+                let name = m
+                    .params
+                    .map(|p| serde_json::from_str::<CallParams>(p.get()));
+                let refusal = match name {
+                    Some(Ok(CallParams {
+                        name: Some(Value::String(name)),
+                    })) => self.policy.refuses(&name).map(|rule| (Some(name), rule)),
+                    Some(Err(e)) => Some((None, format!("its params cannot be read ({e})"))),
+                    _ => Some((
+                        None,
+                        "it names no tool (params.name is not a string)".into(),
+                    )),
+                };
+                let Some((tool, rule)) = refusal else {
+                    return Check::Pass;
+                };
+                let message = match &tool {
+                    Some(t) => format!(
+                        "Warden's policy refuses the tool `{t}` ({rule}); the server was not called"
+                    ),
+                    None => format!("Warden refused this tools/call: {rule}"),
+                };
+                self.events.push(GateEvent::Refused {
+                    id: id.as_ref().map(|i| show_id(&id_key(i))),
+                    method: Some(method.to_owned()),
+                    tool,
+                    rule,
+                });
+                Check::Refuse {
+                    id,
+                    code: -32602,
+                    message,
+                }
+            }
+            _ => Check::Pass,
+        }
+    }
+
+    fn remember_list(&mut self, key: String) {
+        if self.listed.contains(&key) {
+            return;
+        }
+        if self.lists.len() >= MAX_LISTS {
+            if let Some(old) = self.lists.pop_front() {
+                self.listed.remove(&old);
+            }
+        }
+        self.listed.insert(key.clone());
+        self.lists.push_back(key);
+    }
+
+    /// A line from the server (without its `\n`): None to pass it as it
+    /// came, else the line to send instead (without `\n`).
+    pub fn from_server(&mut self, line: &[u8]) -> Option<Vec<u8>> {
+        if self.listed.is_empty() {
+            return None;
+        }
+        let text = std::str::from_utf8(line).ok()?;
+        if text.trim_start().starts_with('[') {
+            let items = serde_json::from_str::<Vec<&RawValue>>(text).ok()?;
+            let mut out = text.to_owned();
+            // From the last item back, so earlier spans stay where they are.
+            let mut changed = false;
+            for raw in items.iter().rev() {
+                let start = offset_in(text, raw.get());
+                if let Some(new) = self.answer(raw.get()) {
+                    out.replace_range(start..start + raw.get().len(), &new);
+                    changed = true;
+                }
+            }
+            return changed.then(|| out.into_bytes());
+        }
+        self.answer(text).map(String::into_bytes)
+    }
+
+    /// `text`, one message: a filtered copy when it answers a remembered
+    /// `tools/list` and loses tools, else None.
+    fn answer(&mut self, text: &str) -> Option<String> {
+        let m = serde_json::from_str::<Msg>(text).ok()?;
+        if m.method.is_some() {
+            return None;
+        }
+        let id = serde_json::from_str::<Value>(m.id?.get()).ok()?;
+        let key = id_key(&id);
+        if !self.listed.remove(&key) {
+            return None;
+        }
+        self.lists.retain(|k| *k != key);
+        let result = serde_json::from_str::<ListResult>(m.result?.get()).ok()?;
+        let tools_raw = result.tools?;
+        let tools = serde_json::from_str::<Vec<&RawValue>>(tools_raw.get()).ok()?;
+        let mut kept = Vec::with_capacity(tools.len());
+        let mut hidden = Vec::new();
+        for t in &tools {
+            let name = serde_json::from_str::<ToolDef>(t.get())
+                .ok()
+                .and_then(|d| match d.name {
+                    Some(Value::String(s)) => Some(s),
+                    _ => None,
+                });
+            match name {
+                // A definition without a readable name cannot be matched
+                // against the policy: it is not offered.
+                None => hidden.push("(a tool without a name)".to_owned()),
+                Some(n) if self.policy.refuses(&n).is_some() => hidden.push(n),
+                Some(_) => kept.push(t.get()),
+            }
+        }
+        if hidden.is_empty() {
+            return None;
+        }
+        self.events.push(GateEvent::Hidden {
+            id: show_id(&key),
+            tools: hidden,
+        });
+        let start = offset_in(text, tools_raw.get());
+        let mut out = String::with_capacity(text.len());
+        out.push_str(&text[..start]);
+        out.push('[');
+        out.push_str(&kept.join(","));
+        out.push(']');
+        out.push_str(&text[start + tools_raw.get().len()..]);
+        Some(out)
+    }
+}
+
+/// Where `part` (a slice of `whole`, as borrowed `RawValue`s are) begins.
+fn offset_in(whole: &str, part: &str) -> usize {
+    (part.as_ptr() as usize).saturating_sub(whole.as_ptr() as usize)
+}
+
+fn error(id: Value, code: i64, message: &str) -> Value {
+    serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": code, "message": message, "data": {"refusedBy": "warden"}},
+    })
+}
+
+fn line_of(v: &Value) -> Vec<u8> {
+    let mut out = serde_json::to_vec(v).unwrap_or_default();
+    out.push(b'\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn gate(allow: Option<&[&str]>, deny: &[&str]) -> Gate {
+        Gate::new(McpPolicy {
+            allow: allow.map(|a| a.iter().map(|s| s.to_string()).collect()),
+            deny: deny.iter().map(|s| s.to_string()).collect(),
+            ..McpPolicy::default()
+        })
+    }
+
+    fn reply(v: &Verdict) -> Value {
+        serde_json::from_slice(v.reply.as_deref().expect("a reply")).unwrap()
+    }
+
+    #[test]
+    fn a_denied_call_is_answered_by_warden_and_an_allowed_one_passes() {
+        let mut g = gate(None, &["get-*"]);
+        let ok = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{}}}"#;
+        assert_eq!(
+            g.from_client(ok),
+            Verdict {
+                forward: true,
+                reply: None
+            }
+        );
+        let bad = br#"{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"get-sum","arguments":{"a":1}}}"#;
+        let v = g.from_client(bad);
+        assert!(!v.forward);
+        let r = reply(&v);
+        assert_eq!(r["id"], "x");
+        assert_eq!(r["error"]["code"], -32602);
+        let msg = r["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("Warden's policy refuses the tool `get-sum`"),
+            "{msg}"
+        );
+        assert!(msg.contains("mcp.tools.deny: \"get-*\""), "{msg}");
+        assert_eq!(
+            g.take_events(),
+            vec![GateEvent::Refused {
+                id: Some("\"x\"".into()),
+                method: Some("tools/call".into()),
+                tool: Some("get-sum".into()),
+                rule: "mcp.tools.deny: \"get-*\"".into(),
+            }]
+        );
+        // Escapes are read as the server reads them.
+        let escaped =
+            br#"{"jsonrpc":"2.0","id":2,"method":"tools\/call","params":{"name":"get\u002dsum"}}"#;
+        assert!(!g.from_client(escaped).forward);
+        // A notification-shaped call is dropped without an answer.
+        let v = g
+            .from_client(br#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"get-sum"}}"#);
+        assert_eq!(v, Verdict::default());
+    }
+
+    #[test]
+    fn what_the_gate_cannot_read_does_not_reach_the_server() {
+        let mut g = gate(Some(&["echo"]), &[]);
+        for line in [
+            &br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","name":"evil"}}"#[..],
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call","params":{"name":"evil"}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":["echo"]}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":"echo"}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#,
+            b"not json at all",
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"\xff\"}}",
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}} trailing"#,
+        ] {
+            let v = g.from_client(line);
+            assert!(!v.forward, "{}", String::from_utf8_lossy(line));
+            assert!(v.reply.is_some(), "{}", String::from_utf8_lossy(line));
+        }
+        assert_eq!(g.take_events().len(), 8);
+        // Blank lines and everything else pass.
+        assert!(g.from_client(b"  \r").forward);
+        assert!(
+            g.from_client(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#)
+                .forward
+        );
+        assert!(
+            g.from_client(br#"{"jsonrpc":"2.0","id":9,"result":{}}"#)
+                .forward
+        );
+        assert!(g.take_events().is_empty());
+    }
+
+    #[test]
+    fn a_batch_holding_a_refused_call_is_refused_whole() {
+        let mut g = gate(None, &["rm"]);
+        let ok = br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ls"}},{"jsonrpc":"2.0","method":"notifications/x"}]"#;
+        assert!(g.from_client(ok).forward);
+        let bad = br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ls"}},{"jsonrpc":"2.0","id":2,"method":"tools/list"},{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"rm"}},{"jsonrpc":"2.0","method":"notifications/x"}]"#;
+        let v = g.from_client(bad);
+        assert!(!v.forward);
+        let r = reply(&v);
+        let ids: Vec<&Value> = r.as_array().unwrap().iter().map(|e| &e["id"]).collect();
+        assert_eq!(ids, [&json!(1), &json!(2), &json!(3)]);
+        assert!(r[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("refused this whole batch"));
+        // The refused batch's tools/list is not remembered.
+        assert!(g.listed.is_empty());
+    }
+
+    #[test]
+    fn list_answers_lose_refused_tools_and_keep_every_other_byte() {
+        let mut g = gate(Some(&["echo", "get-*"]), &["get-env"]);
+        assert!(
+            g.from_client(br#"{"jsonrpc":"2.0","id":"L","method":"tools/list"}"#)
+                .forward
+        );
+        // An answer to something else passes untouched.
+        assert_eq!(
+            g.from_server(br#"{"jsonrpc":"2.0","id":"M","result":{"tools":[{"name":"rm"}]}}"#),
+            None
+        );
+        let line = br#"{"result":{"tools":[ {"name":"echo","description":"e"} , {"name":"rm","inputSchema":{"type":"object"}},{"name":"get-sum"},{"name":"get-env"},{"description":"nameless"}],"nextCursor":"c2"},"jsonrpc":"2.0","id":"L"}"#;
+        let out = g.from_server(line).expect("filtered");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"result":{"tools":[{"name":"echo","description":"e"},{"name":"get-sum"}],"nextCursor":"c2"},"jsonrpc":"2.0","id":"L"}"#
+        );
+        assert_eq!(
+            g.take_events(),
+            vec![GateEvent::Hidden {
+                id: "\"L\"".into(),
+                tools: vec![
+                    "rm".into(),
+                    "get-env".into(),
+                    "(a tool without a name)".into()
+                ],
+            }]
+        );
+        // Answered once: a second answer with the same id passes.
+        assert_eq!(g.from_server(line), None);
+        // Nothing to hide: the answer passes as it came.
+        g.from_client(br#"{"jsonrpc":"2.0","id":5,"method":"tools/list"}"#);
+        assert_eq!(
+            g.from_server(br#"{"jsonrpc":"2.0","id":5,"result":{"tools":[{"name":"echo"}]}}"#),
+            None
+        );
+    }
+
+    #[test]
+    fn list_answers_in_a_batch_are_filtered_in_place() {
+        let mut g = gate(None, &["rm"]);
+        g.from_client(br#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"},{"jsonrpc":"2.0","id":2,"method":"ping"}]"#);
+        let line = br#"[{"jsonrpc":"2.0","id":2,"result":{}}, {"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"rm"},{"name":"ls"}]}}]"#;
+        let out = String::from_utf8(g.from_server(line).unwrap()).unwrap();
+        assert_eq!(
+            out,
+            r#"[{"jsonrpc":"2.0","id":2,"result":{}}, {"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"ls"}]}}]"#
+        );
+    }
+
+    #[test]
+    fn remembered_lists_are_bounded() {
+        let mut g = gate(None, &["rm"]);
+        for i in 0..(MAX_LISTS + 10) {
+            g.from_client(
+                format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/list"}}"#).as_bytes(),
+            );
+        }
+        assert_eq!(g.lists.len(), MAX_LISTS);
+        assert_eq!(g.listed.len(), MAX_LISTS);
+    }
+}

@@ -1,0 +1,377 @@
+//! [`Filter`]: the relay hop that passes the MCP stream through a
+//! [`Gate`] when the policy restricts tools (`mcp.tools`).
+//!
+//! It stands between the session's relay and the server, on four fds that
+//! are all the daemon's own (so all non-blocking): the relay writes what the
+//! client sent into one pipe, the filter reads it, line by line, and writes
+//! what the gate lets through to the server's stdin; the server's stdout is
+//! read the same way and written into a second pipe that the relay moves to
+//! the client. The relay (and its taps, so the MCP records) therefore sees
+//! exactly what the client sends and receives, Warden's refusals included.
+//!
+//! Whole lines only: a message is passed on once its `\n` has come (what an
+//! MCP peer waits for anyway). A line from the client longer than
+//! [`MAX_LINE`] is not passed on (it cannot be checked); a line that long
+//! from the server passes unfiltered. Backpressure as in the relay: while
+//! one destination is full (more than [`HIGH`] waiting) its source is not
+//! read, so memory stays bounded by one line and [`HIGH`] per direction.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::eventfd::EventFd;
+use nix::unistd::{read, write};
+
+use super::{fired, set_nonblocking, Worker, CHUNK};
+use crate::gate::{Gate, GateEvent};
+use crate::mcp::MAX_LINE;
+
+/// Bytes waiting for a destination before its source is no longer read.
+pub const HIGH: usize = 1 << 20;
+
+/// Where the gate's decisions go (the session writes them as records).
+pub type Report = Box<dyn FnMut(GateEvent) + Send>;
+
+/// A gate and where its decisions are reported.
+pub struct GateRun {
+    pub gate: Gate,
+    pub report: Report,
+}
+
+/// The running filter thread.
+pub struct Filter {
+    worker: Worker,
+    out_done: Arc<AtomicBool>,
+}
+
+impl Filter {
+    /// `from_client` → `to_server` and `from_server` → `to_client`, through
+    /// `run`'s gate. Every fd must be the daemon's own (each is made
+    /// non-blocking).
+    pub fn start(
+        from_client: OwnedFd,
+        to_server: OwnedFd,
+        from_server: OwnedFd,
+        to_client: OwnedFd,
+        run: GateRun,
+    ) -> io::Result<Filter> {
+        for fd in [&from_client, &to_server, &from_server, &to_client] {
+            set_nonblocking(fd)?;
+        }
+        let out_done = Arc::new(AtomicBool::new(false));
+        let done = out_done.clone();
+        let worker = Worker::spawn("mcp-gate".into(), move |cancel, stop| {
+            let sides = [
+                Side::new(from_client, to_server),
+                Side::new(from_server, to_client),
+            ];
+            let r = serve(sides, run, cancel, stop, &done);
+            done.store(true, Ordering::SeqCst);
+            r
+        })?;
+        Ok(Filter { worker, out_done })
+    }
+
+    /// Waits up to `timeout` for the server's stdout to have ended and
+    /// been passed on whole. Returns false on timeout.
+    pub fn wait_outbound(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while !self.out_done.load(Ordering::SeqCst) && !self.worker.is_finished() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
+    pub fn stop(self, grace: Duration) {
+        self.worker.stop(grace);
+    }
+}
+
+/// One direction.
+struct Side {
+    src: Option<OwnedFd>,
+    dst: Option<OwnedFd>,
+    /// Read, not yet a whole line.
+    line: Vec<u8>,
+    /// To write, from `sent` on.
+    pending: Vec<u8>,
+    sent: usize,
+    /// Inside a line longer than [`MAX_LINE`]: dropped (from the client) or
+    /// passed as it comes (from the server) until its `\n`.
+    overlong: bool,
+}
+
+impl Side {
+    fn new(src: OwnedFd, dst: OwnedFd) -> Side {
+        Side {
+            src: Some(src),
+            dst: Some(dst),
+            line: Vec::new(),
+            pending: Vec::new(),
+            sent: 0,
+            overlong: false,
+        }
+    }
+
+    fn waiting(&self) -> usize {
+        self.pending.len() - self.sent
+    }
+
+    fn queue(&mut self, bytes: &[u8]) {
+        if self.dst.is_some() {
+            self.pending.extend_from_slice(bytes);
+        }
+    }
+
+    /// Writes what it can. False when the destination is gone.
+    fn flush(&mut self) -> io::Result<bool> {
+        let Some(dst) = &self.dst else {
+            return Ok(false);
+        };
+        while self.sent < self.pending.len() {
+            match write(dst, &self.pending[self.sent..]) {
+                Ok(n) => self.sent += n,
+                Err(Errno::EINTR) => continue,
+                Err(Errno::EAGAIN) => break,
+                Err(Errno::EPIPE | Errno::ECONNRESET) => {
+                    self.dst = None;
+                    self.pending.clear();
+                    self.sent = 0;
+                    return Ok(false);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if self.sent == self.pending.len() {
+            self.pending.clear();
+            self.sent = 0;
+        } else if self.sent > HIGH {
+            self.pending.drain(..self.sent);
+            self.sent = 0;
+        }
+        Ok(true)
+    }
+
+    /// Done: the source ended (or the destination went away) and nothing
+    /// waits; closes the destination so EOF travels on.
+    fn finish_if_done(&mut self) -> bool {
+        if self.src.is_none() && self.waiting() == 0 {
+            self.dst = None;
+        }
+        self.src.is_none() && self.dst.is_none()
+    }
+}
+
+const IN: usize = 0;
+const OUT: usize = 1;
+
+fn serve(
+    mut sides: [Side; 2],
+    mut run: GateRun,
+    cancel: &EventFd,
+    stop: &AtomicBool,
+    out_done: &AtomicBool,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; CHUNK];
+    // Refusals for the client, held while the server's side is inside a
+    // line (they go between lines, never into one).
+    let mut held: Vec<u8> = Vec::new();
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let done = [sides[IN].finish_if_done(), sides[OUT].finish_if_done()];
+        if done[OUT] {
+            out_done.store(true, Ordering::SeqCst);
+        }
+        if done[IN] && done[OUT] {
+            return Ok(());
+        }
+        let mut want = [(false, false); 2];
+        let client_full = sides[OUT].waiting() + held.len() > HIGH;
+        for (i, s) in sides.iter().enumerate() {
+            let read = s.src.is_some() && s.waiting() <= HIGH && !(i == IN && client_full);
+            let write = s.dst.is_some() && s.waiting() > 0;
+            want[i] = (read, write);
+        }
+        let mut ready = [(false, false); 2];
+        let cancelled = {
+            let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(5);
+            let mut which: Vec<(usize, bool)> = Vec::with_capacity(4);
+            for (i, s) in sides.iter().enumerate() {
+                if let (true, Some(src)) = (want[i].0, &s.src) {
+                    fds.push(PollFd::new(src.as_fd(), PollFlags::POLLIN));
+                    which.push((i, false));
+                }
+                if let (true, Some(dst)) = (want[i].1, &s.dst) {
+                    fds.push(PollFd::new(dst.as_fd(), PollFlags::POLLOUT));
+                    which.push((i, true));
+                }
+            }
+            fds.push(PollFd::new(cancel.as_fd(), PollFlags::POLLIN));
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            for (k, &(i, w)) in which.iter().enumerate() {
+                if fired(&fds[k]) {
+                    if w {
+                        ready[i].1 = true;
+                    } else {
+                        ready[i].0 = true;
+                    }
+                }
+            }
+            fds.last().is_some_and(fired)
+        };
+        if cancelled {
+            return Ok(());
+        }
+        for i in [IN, OUT] {
+            if ready[i].1 && !sides[i].flush()? && i == IN {
+                // The server closed its stdin: what the client sends goes
+                // nowhere; closing our end tells the relay so.
+                sides[IN].src = None;
+                sides[IN].line.clear();
+            }
+        }
+        for i in [IN, OUT] {
+            if !ready[i].0 {
+                continue;
+            }
+            let Some(src) = &sides[i].src else { continue };
+            let n = match read(src, &mut buf) {
+                Ok(n) => n,
+                Err(Errno::EINTR | Errno::EAGAIN) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if n == 0 {
+                sides[i].src = None;
+            }
+            if i == IN {
+                inbound(&mut sides, &mut held, &buf[..n], n == 0, &mut run);
+            } else {
+                outbound(&mut sides[OUT], &mut held, &buf[..n], n == 0, &mut run);
+            }
+            for e in run.gate.take_events() {
+                (run.report)(e);
+            }
+            // Write at once what is ready (the next poll would say so).
+            for s in sides.iter_mut() {
+                if s.waiting() > 0 {
+                    s.flush()?;
+                }
+            }
+        }
+    }
+}
+
+/// Client bytes: each whole line through the gate.
+fn inbound(
+    sides: &mut [Side; 2],
+    held: &mut Vec<u8>,
+    mut bytes: &[u8],
+    eof: bool,
+    run: &mut GateRun,
+) {
+    loop {
+        let nl = bytes.iter().position(|b| *b == b'\n');
+        let (part, complete) = match nl {
+            Some(k) => (&bytes[..=k], true),
+            None => (bytes, false),
+        };
+        bytes = &bytes[part.len()..];
+        let s = &mut sides[IN];
+        if s.overlong {
+            // Dropped up to its end.
+            if complete {
+                s.overlong = false;
+            }
+        } else {
+            s.line.extend_from_slice(part);
+            if !complete && s.line.len() > MAX_LINE {
+                s.line.clear();
+                s.overlong = true;
+                let v = run.gate.too_long();
+                reply(&mut sides[OUT], held, v.reply);
+            } else if complete || (eof && !s.line.is_empty()) {
+                let line = std::mem::take(&mut s.line);
+                let body = line.strip_suffix(b"\n").unwrap_or(&line);
+                let v = run.gate.from_client(body);
+                if v.forward {
+                    sides[IN].queue(&line);
+                }
+                reply(&mut sides[OUT], held, v.reply);
+            }
+        }
+        if bytes.is_empty() {
+            break;
+        }
+    }
+}
+
+fn reply(out: &mut Side, held: &mut Vec<u8>, reply: Option<Vec<u8>>) {
+    if let Some(r) = reply {
+        if out.overlong {
+            held.extend_from_slice(&r);
+        } else {
+            out.queue(&r);
+        }
+    }
+}
+
+/// Server bytes: each whole line through the gate.
+fn outbound(s: &mut Side, held: &mut Vec<u8>, mut bytes: &[u8], eof: bool, run: &mut GateRun) {
+    loop {
+        let nl = bytes.iter().position(|b| *b == b'\n');
+        let (part, complete) = match nl {
+            Some(k) => (&bytes[..=k], true),
+            None => (bytes, false),
+        };
+        bytes = &bytes[part.len()..];
+        if s.overlong {
+            s.queue(part);
+            if complete {
+                s.overlong = false;
+                let h = std::mem::take(held);
+                s.queue(&h);
+            }
+        } else {
+            s.line.extend_from_slice(part);
+            if !complete && s.line.len() > MAX_LINE {
+                let line = std::mem::take(&mut s.line);
+                s.queue(&line);
+                s.overlong = true;
+            } else if complete || (eof && !s.line.is_empty()) {
+                let line = std::mem::take(&mut s.line);
+                let body = line.strip_suffix(b"\n").unwrap_or(&line);
+                match run.gate.from_server(body) {
+                    None => s.queue(&line),
+                    Some(mut new) => {
+                        if line.ends_with(b"\n") {
+                            new.push(b'\n');
+                        }
+                        s.queue(&new);
+                    }
+                }
+            }
+        }
+        if bytes.is_empty() {
+            break;
+        }
+    }
+    if eof {
+        // The stream ended inside an overlong line: what was held goes last.
+        let h = std::mem::take(held);
+        s.queue(&h);
+    }
+}
