@@ -11,6 +11,8 @@
 //! - [`audit_records`], [`pids_with_marker`], [`send_signal`], [`is_root`] and
 //!   [`require_test_deps`] are the checks and preconditions tests share (no
 //!   `unsafe`: `nix` for the system calls).
+//! - [`pyclient`]: running real MCP client programs, and one reusable Python SDK
+//!   client that runs a list of steps through the shim ([`python_sdk_client`]).
 //! - [`net`]: upstream HTTP(S) servers, a CA and a recording DNS server for the egress
 //!   tests, and `wardend --dns`.
 //!
@@ -38,6 +40,12 @@ use serde_json::{json, Value};
 
 pub mod approvals;
 pub mod net;
+pub mod pyclient;
+
+pub use pyclient::{
+    client_shim_args, python_sdk_client, run_client, run_python_sdk_client, sdk_python, ClientRun,
+    PyRun,
+};
 
 /// The MCP protocol version the tests speak.
 pub const PROTOCOL_VERSION: &str = "2025-06-18";

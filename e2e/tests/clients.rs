@@ -15,7 +15,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -206,66 +205,23 @@ fn server_script(deps: &Path, package: &str) -> PathBuf {
         .join("dist/index.js")
 }
 
-/// The shim's arguments as an MCP client's configuration has them.
-fn shim_args(env: &TestEnv, policy: &Path, server: &[&str]) -> Vec<String> {
-    let mut args = vec![
-        "--socket".to_string(),
-        env.socket.display().to_string(),
-        "--policy".to_string(),
-        policy.display().to_string(),
-        "--".to_string(),
-    ];
-    args.extend(server.iter().map(|s| s.to_string()));
-    args
-}
-
-/// What a client printed, and its stderr (with the shim's, for the Python SDK).
-struct ClientRun {
-    out: Value,
-    stderr: String,
-}
-
-/// Runs a client program with `script` (written into the env's directory) and
-/// `config` as its argument, in a user-like environment: the env's HOME and XDG
-/// directories, PATH, and USER, LOGNAME, SHELL, TERM when set. The SDK passes
-/// the shim only its default subset of it.
-fn run_client(env: &TestEnv, program: &Path, script: (&str, &str), config: &Value) -> ClientRun {
-    let script_path = env.write(&format!("clients/{}", script.0), script.1);
-    let mut cmd = Command::new(program);
-    cmd.arg(&script_path)
-        .arg(config.to_string())
-        .env_clear()
-        .envs(env.env_vars())
-        .env(
-            "PATH",
-            std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
-        )
-        .current_dir(&env.root);
-    for name in ["USER", "LOGNAME", "SHELL", "TERM"] {
-        if let Some(v) = std::env::var_os(name) {
-            cmd.env(name, v);
-        }
-    }
-    let t0 = Instant::now();
-    let output = run(&mut cmd, CLIENT_TIMEOUT);
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(
-        output.status.success(),
-        "{} {} failed with {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        program.display(),
-        script.0,
-        output.status
-    );
-    let line = stdout.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
-    let out: Value = serde_json::from_str(line).unwrap_or_else(|e| {
-        panic!(
-            "{} printed no JSON result ({e})\nstdout:\n{stdout}\nstderr:\n{stderr}",
-            script.0
-        )
-    });
-    println!("{} ({:?}): {out}", script.0, t0.elapsed());
-    ClientRun { out, stderr }
+/// Runs a client program as [`warden_e2e::run_client`] does, also passing on
+/// USER, LOGNAME, SHELL and TERM when set. The SDK passes the shim only its
+/// default subset of that environment.
+fn run_sdk_client(
+    env: &TestEnv,
+    program: &Path,
+    script: (&str, &str),
+    config: &Value,
+) -> ClientRun {
+    run_client(
+        env,
+        program,
+        script,
+        config,
+        &["USER", "LOGNAME", "SHELL", "TERM"],
+        CLIENT_TIMEOUT,
+    )
 }
 
 fn tool_names(out: &Value) -> Vec<&str> {
@@ -375,13 +331,13 @@ fn python_sdk_runs_server_everything_through_the_shim() {
     // server-everything reads only its first argument: the marker rides along.
     let marker = unique_marker("py-sdk");
     let script = server_script(&sdks.deps, "server-everything");
-    let args = shim_args(
+    let args = client_shim_args(
         &env,
         &policy,
         &["node", script.to_str().unwrap(), "stdio", &marker],
     );
     let message = format!("through warden from the python sdk {marker}");
-    let run = run_client(
+    let run = run_sdk_client(
         &env,
         &sdks.python,
         ("client.py", PY_CLIENT),
@@ -440,13 +396,13 @@ fn typescript_sdk_runs_server_filesystem_through_the_shim() {
     );
     std::fs::write(work.join("from-host.txt"), "written on the host").unwrap();
     let script = server_script(&sdks.deps, "server-filesystem");
-    let args = shim_args(
+    let args = client_shim_args(
         &env,
         &policy,
         &["node", script.to_str().unwrap(), work.to_str().unwrap()],
     );
     let written = work.join("from-ts-sdk.txt");
-    let run = run_client(
+    let run = run_sdk_client(
         &env,
         &sdks.node,
         ("client.mjs", TS_CLIENT),
@@ -512,12 +468,12 @@ fn python_sdk_sigterm_reaches_a_busy_server_as_sigterm() {
     let _daemon = env.start_daemon();
     let marker = unique_marker("py-sdk-busy");
     let fixture = fixture();
-    let args = shim_args(
+    let args = client_shim_args(
         &env,
         &env.minimal_policy(),
         &[fixture.to_str().unwrap(), "--marker", &marker],
     );
-    let run = run_client(
+    let run = run_sdk_client(
         &env,
         &sdks.python,
         ("client.py", PY_CLIENT),
@@ -561,7 +517,7 @@ fn typescript_sdk_sigkill_of_the_shim_ends_the_sandbox() {
     let _daemon = env.start_daemon();
     let marker = unique_marker("ts-sdk-busy");
     let fixture = fixture();
-    let args = shim_args(
+    let args = client_shim_args(
         &env,
         &env.minimal_policy(),
         &[
@@ -571,7 +527,7 @@ fn typescript_sdk_sigkill_of_the_shim_ends_the_sandbox() {
             &marker,
         ],
     );
-    let run = run_client(
+    let run = run_sdk_client(
         &env,
         &sdks.node,
         ("client.mjs", TS_CLIENT),

@@ -13,85 +13,22 @@ use serde_json::{json, Value};
 use warden_e2e::net::HttpServer;
 use warden_e2e::*;
 
-/// Bound on a whole client run (catches hangs).
-const CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
-
-/// The client. Argument: a JSON config: `command`, `args`, `env`, and `steps`,
-/// each the arguments of one `run_sandboxed` call, or `{"parallel": [...]}`
-/// for calls made at once. Prints one JSON line: the tools listed and one
-/// result per step (a list of results for a parallel step).
-const PY_CLIENT: &str = r#"
-import json, sys
-
-import anyio
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
-
-cfg = json.loads(sys.argv[1])
-
-def field(obj, snake, camel):
-    # The SDK's models are snake_case from 2.0, camelCase before.
-    return getattr(obj, snake) if hasattr(obj, snake) else getattr(obj, camel)
-
-def shape(r):
-    return {
-        "is_error": bool(field(r, "is_error", "isError")),
-        "structured": field(r, "structured_content", "structuredContent"),
-        "text": [c.text for c in r.content if c.type == "text"],
-    }
-
-async def main():
-    out = {"results": []}
-    params = StdioServerParameters(command=cfg["command"], args=cfg["args"], env=cfg["env"])
-    async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write) as session:
-            init = await session.initialize()
-            out["server"] = field(init, "server_info", "serverInfo").name
-            tools = (await session.list_tools()).tools
-            out["tools"] = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]
-            for step in cfg["steps"]:
-                if "parallel" in step:
-                    results = [None] * len(step["parallel"])
-                    async def one(i, args):
-                        results[i] = shape(await session.call_tool("run_sandboxed", args))
-                    async with anyio.create_task_group() as tg:
-                        for i, args in enumerate(step["parallel"]):
-                            tg.start_soon(one, i, args)
-                    out["results"].append(results)
-                else:
-                    out["results"].append(shape(await session.call_tool("run_sandboxed", step)))
-    print(json.dumps(out), flush=True)
-
-anyio.run(main)
-"#;
-
-/// The venv's python, or None (skipping) when the test deps are missing.
-fn python() -> Option<PathBuf> {
-    let deps = require_test_deps()?;
-    let python = deps.join("venv/bin/python3");
-    if !python.is_file() {
-        if std::env::var_os("WARDEN_REQUIRE_DEPS").is_some_and(|v| v == "1") {
-            panic!("{} missing; WARDEN_REQUIRE_DEPS=1", python.display());
-        }
-        println!("skipping: {} missing; run ./scripts/test", python.display());
-        return None;
-    }
-    Some(python)
-}
-
-/// What one client run saw.
+/// What one client run saw: the tools listed, and one result per step (a
+/// list of results for a parallel step).
 struct Run {
     tools: Vec<Value>,
     results: Vec<Value>,
 }
 
-/// Runs the Python client against `wardenctl --socket S exec-server --policy
-/// P`, with the env's HOME and XDG directories, and `steps`.
+/// Runs the Python SDK client against `wardenctl --socket S exec-server
+/// --policy P`, with the env's HOME and XDG directories, and `steps`.
 fn exec_server(env: &TestEnv, python: &Path, policy: &Path, steps: Value) -> Run {
     exec_server_with(env, python, policy, &[], steps)
 }
 
 /// [`exec_server`] with more `exec-server` arguments (`--backend docker`).
+/// `steps`: each the arguments of one `run_sandboxed` call, or `{"parallel":
+/// [...]}` for calls made at once; the client lists the tools first.
 fn exec_server_with(
     env: &TestEnv,
     python: &Path,
@@ -99,16 +36,18 @@ fn exec_server_with(
     extra: &[&str],
     steps: Value,
 ) -> Run {
-    let script = env.write("clients/exec_client.py", PY_CLIENT);
-    let mut child_env: serde_json::Map<String, Value> = env
-        .env_vars()
-        .into_iter()
-        .map(|(k, v)| (k, json!(v.display().to_string())))
-        .collect();
-    child_env.insert(
-        "PATH".into(),
-        json!(std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into())),
-    );
+    let call =
+        |args: &Value| json!({"op": "call_tool", "name": "run_sandboxed", "arguments": args});
+    let mut sdk_steps = vec![json!({"op": "list_tools"})];
+    sdk_steps.extend(steps.as_array().expect("a list of steps").iter().map(|step| {
+        match step.get("parallel") {
+            Some(calls) => json!({
+                "op": "parallel",
+                "steps": calls.as_array().expect("a list of calls").iter().map(call).collect::<Vec<_>>(),
+            }),
+            None => call(step),
+        }
+    }));
     let mut args = vec![
         "--socket".to_string(),
         env.socket.display().to_string(),
@@ -117,44 +56,22 @@ fn exec_server_with(
         policy.display().to_string(),
     ];
     args.extend(extra.iter().map(|a| a.to_string()));
-    let config = json!({
-        "command": bin("wardenctl").display().to_string(),
-        "args": args,
-        "env": child_env,
-        "steps": steps,
-    });
-    let mut cmd = Command::new(python);
-    cmd.arg(&script)
-        .arg(config.to_string())
-        .env_clear()
-        .envs(env.env_vars())
-        .env(
-            "PATH",
-            std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
-        )
-        .current_dir(&env.root);
-    let output = run(&mut cmd, CLIENT_TIMEOUT);
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(
-        output.status.success(),
-        "the client failed with {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        output.status
-    );
-    let line = stdout.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
-    let out: Value = serde_json::from_str(line)
-        .unwrap_or_else(|e| panic!("no JSON result ({e})\nstdout:\n{stdout}\nstderr:\n{stderr}"));
+    let mut run = run_python_sdk_client(env, python, &bin("wardenctl"), &args, &json!(sdk_steps));
+    let listed = run.steps.remove(0);
     Run {
-        tools: out["tools"].as_array().cloned().unwrap_or_default(),
-        results: out["results"].as_array().cloned().unwrap_or_default(),
+        tools: listed["definitions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default(),
+        results: run.steps,
     }
 }
 
 /// A result's structured content, asserting the call ran (no tool error)
 /// and the text content says the same.
 fn ran(result: &Value) -> &Value {
-    assert_eq!(result["is_error"], json!(false), "{result}");
-    let s = &result["structured"];
+    assert_eq!(result["isError"], json!(false), "{result}");
+    let s = &result["structuredContent"];
     assert!(s.is_object(), "no structured content: {result}");
     let text: Value = serde_json::from_str(result["text"][0].as_str().unwrap()).unwrap();
     assert_eq!(&text, s, "the text content renders the structured result");
@@ -171,13 +88,13 @@ fn code(result: &Value) -> i64 {
 
 /// A tool error's text.
 fn refused(result: &Value) -> String {
-    assert_eq!(result["is_error"], json!(true), "{result}");
+    assert_eq!(result["isError"], json!(true), "{result}");
     result["text"][0].as_str().unwrap().to_owned()
 }
 
 #[test]
 fn lists_the_tool_and_runs_echo_in_an_audited_session() {
-    let Some(py) = python() else { return };
+    let Some(py) = sdk_python() else { return };
     let env = TestEnv::new();
     let _d = env.start_daemon();
     let policy = env.policy("exec.yaml", "name: e2e-exec\nlimits:\n  timeout_s: 60\n");
@@ -271,7 +188,7 @@ fn lists_the_tool_and_runs_echo_in_an_audited_session() {
 
 #[test]
 fn the_host_is_out_of_reach_and_nothing_persists_between_calls() {
-    let Some(py) = python() else { return };
+    let Some(py) = sdk_python() else { return };
     let env = TestEnv::new();
     let _d = env.start_daemon();
     let key = env.home.join(".ssh/id_rsa");
@@ -319,7 +236,7 @@ fn the_host_is_out_of_reach_and_nothing_persists_between_calls() {
 
 #[test]
 fn the_timeout_ends_a_call_and_output_is_capped() {
-    let Some(py) = python() else { return };
+    let Some(py) = sdk_python() else { return };
     let env = TestEnv::new();
     let _d = env.start_daemon();
     let policy = env.policy("exec.yaml", "name: e2e-exec\nlimits:\n  timeout_s: 120\n");
@@ -373,7 +290,7 @@ fn the_timeout_ends_a_call_and_output_is_capped() {
 
 #[test]
 fn a_fork_bomb_ends_at_the_pids_limit_and_the_server_keeps_answering() {
-    let Some(py) = python() else { return };
+    let Some(py) = sdk_python() else { return };
     let env = TestEnv::new();
     let _d = env.start_daemon();
     let policy = env.policy(
@@ -415,7 +332,7 @@ fn a_fork_bomb_ends_at_the_pids_limit_and_the_server_keeps_answering() {
 
 #[test]
 fn concurrent_calls_run_in_parallel() {
-    let Some(py) = python() else { return };
+    let Some(py) = sdk_python() else { return };
     let env = TestEnv::new();
     let _d = env.start_daemon();
     let shared = env.mkdir("shared");
@@ -452,7 +369,7 @@ fn concurrent_calls_run_in_parallel() {
 
 #[test]
 fn network_is_only_what_the_call_asks_for_within_the_policy() {
-    let Some(py) = python() else { return };
+    let Some(py) = sdk_python() else { return };
     let Some(curl) = find_on_path("curl") else {
         if std::env::var_os("WARDEN_REQUIRE_DEPS").is_some_and(|v| v == "1") {
             panic!("curl missing; WARDEN_REQUIRE_DEPS=1");
@@ -512,7 +429,7 @@ fn network_is_only_what_the_call_asks_for_within_the_policy() {
 /// a tool error, not a hang.
 #[test]
 fn a_calls_session_start_is_on_disk_before_its_command_runs() {
-    let Some(py) = python() else { return };
+    let Some(py) = sdk_python() else { return };
     let env = TestEnv::new();
     let daemon = env.start_daemon();
     let shared = env.mkdir("shared");
@@ -589,7 +506,7 @@ fn wait_one_session(env: &TestEnv, daemon: &Daemon) -> Value {
 /// `wardenctl policy show` is the allowlist view of the ceiling.
 #[test]
 fn wardenctl_ps_and_kill_see_and_end_a_running_call() {
-    let Some(py) = python() else { return };
+    let Some(py) = sdk_python() else { return };
     let env = TestEnv::new();
     let daemon = env.start_daemon();
     // The ceiling as a profile, so `wardenctl policy show NAME` names it.
@@ -715,7 +632,7 @@ const DOCKER: &[&str] = &["--backend", "docker"];
 
 #[test]
 fn docker_the_host_is_out_of_reach_and_nothing_persists_between_calls() {
-    let Some(py) = python() else { return };
+    let Some(py) = sdk_python() else { return };
     let Some(image) = docker_test_image() else {
         return;
     };
@@ -804,7 +721,7 @@ fn docker_the_host_is_out_of_reach_and_nothing_persists_between_calls() {
 
 #[test]
 fn docker_the_timeout_ends_a_call_and_its_container() {
-    let Some(py) = python() else { return };
+    let Some(py) = sdk_python() else { return };
     let Some(image) = docker_test_image() else {
         return;
     };
@@ -857,7 +774,7 @@ fn docker_the_timeout_ends_a_call_and_its_container() {
 
 #[test]
 fn docker_a_fork_bomb_ends_at_the_pids_limit_and_the_server_keeps_answering() {
-    let Some(py) = python() else { return };
+    let Some(py) = sdk_python() else { return };
     let Some(image) = docker_test_image() else {
         return;
     };

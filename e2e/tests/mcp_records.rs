@@ -27,6 +27,9 @@ fn end_of<'a>(recs: &'a [Value], tool: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no mcp.end of {tool}: {recs:#?}"))
 }
 
+/// Through the real shim, with server-everything and a real client (the
+/// official Python SDK): echo, get-sum, a long-running call with progress
+/// and an unknown tool each have their records.
 #[test]
 fn server_everything_calls_each_have_their_records() {
     let Some(deps) = require_test_deps() else {
@@ -43,44 +46,48 @@ fn server_everything_calls_each_have_their_records() {
             deps.display()
         ),
     );
-    let mut c = env.mcp([
-        "--policy".into(),
-        policy.into_os_string(),
-        "--".into(),
-        node.into_os_string(),
-        script.into_os_string(),
-        "stdio".into(),
-    ]);
-    c.set_timeout(Duration::from_secs(60));
-    c.initialize();
-    let echoed = c.tool_text("echo", json!({"message": "secret-argument-value"}));
-    assert!(echoed.contains("secret-argument-value"), "{echoed}");
-    let sum = c.tool_text("get-sum", json!({"a": 2, "b": 3}));
-    assert!(sum.contains('5'), "{sum}");
-    // A long-running call with progress.
-    let r = c.request(
-        "tools/call",
-        json!({
-            "name": "trigger-long-running-operation",
-            "arguments": {"duration": 1, "steps": 3},
-            "_meta": {"progressToken": "tok-1"}
-        }),
+    let args = client_shim_args(
+        &env,
+        &policy,
+        &[node.to_str().unwrap(), script.to_str().unwrap(), "stdio"],
     );
-    assert!(r.get("result").is_some(), "{r}");
-    let progress = c
-        .other_messages
-        .iter()
-        .filter(|m| m["method"] == "notifications/progress")
-        .count();
-    assert_eq!(progress, 3, "{:?}", c.other_messages);
-    // An unknown tool: the server's error, recorded as such.
-    let bad = c.request(
-        "tools/call",
-        json!({"name": "no-such-tool", "arguments": {}}),
+    let Some(run) = python_sdk_client(
+        &env,
+        &args,
+        &json!([
+            {"op": "call_tool", "name": "echo", "arguments": {"message": "secret-argument-value"}},
+            {"op": "call_tool", "name": "get-sum", "arguments": {"a": 2, "b": 3}},
+            // A long-running call with progress.
+            {"op": "call_tool", "name": "trigger-long-running-operation",
+             "arguments": {"duration": 1, "steps": 3}, "progress": true},
+            // An unknown tool: the server's error, recorded as such.
+            {"op": "call_tool", "name": "no-such-tool", "arguments": {}},
+        ]),
+    ) else {
+        return;
+    };
+    assert_eq!(run.server, "mcp-servers/everything", "{run:?}");
+    let [echoed, sum, long_call, bad] = &run.steps[..] else {
+        panic!("four step results: {run:?}");
+    };
+    for r in [echoed, sum, long_call] {
+        assert_eq!(r["isError"], false, "{r}");
+    }
+    assert!(
+        echoed["text"][0]
+            .as_str()
+            .is_some_and(|t| t.contains("secret-argument-value")),
+        "{echoed}"
     );
-    c.close_stdin();
-    assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
-    c.assert_stdout_only_jsonrpc();
+    assert!(
+        sum["text"][0].as_str().is_some_and(|t| t.contains('5')),
+        "{sum}"
+    );
+    assert_eq!(long_call["progress"], 3, "{long_call}");
+    // The SDK stopped the shim by closing stdin; it exited 0, and every line
+    // it wrote was JSON-RPC.
+    assert_eq!(run.returncode, 0, "server stderr:\n{}", run.server_stderr);
+    assert!(run.stream_errors.is_empty(), "{run:?}");
 
     let all = audit_records(&env);
     let start = all
@@ -89,7 +96,8 @@ fn server_everything_calls_each_have_their_records() {
         .unwrap();
     let id = start["session"].as_str().unwrap();
     let recs = mcp_records(&env, Some(id));
-    // initialize, tools/list is not asked here; each tools/call has both.
+    // initialize once (the SDK lists the tools itself, to check results
+    // against their output schemas); each tools/call has both.
     let init = recs
         .iter()
         .filter(|r| r["resource"] == "initialize")
