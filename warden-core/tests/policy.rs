@@ -1420,14 +1420,14 @@ fn docker_image_is_a_strict_reference() {
 #[test]
 fn mcp_tools_and_pin() {
     let f = Fixture::new();
-    let text = "command: [server]\nmcp:\n  tools:\n    allow: [\"read_*\", echo]\n    deny: [\"read_secret*\"]\n  pin: off\n";
+    let text = "command: [server]\nmcp:\n  tools:\n    allow: [\"read_*\", echo]\n    deny: [\"read_secret*\"]\n  pin: enforce\n";
     let p = f.ok(text);
     assert_eq!(
         p.mcp,
         warden_core::policy::McpPolicy {
             allow: Some(strings(&["read_*", "echo"])),
             deny: strings(&["read_secret*"]),
-            pin: warden_core::policy::PinMode::Off,
+            pin: warden_core::policy::PinMode::Enforce,
         }
     );
     assert!(p.mcp.gates());
@@ -1442,7 +1442,7 @@ fn mcp_tools_and_pin() {
         vec![
             "$T/proj/policy.yaml:4:12: mcp.tools.deny[0]: a tool name or pattern cannot be empty".to_string(),
             "$T/proj/policy.yaml:4:16: mcp.tools.deny[1]: `a b` holds ' ': tool names have no spaces or control characters".to_string(),
-            "$T/proj/policy.yaml:5:8: mcp.pin: unknown pin mode `strict`: use `flag` (record changed tool definitions, the default) or `off`".to_string(),
+            "$T/proj/policy.yaml:5:8: mcp.pin: unknown pin mode `strict`: use `flag` (record changed tool definitions, the default), `enforce` (also withhold new and changed tools until a person accepts them with `wardenctl approve`) or `off`".to_string(),
         ]
     );
     let e = f

@@ -105,9 +105,15 @@ fn question(p: &pb::PendingApproval) -> String {
     };
     let what = match p.kind.as_str() {
         "network" => format!("wants to connect to {}", p.resource),
+        "tool" => format!(
+            "offers the {} tool `{}` (withheld: its definition differs from the pin)",
+            p.operation, p.resource
+        ),
         _ => format!("wants to {} {}", p.operation, p.resource),
     };
-    let always = if p.policy_path.is_empty() {
+    let always = if p.kind == "tool" {
+        "  [a]lways (pin it)".into()
+    } else if p.policy_path.is_empty() {
         String::new()
     } else {
         "  [a]lways (add to the policy)".into()

@@ -172,6 +172,7 @@ async fn answer(c: &mut Client, id: &str, scope: &str, json: bool) -> anyhow::Re
 fn what(p: &pb::PendingApproval) -> String {
     match p.kind.as_str() {
         "network" => format!("connect {}", p.resource),
+        "tool" => format!("use the {} tool `{}`", p.operation, p.resource),
         _ => format!("{} {}", p.operation, p.resource),
     }
 }

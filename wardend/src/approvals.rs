@@ -51,6 +51,9 @@ const FINISHED_KEPT: usize = 1024;
 pub enum Kind {
     Network,
     File,
+    /// A tool `mcp.pin: enforce` withholds (its definition is new or
+    /// changed since it was pinned); `operation` is `added` or `changed`.
+    Tool,
 }
 
 impl Kind {
@@ -58,6 +61,7 @@ impl Kind {
         match self {
             Kind::Network => "network",
             Kind::File => "file",
+            Kind::Tool => "tool",
         }
     }
 }
@@ -637,7 +641,9 @@ impl Broker {
             let session = p.view.session.clone();
             let request = p.view.request.clone();
             let policy = st.sessions.get(&session).and_then(|s| s.cfg.policy.clone());
-            if scope == Scope::Always {
+            // A tool's `--always` pins its definition (the session's gate
+            // does, once it has the answer): no policy file is edited.
+            if scope == Scope::Always && request.kind != Kind::Tool {
                 if request.kind == Kind::File && request.operation == "list" {
                     return Err(AnswerError::ListAlways(id.to_owned()));
                 }
@@ -651,7 +657,7 @@ impl Broker {
             (session, request, policy)
         };
         let mut edit_note = String::new();
-        if let (Scope::Always, Some(file)) = (scope, policy) {
+        if let (Scope::Always, Some(file), false) = (scope, policy, request.kind == Kind::Tool) {
             let editor = self.editor.clone();
             let (f2, r2, id2) = (file.clone(), request.clone(), id.to_owned());
             let done = tokio::task::spawn_blocking(move || editor(&f2, &r2, &id2))
@@ -764,13 +770,23 @@ impl Broker {
             outcome: scope.as_str().to_owned(),
             channel: channel.as_str().to_owned(),
         });
-        let what = format!("{} {}", request.operation, request.resource);
-        let message = match scope {
-            Scope::Once => format!("allowed {what} once"),
-            Scope::Session => format!("allowed {what} until session {session} ends"),
-            Scope::Always => format!("allowed {what}{edit_note}"),
-            Scope::Deny => {
-                format!("denied {what}; it is refused without asking until session {session} ends")
+        let what = match request.kind {
+            Kind::Tool => format!("the {} tool `{}`", request.operation, request.resource),
+            _ => format!("{} {}", request.operation, request.resource),
+        };
+        let message = match (scope, request.kind) {
+            (Scope::Always, Kind::Tool) => {
+                format!("allowed {what}; its definition is pinned for the server")
+            }
+            (scope, _) => {
+                match scope {
+                    Scope::Once => format!("allowed {what} once"),
+                    Scope::Session => format!("allowed {what} until session {session} ends"),
+                    Scope::Always => format!("allowed {what}{edit_note}"),
+                    Scope::Deny => {
+                        format!("denied {what}; it is refused without asking until session {session} ends")
+                    }
+                }
             }
         };
         Ok(Answered {
@@ -798,6 +814,8 @@ pub fn key_of(req: &Request) -> &'static str {
         (Kind::Network, _) => "network.allow",
         (Kind::File, "read" | "list") => "filesystem.read",
         (Kind::File, _) => "filesystem.write",
+        // Pinned, not written to the policy.
+        (Kind::Tool, _) => "mcp.pin",
     }
 }
 
@@ -812,6 +830,9 @@ pub fn policy_editor() -> PolicyEditor {
             (Kind::Network, _) => Grant::Network(req.resource.clone()),
             (Kind::File, "filesystem.read") => Grant::Read(req.resource.clone()),
             (Kind::File, _) => Grant::Write(req.resource.clone()),
+            (Kind::Tool, _) => {
+                return Err("a tool's definition is pinned, not written to the policy".into())
+            }
         };
         let today = time::OffsetDateTime::now_utc().date();
         let note = format!("approved {today} by wardenctl approve ({id})");

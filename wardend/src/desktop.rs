@@ -483,6 +483,10 @@ fn texts(view: &View) -> (String, String) {
             "{who} wants to {} {resource}",
             shown(&view.request.operation)
         ),
+        Kind::Tool => format!(
+            "{who} offers the {} tool {resource}",
+            shown(&view.request.operation)
+        ),
     };
     let secs = view.remaining.as_secs();
     let body = format!(

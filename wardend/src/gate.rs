@@ -20,14 +20,18 @@
 //!
 //! The relay thread that drives a gate is `stdio::Filter`.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::{Arc, Mutex};
+
+use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use warden_core::policy::McpPolicy;
 
-use crate::mcp::{id_key, show_id};
+use crate::mcp::{fingerprint, id_key, show_id, Pins};
 
 /// `tools/list` requests remembered at once (answers to others pass
 /// unfiltered: a client this far ahead of its server is not a real one, and
@@ -49,7 +53,121 @@ pub enum GateEvent {
     },
     /// Tools cut from a `tools/list` answer.
     Hidden { id: String, tools: Vec<String> },
+    /// What the server's definitions are against the pin (`mcp.pin:
+    /// enforce`, where the gate keeps the pin).
+    Pin(warden_audit::event::McpPin),
 }
+
+/// `mcp.pin: enforce`: the profile's pin and what this session withholds,
+/// shared between the gate (the relay's thread) and the approvals that can
+/// release a tool (tasks of the daemon).
+pub struct Enforce {
+    state: Mutex<PinGate>,
+    /// Rung when a tool was accepted: the gate then tells the client the
+    /// list changed.
+    wake: EventFd,
+}
+
+struct PinGate {
+    pins: Pins,
+    /// Accepted in this session: name → the definition accepted.
+    accepted: HashMap<String, String>,
+    /// Withheld now: name → its definition.
+    withheld: BTreeMap<String, String>,
+    /// Asked about and not yet answered: name → the definition asked about.
+    asked: HashMap<String, String>,
+    list_changed: bool,
+}
+
+/// A tool withheld by the pin, for a person to accept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolAsk {
+    pub tool: String,
+    pub digest: String,
+    /// `added` (new since the pin) or `changed`.
+    pub what: &'static str,
+}
+
+impl Enforce {
+    pub(crate) fn new(pins: Pins) -> std::io::Result<Arc<Enforce>> {
+        Ok(Arc::new(Enforce {
+            state: Mutex::new(PinGate {
+                pins,
+                accepted: HashMap::new(),
+                withheld: BTreeMap::new(),
+                asked: HashMap::new(),
+                list_changed: false,
+            }),
+            wake: EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?,
+        }))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PinGate> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A person accepted `ask`: the tool is offered again in this session
+    /// (the client is told the list changed), and with `pin` its definition
+    /// joins the profile's pin. Returns the `mcp.pin` record of a new pin.
+    pub fn accept(
+        &self,
+        session: &str,
+        ask: &ToolAsk,
+        pin: bool,
+    ) -> Option<warden_audit::event::McpPin> {
+        let mut st = self.lock();
+        st.asked.remove(&ask.tool);
+        st.accepted.insert(ask.tool.clone(), ask.digest.clone());
+        if st.withheld.get(&ask.tool) == Some(&ask.digest) {
+            st.withheld.remove(&ask.tool);
+        }
+        st.list_changed = true;
+        let record = pin.then(|| {
+            st.pins.accept(&ask.tool, &ask.digest);
+            let (added, changed) = match ask.what {
+                "added" => (vec![ask.tool.clone()], vec![]),
+                _ => (vec![], vec![ask.tool.clone()]),
+            };
+            warden_audit::event::McpPin {
+                session: session.to_owned(),
+                profile: st.pins.profile_label().to_owned(),
+                reason: format!(
+                    "the {} definition of `{}` was accepted and pinned",
+                    if ask.what == "added" {
+                        "new"
+                    } else {
+                        "changed"
+                    },
+                    ask.tool
+                ),
+                state: "accepted".into(),
+                added,
+                changed,
+                removed: vec![],
+            }
+        });
+        drop(st);
+        let _ = self.wake.write(1);
+        record
+    }
+
+    /// The approval about `ask` ended without acceptance: the tool stays
+    /// withheld, and the next `tools/list` may ask again.
+    pub fn declined(&self, ask: &ToolAsk) {
+        let mut st = self.lock();
+        if st.asked.get(&ask.tool) == Some(&ask.digest) {
+            st.asked.remove(&ask.tool);
+        }
+    }
+
+    /// The tools withheld now.
+    pub fn withheld(&self) -> Vec<String> {
+        self.lock().withheld.keys().cloned().collect()
+    }
+}
+
+/// Raises the approval of a withheld tool (the session's, on the daemon).
+pub type Ask = Box<dyn FnMut(ToolAsk) + Send>;
 
 impl GateEvent {
     /// The event as the audit record of `session` (`mcp.refuse`, `mcp.hide`).
@@ -81,6 +199,10 @@ impl GateEvent {
                 tools,
             }
             .into_record(),
+            GateEvent::Pin(mut p) => {
+                p.session = session.to_owned();
+                warden_audit::event::Event::into_record(p)
+            }
         }
     }
 }
@@ -132,6 +254,8 @@ pub struct Gate {
     lists: VecDeque<String>,
     listed: HashSet<String>,
     events: Vec<GateEvent>,
+    /// `mcp.pin: enforce`, and how to ask about a withheld tool.
+    enforce: Option<(Arc<Enforce>, Ask)>,
 }
 
 /// How a client message fared.
@@ -152,9 +276,67 @@ impl Gate {
             lists: VecDeque::new(),
             listed: HashSet::new(),
             events: Vec::new(),
+            enforce: None,
         }
     }
 
+    /// With `mcp.pin: enforce`: tools whose definitions differ from the pin
+    /// are withheld until `ask` gets them accepted.
+    pub fn with_pin(mut self, enforce: Arc<Enforce>, ask: Ask) -> Gate {
+        self.enforce = Some((enforce, ask));
+        self
+    }
+
+    /// What rings when a withheld tool was accepted.
+    pub fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.enforce.as_ref().map(|(e, _)| e.wake.as_fd())
+    }
+
+    /// After [`Gate::wake_fd`] rang: the notification to send the client,
+    /// if the list changed.
+    pub fn woken(&mut self) -> Option<Vec<u8>> {
+        let (e, _) = self.enforce.as_ref()?;
+        let _ = e.wake.read();
+        let mut st = e.lock();
+        if !std::mem::take(&mut st.list_changed) {
+            return None;
+        }
+        Some(line_of(&serde_json::json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/tools/list_changed",
+        })))
+    }
+
+    /// The stream ended: pinned tools the server's answers never showed.
+    pub fn finish(&mut self) {
+        if let Some((e, _)) = &self.enforce {
+            // The record's session is set when it is written.
+            if let Some(p) = e.lock().pins.finish("") {
+                self.events.push(GateEvent::Pin(p));
+            }
+        }
+    }
+
+    /// Why the pin withholds `tool` now, if it does.
+    fn withholds(&self, tool: &str) -> Option<String> {
+        let (e, _) = self.enforce.as_ref()?;
+        let st = e.lock();
+        st.withheld.contains_key(tool).then(|| {
+            let what = st
+                .pins
+                .differs(tool, &st.withheld[tool])
+                .unwrap_or("changed");
+            format!(
+                "mcp.pin: enforce: {} since the tool definitions were pinned; a person can \
+                 accept it with `wardenctl approve`",
+                if what == "added" {
+                    "it is new"
+                } else {
+                    "its definition changed"
+                }
+            )
+        })
+    }
     /// What happened since the last call.
     pub fn take_events(&mut self) -> Vec<GateEvent> {
         std::mem::take(&mut self.events)
@@ -300,7 +482,11 @@ impl Gate {
                 let refusal = match name {
                     Some(Ok(CallParams {
                         name: Some(Value::String(name)),
-                    })) => self.policy.refuses(&name).map(|rule| (Some(name), rule)),
+                    })) => self
+                        .policy
+                        .refuses(&name)
+                        .or_else(|| self.withholds(&name))
+                        .map(|rule| (Some(name), rule)),
                     Some(Err(e)) => Some((None, format!("its params cannot be read ({e})"))),
                     _ => Some((
                         None,
@@ -311,6 +497,9 @@ impl Gate {
                     return Check::Pass;
                 };
                 let message = match &tool {
+                    Some(t) if rule.starts_with("mcp.pin") => format!(
+                        "Warden withholds the tool `{t}` ({rule}); the server was not called"
+                    ),
                     Some(t) => format!(
                         "Warden's policy refuses the tool `{t}` ({rule}); the server was not called"
                     ),
@@ -387,6 +576,7 @@ impl Gate {
         let tools = serde_json::from_str::<Vec<&RawValue>>(tools_raw.get()).ok()?;
         let mut kept = Vec::with_capacity(tools.len());
         let mut hidden = Vec::new();
+        let mut offered = Vec::new();
         for t in &tools {
             let name = serde_json::from_str::<ToolDef>(t.get())
                 .ok()
@@ -399,7 +589,21 @@ impl Gate {
                 // against the policy: it is not offered.
                 None => hidden.push("(a tool without a name)".to_owned()),
                 Some(n) if self.policy.refuses(&n).is_some() => hidden.push(n),
-                Some(_) => kept.push(t.get()),
+                Some(n) => {
+                    offered.push((n, *t));
+                    kept.push(t.get());
+                }
+            }
+        }
+        if self.enforce.is_some() {
+            let withheld = self.pin_check(&offered);
+            if !withheld.is_empty() {
+                kept = offered
+                    .iter()
+                    .filter(|(n, _)| !withheld.contains(n))
+                    .map(|(_, t)| t.get())
+                    .collect();
+                hidden.extend(withheld);
             }
         }
         if hidden.is_empty() {
@@ -417,6 +621,55 @@ impl Gate {
         out.push(']');
         out.push_str(&text[start + tools_raw.get().len()..]);
         Some(out)
+    }
+}
+
+impl Gate {
+    /// `mcp.pin: enforce` on the tools a `tools/list` answer offers: the
+    /// pin is kept (and recorded) as in `flag` mode, and the tools whose
+    /// definitions differ from it, unless accepted in this session, are
+    /// withheld (returned) and asked about.
+    fn pin_check(&mut self, offered: &[(String, &RawValue)]) -> Vec<String> {
+        let Some((e, ask)) = self.enforce.as_mut() else {
+            return Vec::new();
+        };
+        let digests: Vec<(String, String)> = offered
+            .iter()
+            .filter_map(|(_, t)| fingerprint(&serde_json::from_str::<Value>(t.get()).ok()?))
+            .collect();
+        let mut withheld = Vec::new();
+        let mut asks = Vec::new();
+        {
+            let mut st = e.lock();
+            // The record's session is set when it is written.
+            if let Some(p) = st.pins.tools("", digests.clone()) {
+                self.events.push(GateEvent::Pin(p));
+            }
+            for (name, digest) in &digests {
+                let Some(what) = st.pins.differs(name, digest) else {
+                    st.withheld.remove(name);
+                    continue;
+                };
+                if st.accepted.get(name) == Some(digest) {
+                    st.withheld.remove(name);
+                    continue;
+                }
+                st.withheld.insert(name.clone(), digest.clone());
+                withheld.push(name.clone());
+                if st.asked.get(name) != Some(digest) {
+                    st.asked.insert(name.clone(), digest.clone());
+                    asks.push(ToolAsk {
+                        tool: name.clone(),
+                        digest: digest.clone(),
+                        what,
+                    });
+                }
+            }
+        }
+        for a in asks {
+            ask(a);
+        }
+        withheld
     }
 }
 

@@ -469,7 +469,7 @@ fn end(
 
 /// A tool definition's name and fingerprint: sha256 of its JSON, keys
 /// sorted (serde_json's map), so the same definition always hashes alike.
-fn fingerprint(tool: &Value) -> Option<(String, String)> {
+pub(crate) fn fingerprint(tool: &Value) -> Option<(String, String)> {
     use sha2::Digest;
     let name = tool.get("name")?.as_str()?.to_owned();
     let text = serde_json::to_vec(tool).ok()?;
@@ -650,10 +650,7 @@ impl Pins {
         let path = state_dir
             .join("mcp-pins")
             .join(format!("{}.json", profile.key));
-        let pinned = std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .and_then(|v| serde_json::from_value(v.get("tools")?.clone()).ok());
+        let pinned = Self::read(&path);
         Pins {
             path,
             profile,
@@ -718,6 +715,39 @@ impl Pins {
             .then(|| self.changed(session, added, changed, vec![]))
     }
 
+    fn read(path: &std::path::Path) -> Option<std::collections::BTreeMap<String, String>> {
+        std::fs::read(path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|v| serde_json::from_value(v.get("tools")?.clone()).ok())
+    }
+
+    /// Whether `name` with definition `digest` differs from the pin:
+    /// `added` (not pinned), `changed`, or None (as pinned, or no pin yet).
+    pub(crate) fn differs(&self, name: &str, digest: &str) -> Option<&'static str> {
+        match self.pinned.as_ref()?.get(name) {
+            None => Some("added"),
+            Some(d) if d != digest => Some("changed"),
+            Some(_) => None,
+        }
+    }
+
+    /// A person accepted `name` as it is now: it joins the pin.
+    pub(crate) fn accept(&mut self, name: &str, digest: &str) {
+        // What the file holds now (another session may have added to it).
+        let mut all = Self::read(&self.path)
+            .or_else(|| self.pinned.clone())
+            .unwrap_or_default();
+        all.insert(name.to_owned(), digest.to_owned());
+        self.store(&all);
+        self.pinned = Some(all);
+    }
+
+    /// The profile as recorded (`resource` of `mcp.pin`).
+    pub(crate) fn profile_label(&self) -> &str {
+        &self.profile.label
+    }
+
     /// At the session's end: pinned tools its answers never showed.
     pub(crate) fn finish(&mut self, session: &str) -> Option<event::McpPin> {
         let pinned = self.pinned.as_ref()?;
@@ -774,7 +804,10 @@ impl Pins {
                     .mode(0o700)
                     .create(dir)?;
             }
-            let tmp = self.path.with_extension("tmp");
+            // A name of its own: two sessions of a profile may store at once.
+            let mut r = [0u8; 8];
+            let _ = getrandom::fill(&mut r);
+            let tmp = self.path.with_extension(format!("{}.tmp", hex::encode(r)));
             std::fs::write(&tmp, serde_json::to_vec_pretty(&body).unwrap_or_default())?;
             std::fs::rename(&tmp, &self.path)
         };

@@ -189,6 +189,9 @@ pub struct Prepared {
     client: pb::ClientInfo,
     /// Approvals, when the session has them on.
     approve: Option<crate::approvals::SessionConfig>,
+    /// Approvals of the tools `mcp.pin: enforce` withholds (also without
+    /// `approve`).
+    tool_approvals: Option<crate::approvals::SessionConfig>,
     /// A `wardenctl trace` session: its peak footprint is sampled.
     trace: bool,
     backend: crate::backend::Choice,
@@ -373,6 +376,10 @@ impl Daemon {
         };
         let warden_paths = self.warden_paths(policy.source.as_deref());
         let approve = plan::approvals(id, req, &policy)?;
+        let tool_approvals = match policy.mcp.pin {
+            warden_core::policy::PinMode::Enforce => Some(plan::approval_config(id, req, &policy)?),
+            _ => None,
+        };
         let (mut spec, mut env_names) =
             plan::spec(id, &policy, &req.env, ctx.home, &host, warden_paths);
         if req.trace {
@@ -403,6 +410,7 @@ impl Daemon {
             env_names,
             client: req.client.clone().unwrap_or_default(),
             approve,
+            tool_approvals,
             trace: req.trace,
             backend,
             docker,
@@ -424,6 +432,7 @@ impl Daemon {
             env_names,
             client,
             approve,
+            tool_approvals,
             trace,
             backend,
             docker,
@@ -576,16 +585,16 @@ impl Daemon {
         // The per-tool policy: the stream passes through a gate (never
         // without one when the policy restricts tools: a gate that cannot
         // start fails the launch).
-        let gate = policy.mcp.gates().then(|| {
-            let daemon = self.clone();
-            let session = id.clone();
-            crate::stdio::GateRun {
-                gate: crate::gate::Gate::new(policy.mcp.clone()),
-                report: Box::new(move |e: crate::gate::GateEvent| {
-                    daemon.audit.record(e.record(&session));
-                }),
-            }
-        });
+        let gate = match policy.mcp.gates() {
+            false => None,
+            true => match self.gate(&id, &policy, tool_approvals) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    self.audit_exit(&id, started, None, None, &e.to_string());
+                    return Err(e);
+                }
+            },
+        };
         let watch = crate::stdio::Watch { taps, gate };
         let result = match &docker {
             None => {
@@ -896,6 +905,61 @@ impl Daemon {
                 event: Some(pb::spawn_event::Event::Exited(exit)),
             }))
             .await;
+    }
+
+    /// The gate of a session whose policy restricts tools or enforces the
+    /// pin (see `gate.rs`). With `mcp.pin: enforce` the session's approvals
+    /// are opened (if `approve` has not) so a withheld tool can be accepted.
+    fn gate(
+        self: &Arc<Self>,
+        id: &str,
+        policy: &warden_core::policy::CompiledPolicy,
+        tool_approvals: Option<crate::approvals::SessionConfig>,
+    ) -> Result<crate::stdio::GateRun, DaemonError> {
+        use crate::approvals::{Kind, Outcome, Request, Scope};
+        use crate::gate::{Enforce, Gate, GateEvent, ToolAsk};
+        let mut gate = Gate::new(policy.mcp.clone());
+        if let Some(cfg) = tool_approvals {
+            let profile = crate::mcp::Profile::of(
+                policy.name.as_deref(),
+                policy.source.as_deref(),
+                &policy.argv,
+            );
+            let pins = crate::mcp::Pins::load(&self.config.state_dir, profile, policy.mcp.clone());
+            let enforce = Enforce::new(pins).map_err(DaemonError::StdioPipes)?;
+            if !self.approvals.enabled(id) {
+                self.approvals.open_session(cfg);
+            }
+            let (daemon, session, e) = (self.clone(), id.to_owned(), enforce.clone());
+            let handle = tokio::runtime::Handle::current();
+            let ask = move |a: ToolAsk| {
+                let (daemon, session, e) = (daemon.clone(), session.clone(), e.clone());
+                handle.spawn(async move {
+                    let req = Request {
+                        kind: Kind::Tool,
+                        resource: a.tool.clone(),
+                        operation: a.what.to_owned(),
+                    };
+                    match daemon.approvals.ask(&session, req, None).await {
+                        Outcome::Allowed { scope, .. } => {
+                            if let Some(p) = e.accept(&session, &a, scope == Scope::Always) {
+                                daemon.audit.record(p);
+                            }
+                        }
+                        Outcome::Denied => e.declined(&a),
+                    }
+                });
+            };
+            gate = gate.with_pin(enforce, Box::new(ask));
+        }
+        let daemon = self.clone();
+        let session = id.to_owned();
+        Ok(crate::stdio::GateRun {
+            gate,
+            report: Box::new(move |e: GateEvent| {
+                daemon.audit.record(e.record(&session));
+            }),
+        })
     }
 
     fn audit_exit(

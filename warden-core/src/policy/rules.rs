@@ -85,7 +85,7 @@ pub(crate) enum Invalid {
     DockerImage(String),
     #[error("{0}")]
     ToolPattern(String),
-    #[error("unknown pin mode `{0}`: use `flag` (record changed tool definitions, the default) or `off`")]
+    #[error("unknown pin mode `{0}`: use `flag` (record changed tool definitions, the default), `enforce` (also withhold new and changed tools until a person accepts them with `wardenctl approve`) or `off`")]
     McpPin(String),
     #[error("unknown level `{0}`: use `denied` (record the accesses the sandbox denies), `all` (every access) or `off`")]
     AuditFiles(String),

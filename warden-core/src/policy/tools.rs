@@ -31,7 +31,7 @@ impl PinMode {
     }
 
     pub fn parse(s: &str) -> Option<PinMode> {
-        [PinMode::Flag, PinMode::Off]
+        [PinMode::Flag, PinMode::Enforce, PinMode::Off]
             .into_iter()
             .find(|m| m.as_str() == s)
     }

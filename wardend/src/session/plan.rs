@@ -433,10 +433,20 @@ pub fn approvals(
     req: &pb::SpawnRequest,
     policy: &CompiledPolicy,
 ) -> Result<Option<crate::approvals::SessionConfig>, DaemonError> {
-    use crate::approvals::{PolicyFile, SessionConfig, DEFAULT_TIMEOUT, MAX_TIMEOUT};
     if !req.approve && !policy.approve {
         return Ok(None);
     }
+    approval_config(id, req, policy).map(Some)
+}
+
+/// The approvals of a session that asks a person about anything: held
+/// accesses (`approve`), tools withheld by `mcp.pin: enforce`.
+pub fn approval_config(
+    id: &str,
+    req: &pb::SpawnRequest,
+    policy: &CompiledPolicy,
+) -> Result<crate::approvals::SessionConfig, DaemonError> {
+    use crate::approvals::{PolicyFile, SessionConfig, DEFAULT_TIMEOUT, MAX_TIMEOUT};
     let timeout = match req.approve_timeout_ms {
         0 => DEFAULT_TIMEOUT,
         ms => std::time::Duration::from_millis(ms),
@@ -448,7 +458,7 @@ pub fn approvals(
             req.approve_timeout_ms
         )));
     }
-    Ok(Some(SessionConfig {
+    Ok(SessionConfig {
         session: id.to_owned(),
         server: policy.name.clone(),
         timeout,
@@ -457,7 +467,7 @@ pub fn approvals(
             text_at_start: req.policy_text.as_bytes().to_vec(),
         }),
         terminal: req.approve_terminal,
-    }))
+    })
 }
 
 /// `details.sandbox` of `session.start`: the layers of `spec` (what the

@@ -70,8 +70,13 @@ impl Filter {
                 Side::new(from_client, to_server),
                 Side::new(from_server, to_client),
             ];
-            let r = serve(sides, run, cancel, stop, &done);
+            let mut run = run;
+            let r = serve(sides, &mut run, cancel, stop, &done);
             done.store(true, Ordering::SeqCst);
+            run.gate.finish();
+            for e in run.gate.take_events() {
+                (run.report)(e);
+            }
             r
         })?;
         Ok(Filter { worker, out_done })
@@ -175,7 +180,7 @@ const OUT: usize = 1;
 
 fn serve(
     mut sides: [Side; 2],
-    mut run: GateRun,
+    run: &mut GateRun,
     cancel: &EventFd,
     stop: &AtomicBool,
     out_done: &AtomicBool,
@@ -203,6 +208,7 @@ fn serve(
             want[i] = (read, write);
         }
         let mut ready = [(false, false); 2];
+        let woken;
         let cancelled = {
             let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(5);
             let mut which: Vec<(usize, bool)> = Vec::with_capacity(4);
@@ -216,6 +222,10 @@ fn serve(
                     which.push((i, true));
                 }
             }
+            let woke_at = run.gate.wake_fd().map(|fd| {
+                fds.push(PollFd::new(fd, PollFlags::POLLIN));
+                fds.len() - 1
+            });
             fds.push(PollFd::new(cancel.as_fd(), PollFlags::POLLIN));
             match poll(&mut fds, PollTimeout::NONE) {
                 Ok(_) => {}
@@ -231,10 +241,16 @@ fn serve(
                     }
                 }
             }
+            woken = woke_at.is_some_and(|k| fired(&fds[k]));
             fds.last().is_some_and(fired)
         };
         if cancelled {
             return Ok(());
+        }
+        if woken {
+            // A withheld tool was accepted: the client is told to list again.
+            let note = run.gate.woken();
+            reply(&mut sides[OUT], &mut held, note);
         }
         for i in [IN, OUT] {
             if ready[i].1 && !sides[i].flush()? && i == IN {
@@ -258,9 +274,9 @@ fn serve(
                 sides[i].src = None;
             }
             if i == IN {
-                inbound(&mut sides, &mut held, &buf[..n], n == 0, &mut run);
+                inbound(&mut sides, &mut held, &buf[..n], n == 0, run);
             } else {
-                outbound(&mut sides[OUT], &mut held, &buf[..n], n == 0, &mut run);
+                outbound(&mut sides[OUT], &mut held, &buf[..n], n == 0, run);
             }
             for e in run.gate.take_events() {
                 (run.report)(e);
