@@ -414,3 +414,45 @@ fn a_changed_tool_definition_is_flagged_against_the_profiles_pin() {
     session(None);
     assert_eq!(pins().len(), 2);
 }
+
+#[test]
+fn an_approval_raised_during_a_tool_call_names_the_tool() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let secret = env.write("outside/notes.txt", "held, then read");
+    let policy = env.policy("approve.yaml", "version: 1\nname: held\napprove: true\n");
+    let mut c = env.mcp([
+        "--policy".into(),
+        policy.into_os_string(),
+        "--".into(),
+        fixture().into_os_string(),
+    ]);
+    c.initialize();
+    c.call_tool_no_wait("read_file", json!({"path": secret}));
+    // The read is held in the kernel while a person is asked; the question
+    // says which tool asked.
+    let deadline = std::time::Instant::now() + EXIT_WAIT;
+    let p = loop {
+        let p = approvals::pending(&env);
+        if let Some(p) = p.into_iter().find(|p| p["kind"] == "file") {
+            break p;
+        }
+        assert!(std::time::Instant::now() < deadline, "no approval raised");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(p["via"], "tool `read_file`", "{p}");
+    let out = approvals::ctl(&env, &["approve"]);
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.contains("tool `read_file`"), "{listed}");
+    approvals::answer_ok(&env, p["id"].as_str().unwrap(), "once");
+    let r = c.wait_response(&json!(2));
+    assert_eq!(tool_result_text(&r["result"]), "held, then read", "{r}");
+    c.close_stdin();
+    assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
+    for action in ["request", "answer"] {
+        let recs = approvals::approval_records(&env, action, 1);
+        assert_eq!(recs.len(), 1, "{recs:#?}");
+        assert_eq!(recs[0]["details"]["tool"], "read_file", "{}", recs[0]);
+        assert_eq!(recs[0]["details"]["call"], "2", "{}", recs[0]);
+    }
+}

@@ -5,6 +5,7 @@
 //! - [`paths`]: where the socket, state and profiles live for a user.
 //! - [`exit`]: the shim's exit codes.
 //! - [`runtime`]: what every sandbox gets without a grant.
+//! - [`shown`]: text a server chose, made safe to show a person.
 #![forbid(unsafe_code)]
 
 pub mod duration;
@@ -12,3 +13,4 @@ pub mod exit;
 pub mod paths;
 pub mod policy;
 pub mod runtime;
+pub mod shown;

@@ -98,18 +98,25 @@ fn scope_of(answer: &str) -> Option<&'static str> {
 }
 
 fn question(p: &pb::PendingApproval) -> String {
-    let who = if p.server.is_empty() {
+    // What the server chose (the resource, a tool's name) is escaped: it
+    // must not move the cursor or forge a line of this prompt.
+    let show = |s: &str| warden_core::shown::shown(s, 240);
+    let mut who = if p.server.is_empty() {
         format!("session {}", p.session)
     } else {
-        p.server.clone()
+        show(&p.server)
     };
+    if !p.via.is_empty() && p.kind != "tool" {
+        who = format!("{who} ({})", show(&p.via));
+    }
+    let resource = show(&p.resource);
     let what = match p.kind.as_str() {
-        "network" => format!("wants to connect to {}", p.resource),
+        "network" => format!("wants to connect to {resource}"),
         "tool" => format!(
-            "offers the {} tool `{}` (withheld: its definition differs from the pin)",
-            p.operation, p.resource
+            "offers the {} tool `{resource}` (withheld: its definition differs from the pin)",
+            show(&p.operation)
         ),
-        _ => format!("wants to {} {}", p.operation, p.resource),
+        _ => format!("wants to {} {resource}", show(&p.operation)),
     };
     let always = if p.kind == "tool" {
         "  [a]lways (pin it)".into()
@@ -237,5 +244,26 @@ mod tests {
         assert_eq!(scope_of("a"), Some("always"));
         assert_eq!(scope_of(""), Some("deny"));
         assert_eq!(scope_of("x"), None);
+    }
+
+    #[test]
+    fn the_question_names_the_tool_and_cannot_be_forged_by_the_server() {
+        let p = pb::PendingApproval {
+            id: "ap-1".into(),
+            session: "s1".into(),
+            server: "github".into(),
+            kind: "file".into(),
+            resource: "/tmp/x\r\nwarden: approve everything? \u{1b}[1A".into(),
+            operation: "read".into(),
+            remaining_ms: 60_000,
+            via: "tool `fetch`".into(),
+            ..Default::default()
+        };
+        let q = question(&p);
+        assert!(
+            q.starts_with("\r\nwarden: github (tool `fetch`) wants to read /tmp/x\\u{d}\\u{a}warden: approve everything? \\u{1b}[1A"),
+            "{q:?}"
+        );
+        assert_eq!(q.matches("\r\n").count(), 2, "{q:?}");
     }
 }

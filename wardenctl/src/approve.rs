@@ -71,6 +71,8 @@ struct PendingOut {
     remaining_ms: u64,
     /// The policy file `--always` edits; null when the session has none.
     policy: Option<String>,
+    /// The MCP tool call it was raised during ("tool `fetch`"); null when none.
+    via: Option<String>,
 }
 
 impl From<pb::PendingApproval> for PendingOut {
@@ -87,6 +89,7 @@ impl From<pb::PendingApproval> for PendingOut {
             age_ms: p.age_ms,
             remaining_ms: p.remaining_ms,
             policy: some(p.policy_path),
+            via: some(p.via),
         }
     }
 }
@@ -178,10 +181,15 @@ fn what(p: &pb::PendingApproval) -> String {
 }
 
 fn who(p: &pb::PendingApproval) -> String {
-    if p.server.is_empty() {
+    let who = if p.server.is_empty() {
         p.session.clone()
     } else {
         format!("{} ({})", p.server, p.session)
+    };
+    if p.via.is_empty() || p.kind == "tool" {
+        who
+    } else {
+        format!("{who}, {}", p.via)
     }
 }
 

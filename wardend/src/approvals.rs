@@ -168,6 +168,9 @@ pub struct SessionConfig {
     pub policy: Option<PolicyFile>,
     /// The shim prompts on its terminal.
     pub terminal: bool,
+    /// The session's MCP tool calls, so an approval names the one it was
+    /// raised during.
+    pub calls: Option<crate::mcp::InFlight>,
 }
 
 /// A pending approval as shown to people.
@@ -182,6 +185,8 @@ pub struct View {
     pub age: Duration,
     pub remaining: Duration,
     pub policy_path: Option<PathBuf>,
+    /// The tool call(s) in flight when it was raised.
+    pub via: warden_audit::event::CallRef,
 }
 
 /// What watchers see.
@@ -498,6 +503,19 @@ impl Broker {
         };
         let now = Instant::now();
         let timeout = sess.cfg.timeout;
+        let via = sess
+            .cfg
+            .calls
+            .as_ref()
+            .map_or_else(Default::default, |log| {
+                let log = log.lock().unwrap_or_else(|p| p.into_inner());
+                let calls: Vec<(String, String)> = log
+                    .in_flight()
+                    .iter()
+                    .map(|c| (c.id.clone(), c.tool.clone()))
+                    .collect();
+                warden_audit::event::CallRef::of(&calls)
+            });
         let view = View {
             id: id.clone(),
             session: session.to_owned(),
@@ -507,6 +525,7 @@ impl Broker {
             age: Duration::ZERO,
             remaining: timeout,
             policy_path: sess.cfg.policy.as_ref().map(|p| p.path.clone()),
+            via,
         };
         // Where the question is put besides `wardenctl approve` (always there).
         let mut channels = Vec::new();
@@ -538,6 +557,7 @@ impl Broker {
             server: view.server.clone(),
             timeout_ms: timeout.as_millis() as u64,
             channels,
+            via: view.via.clone(),
         });
         let _ = self.events.send(Event::Raised(view));
         let me = self.clone();
@@ -571,6 +591,7 @@ impl Broker {
             operation: p.view.request.operation.clone(),
             cause: cause.to_owned(),
             waited_ms: p.started.elapsed().as_millis() as u64,
+            via: p.view.via.clone(),
         });
         let _ = self.events.send(Event::Resolved {
             id: id.to_owned(),
@@ -763,6 +784,7 @@ impl Broker {
             channel: channel.as_str().to_owned(),
             by: by.to_owned(),
             waited_ms: p.started.elapsed().as_millis() as u64,
+            via: p.view.via.clone(),
         });
         let _ = self.events.send(Event::Resolved {
             id: id.to_owned(),

@@ -476,6 +476,11 @@ fn texts(view: &View) -> (String, String) {
         Some(s) => shown(s),
         None => format!("session {}", view.session),
     };
+    // The tool call the access was made during (its name is the server's).
+    let who = match view.via.shown() {
+        Some(via) if view.request.kind != Kind::Tool => format!("{who} ({})", shown(&via)),
+        _ => who,
+    };
     let resource = shown(&view.request.resource);
     let summary = match view.request.kind {
         Kind::Network => format!("{who} wants {resource}"),
@@ -488,6 +493,7 @@ fn texts(view: &View) -> (String, String) {
             shown(&view.request.operation)
         ),
     };
+
     let secs = view.remaining.as_secs();
     let body = format!(
         "session {}, approval {}\ndenied in {secs}s unless answered (or: wardenctl approve {})",
@@ -501,27 +507,7 @@ fn texts(view: &View) -> (String, String) {
 /// escaped (a server chooses hosts and paths, and must not break or reorder
 /// the lines), and at most [`MAX_SHOWN`] characters.
 fn shown(s: &str) -> String {
-    let mut out = String::new();
-    let total = s.chars().count();
-    for (i, c) in s.chars().enumerate() {
-        if total > MAX_SHOWN && i == MAX_SHOWN / 2 {
-            out.push('…');
-        }
-        if total > MAX_SHOWN && i >= MAX_SHOWN / 2 && i < total - MAX_SHOWN / 2 {
-            continue;
-        }
-        // Format characters: zero-width, line and paragraph separators,
-        // bidi embeddings, overrides and isolates, BOM, tags.
-        let invisible = matches!(c as u32,
-            0x00AD | 0x061C | 0x180E | 0x200B..=0x200F | 0x2028..=0x202E
-            | 0x2060..=0x206F | 0xFEFF | 0xFFF9..=0xFFFB | 0xE0000..=0xE007F);
-        if c.is_control() || invisible {
-            out.extend(c.escape_unicode());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    warden_core::shown::shown(s, MAX_SHOWN)
 }
 
 fn escape_markup(s: &str) -> String {
@@ -556,6 +542,7 @@ mod tests {
             age: Duration::ZERO,
             remaining: Duration::from_secs(60),
             policy_path: None,
+            via: Default::default(),
         }
     }
 
@@ -572,6 +559,13 @@ mod tests {
         let mut v = view(Kind::File, "/a", "list");
         v.server = None;
         assert_eq!(texts(&v).0, "session s1 wants to list /a");
+        // The tool call it was made during, escaped like the rest.
+        let mut v = view(Kind::Network, "api.example.com:443", "connect");
+        v.via = warden_audit::event::CallRef::of(&[("7".into(), "fetch\u{202e}url".into())]);
+        assert_eq!(
+            texts(&v).0,
+            "fetch (tool `fetch\\u{202e}url`) wants api.example.com:443"
+        );
     }
 
     #[test]

@@ -120,6 +120,7 @@ fn pending_pb(v: crate::approvals::View) -> pb::PendingApproval {
             .map(|p| p.display().to_string())
             .unwrap_or_default(),
         protocol: v.protocol.unwrap_or_default(),
+        via: v.via.shown().unwrap_or_default(),
     }
 }
 

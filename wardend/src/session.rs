@@ -518,6 +518,17 @@ impl Daemon {
                 }
             }
         }
+        // The session's tool calls, as the MCP observer follows them; the
+        // approvals name the one they were raised during.
+        let tool_calls = crate::mcp::InFlight::default();
+        let approve = approve.map(|cfg| crate::approvals::SessionConfig {
+            calls: Some(tool_calls.clone()),
+            ..cfg
+        });
+        let tool_approvals = tool_approvals.map(|cfg| crate::approvals::SessionConfig {
+            calls: Some(tool_calls.clone()),
+            ..cfg
+        });
         // Approvals are on before the server runs: its first opens may be held.
         let holder: Option<Arc<dyn warden_sandbox::supervise::FileHolder>> =
             approve.clone().map(|cfg| {
@@ -545,7 +556,6 @@ impl Daemon {
         // Copies of the MCP stream for its observer, which runs until the
         // relay closes them. Without them (no pipes, no thread) the session
         // runs unobserved rather than not at all.
-        let tool_calls = crate::mcp::InFlight::default();
         let taps = self
             .config
             .mcp_records

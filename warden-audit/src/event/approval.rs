@@ -8,6 +8,51 @@ use serde::{Deserialize, Serialize};
 use super::{expect, expect_kind, parse, record, Event, EventError};
 use crate::{Decision, Record, RecordType};
 
+/// The MCP tool call in flight when an approval was raised (issue 17):
+/// `call` and `tool` when there was exactly one, `calls` (each "TOOL (id
+/// ID)") when there were several; all absent when none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<String>,
+}
+
+impl CallRef {
+    /// From the calls in flight, (id, tool) each.
+    pub fn of(calls: &[(String, String)]) -> CallRef {
+        match calls {
+            [] => CallRef::default(),
+            [(id, tool)] => CallRef {
+                call: Some(id.clone()),
+                tool: Some(tool.clone()),
+                calls: vec![],
+            },
+            many => CallRef {
+                call: None,
+                tool: None,
+                calls: many
+                    .iter()
+                    .map(|(id, tool)| format!("{tool} (id {id})"))
+                    .collect(),
+            },
+        }
+    }
+
+    /// As shown to a person: "tool `fetch`", "tools fetch (id 3), ...", or
+    /// None.
+    pub fn shown(&self) -> Option<String> {
+        match (&self.tool, self.calls.is_empty()) {
+            (Some(t), _) => Some(format!("tool `{t}`")),
+            (None, false) => Some(format!("tools {}", self.calls.join(", "))),
+            (None, true) => None,
+        }
+    }
+}
+
 /// `approval.request` (info): an access was held and a person asked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
@@ -28,6 +73,9 @@ pub struct ApprovalRequest {
     /// Where the question was put besides `wardenctl approve` (`terminal`,
     /// `desktop`).
     pub channels: Vec<String>,
+    /// The tool call it was raised during.
+    #[serde(flatten)]
+    pub via: CallRef,
 }
 
 impl Event for ApprovalRequest {
@@ -77,6 +125,9 @@ pub struct ApprovalAnswer {
     pub by: String,
     /// How long the access was held.
     pub waited_ms: u64,
+    /// The tool call it was raised during.
+    #[serde(flatten)]
+    pub via: CallRef,
 }
 
 impl Event for ApprovalAnswer {
@@ -140,6 +191,9 @@ pub struct ApprovalExpire {
     /// `timeout`, `session-ended` or `daemon-stopped`.
     pub cause: String,
     pub waited_ms: u64,
+    /// The tool call it was raised during.
+    #[serde(flatten)]
+    pub via: CallRef,
 }
 
 impl Event for ApprovalExpire {

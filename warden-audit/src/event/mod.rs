@@ -30,7 +30,7 @@ mod syscall;
 mod tests;
 
 pub use approval::{
-    ApprovalAnswer, ApprovalExpire, ApprovalPolicyEdit, ApprovalRefuse, ApprovalRequest,
+    ApprovalAnswer, ApprovalExpire, ApprovalPolicyEdit, ApprovalRefuse, ApprovalRequest, CallRef,
 };
 pub use daemon::{
     DaemonDamaged, DaemonPeer, DaemonPeerSummary, DaemonRetention, DaemonRotate, DaemonStart,

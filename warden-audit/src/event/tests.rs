@@ -506,6 +506,7 @@ fn approval_request() -> ApprovalRequest {
         server: Some(s("fetch")),
         timeout_ms: 60000,
         channels: strings(&["terminal", "desktop"]),
+        via: CallRef::of(&[(s("7"), s("fetch"))]),
     }
 }
 
@@ -525,6 +526,7 @@ fn approval_records() {
             channel: s("cli"),
             by: s("uid 1000 pid 4242 (wardenctl)"),
             waited_ms: 5210,
+            via: CallRef::of(&[(s("7"), s("fetch"))]),
         },
     );
     pin(
@@ -538,6 +540,7 @@ fn approval_records() {
             operation: s("read"),
             cause: s("timeout"),
             waited_ms: 60001,
+            via: CallRef::default(),
         },
     );
     pin(

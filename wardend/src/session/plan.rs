@@ -467,6 +467,7 @@ pub fn approval_config(
             text_at_start: req.policy_text.as_bytes().to_vec(),
         }),
         terminal: req.approve_terminal,
+        calls: None,
     })
 }
 
