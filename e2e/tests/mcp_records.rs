@@ -456,3 +456,55 @@ fn an_approval_raised_during_a_tool_call_names_the_tool() {
         assert_eq!(recs[0]["details"]["call"], "2", "{}", recs[0]);
     }
 }
+
+#[test]
+fn with_mcp_arguments_the_call_arguments_are_recorded_without_the_secrets() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let token = "tok-3f9a7c1e5b2d";
+    let session = |policy_text: &str, name: &str| {
+        let policy = env.policy(name, policy_text);
+        let mut cmd = env.shim([
+            "--policy".into(),
+            policy.into_os_string(),
+            "--".into(),
+            fixture().into_os_string(),
+        ]);
+        cmd.env("E2E_API_TOKEN", token);
+        let mut c = McpClient::spawn(cmd);
+        c.initialize();
+        let text = format!("call with {token} inside");
+        assert_eq!(c.tool_text("echo", json!({"text": text})), text);
+        c.close_stdin();
+        assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
+    };
+    session(
+        "version: 1\nname: args\nenv:\n  allow: [E2E_API_TOKEN]\naudit:\n  mcp_arguments: true\n",
+        "args.yaml",
+    );
+    let req = |env: &TestEnv| -> Vec<Value> {
+        mcp_records(env, None)
+            .into_iter()
+            .filter(|r| r["action"] == "request" && r["details"]["tool"] == "echo")
+            .collect()
+    };
+    let recs = req(&env);
+    assert_eq!(recs.len(), 1, "{recs:#?}");
+    assert_eq!(
+        recs[0]["details"]["arguments"],
+        json!({"text": "call with [redacted: E2E_API_TOKEN] inside"}),
+        "{}",
+        recs[0]
+    );
+    // The default: no argument values at all.
+    session(
+        "version: 1\nname: noargs\nenv:\n  allow: [E2E_API_TOKEN]\n",
+        "noargs.yaml",
+    );
+    let recs = req(&env);
+    assert_eq!(recs.len(), 2, "{recs:#?}");
+    assert!(recs[1]["details"].get("arguments").is_none(), "{}", recs[1]);
+    for r in audit_records(&env) {
+        assert!(!r.to_string().contains(token), "the secret in {r}");
+    }
+}

@@ -1453,3 +1453,18 @@ fn mcp_tools_and_pin() {
         "{e}"
     );
 }
+
+#[test]
+fn audit_mcp_arguments() {
+    let f = Fixture::new();
+    assert!(
+        f.ok("command: [server]\naudit:\n  mcp_arguments: true\n")
+            .audit
+            .mcp_arguments
+    );
+    assert!(!f.ok("command: [server]\n").audit.mcp_arguments);
+    let e = f
+        .err("command: [server]\naudit:\n  mcp_arguments: yes please\n")
+        .join("\n");
+    assert!(e.contains("audit.mcp_arguments"), "{e}");
+}

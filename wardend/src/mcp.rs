@@ -102,6 +102,8 @@ pub enum Event {
         method: String,
         tool: Option<String>,
         bytes: usize,
+        /// A `tools/call`'s arguments, redacted, with `audit.mcp_arguments`.
+        arguments: Option<Value>,
     },
     /// A request ended.
     End {
@@ -160,11 +162,83 @@ pub struct Observer {
     pub dropped: u64,
     /// Gaps in each direction's copy (bytes that went by unobserved).
     pub lost: [u64; 2],
+    /// `audit.mcp_arguments`: the `tools/call` arguments go into their
+    /// `mcp.request`, with these secrets taken out.
+    arguments: Option<Redact>,
+}
+
+/// The secret values a recorded argument must not hold: the values of the
+/// variables the session passes through from the client (`env.allow`), each
+/// replaced by `[redacted: NAME]`.
+#[derive(Debug, Clone, Default)]
+pub struct Redact {
+    /// (name, value), longest value first (a value inside another is
+    /// replaced after it).
+    secrets: Vec<(String, String)>,
+}
+
+/// The most of a call's arguments recorded, as JSON text; beyond, only their
+/// size.
+pub const MAX_ARGUMENTS: usize = 16 << 10;
+
+impl Redact {
+    /// Values shorter than 4 bytes are left alone: they would be found in
+    /// every argument and say nothing.
+    pub fn new(vars: impl IntoIterator<Item = (String, String)>) -> Redact {
+        let mut secrets: Vec<(String, String)> =
+            vars.into_iter().filter(|(_, v)| v.len() >= 4).collect();
+        secrets.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
+        Redact { secrets }
+    }
+
+    fn text(&self, s: &str) -> String {
+        let mut out = s.to_owned();
+        for (name, value) in &self.secrets {
+            if out.contains(value.as_str()) {
+                out = out.replace(value.as_str(), &format!("[redacted: {name}]"));
+            }
+        }
+        out
+    }
+
+    /// `v` with every secret taken out of its strings and keys.
+    pub fn value(&self, v: &Value) -> Value {
+        match v {
+            Value::String(s) => Value::String(self.text(s)),
+            Value::Array(a) => Value::Array(a.iter().map(|x| self.value(x)).collect()),
+            Value::Object(o) => Value::Object(
+                o.iter()
+                    .map(|(k, x)| (self.text(k), self.value(x)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+
+    /// What `mcp.request` records of `arguments`: the redacted value, or,
+    /// beyond [`MAX_ARGUMENTS`], a note of its size.
+    pub fn record(&self, arguments: &Value) -> Value {
+        let v = self.value(arguments);
+        let len = serde_json::to_vec(&v).map(|b| b.len()).unwrap_or(0);
+        if len > MAX_ARGUMENTS {
+            serde_json::json!({"truncated": true, "bytes": len})
+        } else {
+            v
+        }
+    }
 }
 
 impl Observer {
     pub fn new() -> Observer {
         Observer::default()
+    }
+
+    /// An observer that also records `tools/call` arguments (redacted).
+    pub fn with_arguments(redact: Redact) -> Observer {
+        Observer {
+            arguments: Some(redact),
+            ..Observer::default()
+        }
     }
 
     pub fn era(&self) -> Option<Era> {
@@ -300,12 +374,19 @@ impl Observer {
                         _ => None,
                     };
                 }
+                let arguments = match (&self.arguments, &tool) {
+                    (Some(r), Some(_)) => {
+                        params.and_then(|p| p.get("arguments")).map(|a| r.record(a))
+                    }
+                    _ => None,
+                };
                 out.push(Event::Request {
                     dir,
                     id: id.clone(),
                     method: method.to_owned(),
                     tool: tool.clone(),
                     bytes,
+                    arguments,
                 });
                 let pending = &mut self.pending[dir.index()];
                 if pending.len() >= MAX_IN_FLIGHT && !pending.contains_key(&id) {
@@ -581,6 +662,7 @@ pub fn watch(
     in_flight: InFlight,
     profile: Profile,
     mcp: warden_core::policy::McpPolicy,
+    arguments: Option<Redact>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     use tokio::net::unix::pipe::Receiver;
     let [a, b] = readers;
@@ -590,7 +672,7 @@ pub fn watch(
     ];
     // A task, not a thread: an idle session costs no thread for it.
     Ok(tokio::spawn(async move {
-        run(&daemon, &session, fds, &in_flight, profile, mcp).await
+        run(&daemon, &session, fds, &in_flight, profile, mcp, arguments).await
     }))
 }
 
@@ -980,6 +1062,7 @@ fn record(session: &str, e: Event) -> Option<warden_audit::Record> {
             method,
             tool,
             bytes,
+            arguments,
         } => Some(
             event::McpRequest {
                 session: session.to_owned(),
@@ -988,6 +1071,7 @@ fn record(session: &str, e: Event) -> Option<warden_audit::Record> {
                 direction: direction(dir),
                 tool,
                 bytes: bytes as u64,
+                arguments,
             }
             .into(),
         ),
@@ -1132,8 +1216,12 @@ async fn run(
     in_flight: &InFlight,
     profile: Profile,
     mcp: warden_core::policy::McpPolicy,
+    arguments: Option<Redact>,
 ) {
-    let mut obs = Observer::new();
+    let mut obs = match arguments {
+        Some(r) => Observer::with_arguments(r),
+        None => Observer::new(),
+    };
     let mut sink = Sink {
         daemon,
         session,
@@ -1329,6 +1417,7 @@ mod tests {
                 method: "tools/call".into(),
                 tool: Some("echo".into()),
                 bytes: req.len() - 1,
+                arguments: None,
             }]
         );
         assert_eq!(o.tool_calls(), [("j:7".to_string(), "echo".to_string())]);
@@ -1596,6 +1685,48 @@ mod tests {
         );
         assert!(matches!(ev.last(), Some(Event::Request { .. })), "{ev:?}");
         assert!(o.partial[0].is_empty());
+    }
+
+    #[test]
+    fn recorded_arguments_have_the_secrets_taken_out() {
+        let r = Redact::new([
+            ("GITHUB_TOKEN".to_string(), "ghp_abcdef123".to_string()),
+            ("SHORT".to_string(), "ab".to_string()),
+            ("INNER".to_string(), "abcdef".to_string()),
+        ]);
+        let mut o = Observer::with_arguments(r);
+        let ev = o.feed(
+            Dir::ToServer,
+            &line(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch",
+                "arguments":{"url":"https://x/?t=ghp_abcdef123","ghp_abcdef123":["ab", "abcdef!"],"n":5}}})),
+            Instant::now(),
+        );
+        let Some(Event::Request { arguments, .. }) = ev.first() else {
+            panic!("{ev:?}")
+        };
+        assert_eq!(
+            arguments.as_ref().unwrap(),
+            &json!({"url":"https://x/?t=[redacted: GITHUB_TOKEN]",
+                "[redacted: GITHUB_TOKEN]":["ab", "[redacted: INNER]!"],"n":5})
+        );
+        // Other methods, and observers without the option, record none.
+        let ev = o.feed(
+            Dir::ToServer,
+            &line(json!({"jsonrpc":"2.0","id":2,"method":"prompts/get","params":{"name":"p","arguments":{"a":"b"}}})),
+            Instant::now(),
+        );
+        assert!(
+            matches!(
+                &ev[0],
+                Event::Request {
+                    arguments: None,
+                    ..
+                }
+            ),
+            "{ev:?}"
+        );
+        let big = Redact::default().record(&json!({"a": "x".repeat(MAX_ARGUMENTS)}));
+        assert_eq!(big["truncated"], true);
     }
 
     #[test]

@@ -579,6 +579,17 @@ impl Daemon {
                     tool_calls.clone(),
                     profile,
                     policy.mcp.clone(),
+                    policy.audit.mcp_arguments.then(|| {
+                        // The values passed from the client: what the
+                        // recorded arguments must not hold.
+                        crate::mcp::Redact::new(spec.env.iter().filter_map(|(k, v)| {
+                            let k = String::from_utf8_lossy(k).into_owned();
+                            policy
+                                .env_allow
+                                .contains(&k)
+                                .then(|| (k, String::from_utf8_lossy(v).into_owned()))
+                        }))
+                    }),
                 ) {
                     Ok(h) => (Some([ti, to]), Some(h)),
                     Err(e) => {

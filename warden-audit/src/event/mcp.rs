@@ -23,6 +23,11 @@ pub struct McpRequest {
     pub tool: Option<String>,
     /// The request's size in bytes (its share of a batch).
     pub bytes: u64,
+    /// A `tools/call`'s arguments, only with `audit.mcp_arguments: true`:
+    /// the values of the variables passed from the client replaced by
+    /// `[redacted: NAME]`; beyond 16 KiB `{"truncated": true, "bytes": N}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<serde_json::Value>,
 }
 
 impl Event for McpRequest {

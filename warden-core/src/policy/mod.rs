@@ -265,6 +265,11 @@ pub struct AuditPolicy {
     /// `file_audit: unavailable` recorded instead.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub files_explicit: bool,
+    /// `audit.mcp_arguments`: `mcp.request` records carry the arguments of
+    /// each `tools/call`, with the values of the variables passed from the
+    /// client redacted. Default false: never an argument value.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mcp_arguments: bool,
 }
 
 /// `audit.files`.
@@ -822,6 +827,11 @@ pub fn compile(
         audit: AuditPolicy {
             files,
             files_explicit,
+            mcp_arguments: raw
+                .audit
+                .as_ref()
+                .and_then(|a| a.mcp_arguments)
+                .unwrap_or(false),
         },
         exposed,
         warnings: {

@@ -105,6 +105,7 @@ pub(crate) struct RawSandbox {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawAudit {
     pub files: Option<String>,
+    pub mcp_arguments: Option<bool>,
 }
 
 /// The value types a key can have.
