@@ -567,6 +567,21 @@ impl TestEnv {
         self.mcp(args)
     }
 
+    /// A shim running the fixture under `policy` with `vars` added to the
+    /// client's environment (what `env.allow` may pass on), initialized.
+    pub fn fixture_with_env(&self, policy: &Path, vars: &[(&str, &str)]) -> McpClient {
+        let mut cmd = self.shim([
+            OsString::from("--policy"),
+            policy.into(),
+            "--".into(),
+            fixture().into(),
+        ]);
+        cmd.envs(vars.iter().copied());
+        let mut c = McpClient::spawn(cmd);
+        c.initialize();
+        c
+    }
+
     /// The tempdir as created (before canonicalisation).
     pub fn path(&self) -> &Path {
         self.dir.path()

@@ -357,17 +357,11 @@ fn a_changed_tool_definition_is_flagged_against_the_profiles_pin() {
         "version: 1\nname: pinned-fixture\nenv:\n  allow: [FIXTURE_ECHO_DESCRIPTION]\n",
     );
     let session = |description: Option<&str>| {
-        let mut cmd = env.shim([
-            "--policy".into(),
-            policy.clone().into_os_string(),
-            "--".into(),
-            fixture().into_os_string(),
-        ]);
-        if let Some(d) = description {
-            cmd.env("FIXTURE_ECHO_DESCRIPTION", d);
-        }
-        let mut c = McpClient::spawn(cmd);
-        c.initialize();
+        let vars: Vec<(&str, &str)> = description
+            .map(|d| ("FIXTURE_ECHO_DESCRIPTION", d))
+            .into_iter()
+            .collect();
+        let mut c = env.fixture_with_env(&policy, &vars);
         let tools = c.call("tools/list", json!({}));
         c.close_stdin();
         assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
@@ -464,15 +458,7 @@ fn with_mcp_arguments_the_call_arguments_are_recorded_without_the_secrets() {
     let token = "tok-3f9a7c1e5b2d";
     let session = |policy_text: &str, name: &str| {
         let policy = env.policy(name, policy_text);
-        let mut cmd = env.shim([
-            "--policy".into(),
-            policy.into_os_string(),
-            "--".into(),
-            fixture().into_os_string(),
-        ]);
-        cmd.env("E2E_API_TOKEN", token);
-        let mut c = McpClient::spawn(cmd);
-        c.initialize();
+        let mut c = env.fixture_with_env(&policy, &[("E2E_API_TOKEN", token)]);
         let text = format!("call with {token} inside");
         assert_eq!(c.tool_text("echo", json!({"text": text})), text);
         c.close_stdin();

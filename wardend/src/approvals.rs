@@ -423,7 +423,21 @@ impl Broker {
         req: Request,
         protocol: Option<&str>,
     ) -> Outcome {
-        let mut rx = match self.raise(session, req, protocol) {
+        // The tool call the access was made during (the observer may be a
+        // moment behind the access it caused).
+        let at = Instant::now();
+        let calls = self
+            .lock()
+            .sessions
+            .get(session)
+            .and_then(|s| s.cfg.calls.clone());
+        let via = match calls {
+            Some(log) => {
+                warden_audit::event::CallRef::of(&crate::mcp::calls_at_caught_up(&log, at).await)
+            }
+            None => Default::default(),
+        };
+        let mut rx = match self.raise(session, req, protocol, via) {
             Ok(rx) => rx,
             Err(outcome) => return outcome,
         };
@@ -458,6 +472,7 @@ impl Broker {
         session: &str,
         req: Request,
         protocol: Option<&str>,
+        via: warden_audit::event::CallRef,
     ) -> Result<watch::Receiver<Option<Outcome>>, Outcome> {
         let audit = &self.audit;
         let mut st = self.lock();
@@ -503,19 +518,6 @@ impl Broker {
         };
         let now = Instant::now();
         let timeout = sess.cfg.timeout;
-        let via = sess
-            .cfg
-            .calls
-            .as_ref()
-            .map_or_else(Default::default, |log| {
-                let log = log.lock().unwrap_or_else(|p| p.into_inner());
-                let calls: Vec<(String, String)> = log
-                    .in_flight()
-                    .iter()
-                    .map(|c| (c.id.clone(), c.tool.clone()))
-                    .collect();
-                warden_audit::event::CallRef::of(&calls)
-            });
         let view = View {
             id: id.clone(),
             session: session.to_owned(),

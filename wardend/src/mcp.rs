@@ -603,26 +603,10 @@ impl Daemon {
         // Requests copied before `at` that the observer has not taken yet:
         // give it a moment (it runs just behind the relay).
         let deadline = Instant::now() + CATCH_UP;
-        loop {
-            let behind = {
-                let l = log.lock().unwrap_or_else(|p| p.into_inner());
-                l.requests
-                    .as_ref()
-                    .and_then(front_at)
-                    .is_some_and(|t| t <= at)
-            };
-            if !behind || Instant::now() >= deadline {
-                break;
-            }
+        while behind(&log, at) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
-        let calls: Vec<(String, String)> = log
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .at(at)
-            .iter()
-            .map(|c| (c.id.clone(), c.tool.clone()))
-            .collect();
+        let calls = calls_at(&log, at);
         if calls.is_empty() {
             return rec;
         }
@@ -647,6 +631,35 @@ impl Daemon {
         }
         rec
     }
+}
+
+/// Whether the observer has yet to take a request the relay copied by `at`.
+pub fn behind(log: &InFlight, at: Instant) -> bool {
+    let l = log.lock().unwrap_or_else(|p| p.into_inner());
+    l.requests
+        .as_ref()
+        .and_then(front_at)
+        .is_some_and(|t| t <= at)
+}
+
+/// The tool calls in flight at `at`: (id as shown, tool) each.
+pub fn calls_at(log: &InFlight, at: Instant) -> Vec<(String, String)> {
+    log.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .at(at)
+        .iter()
+        .map(|c| (c.id.clone(), c.tool.clone()))
+        .collect()
+}
+
+/// [`calls_at`] once the observer has caught up with `at` (waiting at
+/// most [`CATCH_UP`], without holding a thread).
+pub async fn calls_at_caught_up(log: &InFlight, at: Instant) -> Vec<(String, String)> {
+    let deadline = Instant::now() + CATCH_UP;
+    while behind(log, at) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    calls_at(log, at)
 }
 
 /// Records per second per session before the rest are only counted.

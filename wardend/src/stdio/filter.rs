@@ -291,48 +291,58 @@ fn serve(
     }
 }
 
-/// Client bytes: each whole line through the gate.
-fn inbound(
-    sides: &mut [Side; 2],
-    held: &mut Vec<u8>,
-    mut bytes: &[u8],
-    eof: bool,
-    run: &mut GateRun,
-) {
-    loop {
-        let nl = bytes.iter().position(|b| *b == b'\n');
-        let (part, complete) = match nl {
-            Some(k) => (&bytes[..=k], true),
-            None => (bytes, false),
-        };
-        bytes = &bytes[part.len()..];
-        let s = &mut sides[IN];
+/// What a direction's bytes come to.
+enum Piece<'a> {
+    /// A whole line with its `\n` (or the last one, without, at EOF).
+    Line(Vec<u8>),
+    /// The first [`MAX_LINE`] bytes of a line longer than that.
+    LongStart(Vec<u8>),
+    /// More of that line; `true` when its `\n` is in it.
+    LongRest(&'a [u8], bool),
+}
+
+/// Cuts `bytes` (what one read gave) into [`Piece`]s for `f`, keeping a
+/// line that has not ended in `s.line`.
+fn pieces<'a>(s: &mut Side, bytes: &'a [u8], eof: bool, mut f: impl FnMut(&mut Side, Piece<'a>)) {
+    for part in bytes.split_inclusive(|b| *b == b'\n') {
+        let complete = part.ends_with(b"\n");
         if s.overlong {
-            // Dropped up to its end.
-            if complete {
-                s.overlong = false;
-            }
+            s.overlong = !complete;
+            f(s, Piece::LongRest(part, complete));
         } else {
             s.line.extend_from_slice(part);
-            if !complete && s.line.len() > MAX_LINE {
-                s.line.clear();
-                s.overlong = true;
-                let v = run.gate.too_long();
-                reply(&mut sides[OUT], held, v.reply);
-            } else if complete || (eof && !s.line.is_empty()) {
+            if complete {
                 let line = std::mem::take(&mut s.line);
-                let body = line.strip_suffix(b"\n").unwrap_or(&line);
-                let v = run.gate.from_client(body);
-                if v.forward {
-                    sides[IN].queue(&line);
-                }
-                reply(&mut sides[OUT], held, v.reply);
+                f(s, Piece::Line(line));
+            } else if s.line.len() > MAX_LINE {
+                s.overlong = true;
+                let line = std::mem::take(&mut s.line);
+                f(s, Piece::LongStart(line));
             }
         }
-        if bytes.is_empty() {
-            break;
-        }
     }
+    if eof && !s.line.is_empty() {
+        let line = std::mem::take(&mut s.line);
+        f(s, Piece::Line(line));
+    }
+}
+
+/// Client bytes: each whole line through the gate; an overlong one is
+/// dropped (it cannot be checked) and answered as unreadable.
+fn inbound(sides: &mut [Side; 2], held: &mut Vec<u8>, bytes: &[u8], eof: bool, run: &mut GateRun) {
+    let [to_server, to_client] = sides;
+    pieces(to_server, bytes, eof, |s, p| match p {
+        Piece::Line(line) => {
+            let body = line.strip_suffix(b"\n").unwrap_or(&line);
+            let v = run.gate.from_client(body);
+            if v.forward {
+                s.queue(&line);
+            }
+            reply(to_client, held, v.reply);
+        }
+        Piece::LongStart(_) => reply(to_client, held, run.gate.too_long().reply),
+        Piece::LongRest(..) => {}
+    });
 }
 
 fn reply(out: &mut Side, held: &mut Vec<u8>, reply: Option<Vec<u8>>) {
@@ -345,49 +355,101 @@ fn reply(out: &mut Side, held: &mut Vec<u8>, reply: Option<Vec<u8>>) {
     }
 }
 
-/// Server bytes: each whole line through the gate.
-fn outbound(s: &mut Side, held: &mut Vec<u8>, mut bytes: &[u8], eof: bool, run: &mut GateRun) {
-    loop {
-        let nl = bytes.iter().position(|b| *b == b'\n');
-        let (part, complete) = match nl {
-            Some(k) => (&bytes[..=k], true),
-            None => (bytes, false),
-        };
-        bytes = &bytes[part.len()..];
-        if s.overlong {
-            s.queue(part);
-            if complete {
-                s.overlong = false;
-                let h = std::mem::take(held);
-                s.queue(&h);
-            }
-        } else {
-            s.line.extend_from_slice(part);
-            if !complete && s.line.len() > MAX_LINE {
-                let line = std::mem::take(&mut s.line);
-                s.queue(&line);
-                s.overlong = true;
-            } else if complete || (eof && !s.line.is_empty()) {
-                let line = std::mem::take(&mut s.line);
-                let body = line.strip_suffix(b"\n").unwrap_or(&line);
-                match run.gate.from_server(body) {
-                    None => s.queue(&line),
-                    Some(mut new) => {
-                        if line.ends_with(b"\n") {
-                            new.push(b'\n');
-                        }
-                        s.queue(&new);
+/// Server bytes: each whole line through the gate; an overlong one passes
+/// unfiltered, and the refusals held meanwhile follow it.
+fn outbound(s: &mut Side, held: &mut Vec<u8>, bytes: &[u8], eof: bool, run: &mut GateRun) {
+    pieces(s, bytes, eof, |s, p| match p {
+        Piece::Line(line) => {
+            let body = line.strip_suffix(b"\n").unwrap_or(&line);
+            match run.gate.from_server(body) {
+                None => s.queue(&line),
+                Some(mut new) => {
+                    if line.ends_with(b"\n") {
+                        new.push(b'\n');
                     }
+                    s.queue(&new);
                 }
             }
         }
-        if bytes.is_empty() {
-            break;
+        Piece::LongStart(line) => s.queue(&line),
+        Piece::LongRest(part, ended) => {
+            s.queue(part);
+            if ended {
+                let h = std::mem::take(held);
+                s.queue(&h);
+            }
         }
-    }
+    });
     if eof {
         // The stream ended inside an overlong line: what was held goes last.
         let h = std::mem::take(held);
         s.queue(&h);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use warden_core::policy::McpPolicy;
+
+    #[test]
+    fn whole_lines_pass_refusals_are_answered_and_the_last_line_ends_at_eof() {
+        let (c_r, mut c_w) = pipe_files();
+        let (mut s_r, s_w) = pipe_files();
+        let (o_r, mut o_w) = pipe_files();
+        let (mut p_r, p_w) = pipe_files();
+        let gate = Gate::new(McpPolicy {
+            deny: vec!["rm".into()],
+            ..McpPolicy::default()
+        });
+        let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = events.clone();
+        let run = GateRun {
+            gate,
+            report: Box::new(move |e| seen.lock().unwrap().push(e)),
+        };
+        let f = Filter::start(c_r.into(), s_w.into(), o_r.into(), p_w.into(), run).unwrap();
+        // A line cut across two writes, then a refused call, then a last
+        // line without its newline.
+        c_w.write_all(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","#)
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        c_w.write_all(br#""params":{"name":"ls"}}"#).unwrap();
+        c_w.write_all(b"\n").unwrap();
+        c_w.write_all(br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"rm"}}"#)
+            .unwrap();
+        c_w.write_all(b"\n{\"jsonrpc\":\"2.0\",\"method\":\"x\"}")
+            .unwrap();
+        drop(c_w);
+        o_w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n")
+            .unwrap();
+        drop(o_w);
+        let mut to_server = String::new();
+        s_r.read_to_string(&mut to_server).unwrap();
+        assert_eq!(
+            to_server,
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"ls\"}}\n{\"jsonrpc\":\"2.0\",\"method\":\"x\"}"
+        );
+        let mut to_client = String::new();
+        p_r.read_to_string(&mut to_client).unwrap();
+        let lines: Vec<serde_json::Value> = to_client
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2, "{to_client}");
+        let refusal = lines.iter().find(|l| l["id"] == 2).unwrap();
+        assert_eq!(refusal["error"]["code"], -32602);
+        assert!(lines
+            .iter()
+            .any(|l| l["id"] == 1 && l.get("result").is_some()));
+        assert!(f.wait_outbound(Duration::from_secs(5)));
+        f.stop(Duration::from_secs(1));
+        assert_eq!(events.lock().unwrap().len(), 1);
+    }
+
+    fn pipe_files() -> (std::fs::File, std::fs::File) {
+        let (r, w) = super::super::pipe().unwrap();
+        (r.into(), w.into())
     }
 }
