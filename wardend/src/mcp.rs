@@ -602,10 +602,7 @@ impl Daemon {
         };
         // Requests copied before `at` that the observer has not taken yet:
         // give it a moment (it runs just behind the relay).
-        let deadline = Instant::now() + CATCH_UP;
-        while behind(&log, at) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        catch_up(&log, at);
         let calls = calls_at(&log, at);
         if calls.is_empty() {
             return rec;
@@ -640,6 +637,27 @@ pub fn behind(log: &InFlight, at: Instant) -> bool {
         .as_ref()
         .and_then(front_at)
         .is_some_and(|t| t <= at)
+}
+
+/// Waits (at most [`CATCH_UP`]) until the observer has taken what the relay
+/// copied by `at`. On a worker of tokio's multi-threaded runtime the wait
+/// hands the worker's other tasks to another thread first.
+fn catch_up(log: &InFlight, at: Instant) {
+    if !behind(log, at) {
+        return;
+    }
+    let wait = || {
+        let deadline = Instant::now() + CATCH_UP;
+        while behind(log, at) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(wait)
+        }
+        _ => wait(),
+    }
 }
 
 /// The tool calls in flight at `at`: (id as shown, tool) each.
@@ -941,8 +959,11 @@ pub struct CallLog {
     pub(crate) requests: Option<crate::stdio::Marks>,
 }
 
-/// How long a record waits for the observer to reach its time.
-const CATCH_UP: Duration = Duration::from_millis(20);
+/// How long a record waits at most for the observer to reach its time. It
+/// waits only while a copy made before its time is still to be followed
+/// (a record that waits at all waits for the observer's lag, which on a
+/// loaded machine is tens of ms); the bound is for an observer that stopped.
+const CATCH_UP: Duration = Duration::from_millis(250);
 
 impl CallLog {
     fn begin(&mut self, id: String, tool: String, at: Instant) {
@@ -1162,62 +1183,28 @@ struct Due {
     next: Option<Instant>,
 }
 
-/// Takes `n` marks off the front once what they cover has been followed
-/// (until then a record waiting for the observer sees them pending).
-fn take_marks(marks: &crate::stdio::Marks, n: usize) {
-    let mut m = marks.lock().unwrap_or_else(|p| p.into_inner());
-    let n = n.min(m.len());
-    m.drain(..n);
+fn lock_marks(marks: &crate::stdio::Marks) -> std::sync::MutexGuard<'_, crate::stdio::MarkLog> {
+    marks.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// How long the observer waits for the mark of bytes it already read (the
-/// relay pushes it right after the copy; a preempted relay thread may take
-/// a while, and the mark's time is what places the request before what the
-/// server then does).
-const MARK_WAIT: Duration = Duration::from_millis(2);
+/// Takes `n` marks off the front once what they cover has been followed, up
+/// to `offset` (until then a record waiting for the observer sees them
+/// pending).
+fn take_marks(marks: &crate::stdio::Marks, n: usize, offset: u64) {
+    lock_marks(marks).take(n, offset);
+}
 
-async fn due_marks(marks: &crate::stdio::Marks, end: u64) -> Due {
-    let mut due = Vec::new();
-    let deadline = Instant::now() + MARK_WAIT;
-    loop {
-        let next = {
-            let m = marks.lock().unwrap_or_else(|p| p.into_inner());
-            due.clear();
-            let mut rest = m.iter();
-            let mut after = None;
-            for &mk in rest.by_ref() {
-                let off = match mk {
-                    Mark::Copied { end, .. } => end,
-                    Mark::Gap { at_offset } => at_offset,
-                };
-                if off > end {
-                    after = Some(mk);
-                    break;
-                }
-                due.push(mk);
-            }
-            match after {
-                Some(Mark::Copied { at, .. }) => Some(at),
-                _ => None,
-            }
-        };
-        let reached = due
-            .iter()
-            .any(|mk| matches!(mk, Mark::Copied { end: e, .. } if *e >= end));
-        if reached || next.is_some() || Instant::now() >= deadline {
-            return Due { due, next };
-        }
-        tokio::task::yield_now().await;
-    }
+/// The marks of the bytes the observer read, up to offset `end`. Every byte
+/// in the tap is covered by a mark or by the copy under way (announced
+/// before it was made), so nothing is waited for.
+fn due_marks(marks: &crate::stdio::Marks, end: u64) -> Due {
+    let (due, next) = lock_marks(marks).due(end);
+    Due { due, next }
 }
 
 /// When the oldest copy still in a tap was made.
 fn front_at(marks: &crate::stdio::Marks) -> Option<Instant> {
-    let m = marks.lock().unwrap_or_else(|p| p.into_inner());
-    m.iter().find_map(|mk| match mk {
-        Mark::Copied { at, .. } => Some(*at),
-        Mark::Gap { .. } => None,
-    })
+    lock_marks(marks).front_at()
 }
 
 type TapFd = (tokio::net::unix::pipe::Receiver, crate::stdio::Marks);
@@ -1283,7 +1270,7 @@ async fn run(
                         break;
                     }
                     Ok(n) => {
-                        let marks = due_marks(&readers[j].1, offset[j] + n as u64).await;
+                        let marks = due_marks(&readers[j].1, offset[j] + n as u64);
                         let taken = marks.due.len();
                         let mut chunk = &buf[..n];
                         let mut last = Instant::now();
@@ -1312,7 +1299,7 @@ async fn run(
                             feed(&mut obs, chunk, marks.next.unwrap_or_else(Instant::now));
                             offset[j] += chunk.len() as u64;
                         }
-                        take_marks(&readers[j].1, taken);
+                        take_marks(&readers[j].1, taken, offset[j]);
                     }
                     Err(e)
                         if matches!(
@@ -1335,10 +1322,7 @@ async fn run(
     }
     // Gaps after the last byte copied.
     for i in 0..2 {
-        let m = readers[i].1.lock().unwrap_or_else(|p| p.into_inner());
-        let gap = m.iter().any(|m| matches!(m, Mark::Gap { .. }));
-        drop(m);
-        if gap {
+        if lock_marks(&readers[i].1).has_gap() {
             obs.gap(dirs[i]);
         }
     }
@@ -1356,6 +1340,8 @@ async fn run(
     {
         let mut log = in_flight.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
+        // Nothing more will be followed: records no longer wait for it.
+        log.requests = None;
         let open: Vec<String> = log.in_flight().iter().map(|c| c.id.clone()).collect();
         for id in open {
             log.end(&id, now);

@@ -498,9 +498,92 @@ pub enum Mark {
     Gap { at_offset: u64 },
 }
 
-/// A tap's marks, oldest first; at most [`MAX_MARKS`] (beyond, the
-/// oldest timing marks are dropped: only their precision is lost).
-pub type Marks = Arc<Mutex<std::collections::VecDeque<Mark>>>;
+/// What a tap tells its observer beside the bytes, shared with it.
+pub type Marks = Arc<Mutex<MarkLog>>;
+
+/// A tap's marks, oldest first (at most [`MAX_MARKS`]: beyond, the oldest
+/// timing marks are dropped, only their precision is lost), the copy under
+/// way, and how far the observer has followed.
+///
+/// A copy is announced before it is made (`copying`) and marked once made,
+/// under one lock with the announcement's end: whatever the observer reads
+/// from the tap is covered by a mark or by the copy under way, so its time
+/// is always known (a relay thread preempted between its copy and its mark
+/// cannot make a request look later than it was), and a record made at a
+/// time a copy had begun waits for the observer to follow it.
+#[derive(Debug, Default)]
+pub struct MarkLog {
+    marks: std::collections::VecDeque<Mark>,
+    /// A copy begun at this time and not yet marked.
+    copying: Option<Instant>,
+    /// Bytes of the copy the observer has followed.
+    followed: u64,
+}
+
+impl MarkLog {
+    /// When the oldest copy the observer has not followed yet was made.
+    pub fn front_at(&self) -> Option<Instant> {
+        self.marks
+            .iter()
+            .find_map(|mk| match mk {
+                Mark::Copied { at, .. } => Some(*at),
+                Mark::Gap { .. } => None,
+            })
+            .or(self.copying)
+    }
+
+    /// The marks up to offset `end` (what the observer read), and the time
+    /// of the copy the bytes beyond the last of them belong to (the next
+    /// mark's, or the copy under way's).
+    pub fn due(&self, end: u64) -> (Vec<Mark>, Option<Instant>) {
+        let mut due = Vec::new();
+        for &mk in &self.marks {
+            let off = match mk {
+                Mark::Copied { end, .. } => end,
+                Mark::Gap { at_offset } => at_offset,
+            };
+            if off > end {
+                return match mk {
+                    Mark::Copied { at, .. } => (due, Some(at)),
+                    Mark::Gap { .. } => (due, self.copying),
+                };
+            }
+            due.push(mk);
+        }
+        (due, self.copying)
+    }
+
+    /// The observer followed the first `n` marks, and the copy up to
+    /// `offset`.
+    pub fn take(&mut self, n: usize, offset: u64) {
+        let n = n.min(self.marks.len());
+        self.marks.drain(..n);
+        self.followed = self.followed.max(offset);
+        while matches!(self.marks.front(), Some(Mark::Copied { end, .. }) if *end <= self.followed)
+        {
+            self.marks.pop_front();
+        }
+    }
+
+    /// Whether bytes went by uncopied at some offset still marked.
+    pub fn has_gap(&self) -> bool {
+        self.marks.iter().any(|m| matches!(m, Mark::Gap { .. }))
+    }
+
+    fn push(&mut self, mark: Mark) {
+        if self.marks.len() >= MAX_MARKS {
+            // A timing mark goes first; a gap is never forgotten.
+            if let Some(i) = self
+                .marks
+                .iter()
+                .position(|x| matches!(x, Mark::Copied { .. }))
+            {
+                self.marks.remove(i);
+            }
+        }
+        self.marks.push_back(mark);
+    }
+}
 
 /// The most marks a tap holds for its observer.
 pub const MAX_MARKS: usize = 4096;
@@ -578,67 +661,77 @@ impl Tap {
             return Copy::Move;
         }
         let at = Instant::now();
+        self.log().copying = Some(at);
+        let (copy, n) = self.copy_now(src);
+        // The mark and the end of the announcement, under one lock.
+        let mut log = self.marks.lock().unwrap_or_else(|p| p.into_inner());
+        log.copying = None;
+        if n > 0 {
+            self.ahead = n;
+            self.written += n as u64;
+            // Bytes the observer followed already (at the announcement's
+            // time) need no mark.
+            if self.written > log.followed {
+                log.push(Mark::Copied {
+                    end: self.written,
+                    at,
+                });
+            }
+        }
+        copy
+    }
+
+    fn log(&self) -> std::sync::MutexGuard<'_, MarkLog> {
+        self.marks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The copy itself: what the lane may do, and how many bytes were
+    /// copied.
+    fn copy_now(&mut self, src: &OwnedFd) -> (Copy, usize) {
         if self.peek {
             let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
             match recv(src.as_raw_fd(), &mut self.buf, flags) {
-                Ok(0) => Copy::Move, // EOF: the move says so
+                Ok(0) => (Copy::Move, 0), // EOF: the move says so
                 Ok(n) => match write(&self.w, &self.buf[..n]) {
-                    Ok(m) => {
-                        self.copied(m, at);
-                        Copy::Move
-                    }
+                    Ok(m) => (Copy::Move, m),
                     Err(Errno::EAGAIN) => {
                         self.lose();
-                        Copy::Move
+                        (Copy::Move, 0)
                     }
-                    Err(Errno::EINTR) => Copy::Empty,
+                    Err(Errno::EINTR) => (Copy::Empty, 0),
                     Err(_) => {
                         self.broken = true;
-                        Copy::Move
+                        (Copy::Move, 0)
                     }
                 },
-                Err(Errno::EAGAIN | Errno::EINTR) => Copy::Empty,
+                Err(Errno::EAGAIN | Errno::EINTR) => (Copy::Empty, 0),
                 // Not readable as a socket after all: the move decides.
                 Err(_) => {
                     self.broken = true;
-                    Copy::Move
+                    (Copy::Move, 0)
                 }
             }
         } else {
             match tee(src, &self.w, CHUNK, SpliceFFlags::SPLICE_F_NONBLOCK) {
-                Ok(n) => {
-                    self.copied(n, at);
-                    Copy::Move
-                }
+                Ok(n) => (Copy::Move, n),
                 // The source is empty, or the tap is full.
                 Err(Errno::EAGAIN) => {
                     if poll_now(src.as_fd(), PollFlags::POLLIN)
                         && !poll_now(self.w.as_fd(), PollFlags::POLLOUT)
                     {
                         self.lose();
-                        Copy::Move
+                        (Copy::Move, 0)
                     } else {
-                        Copy::Empty
+                        (Copy::Empty, 0)
                     }
                 }
-                Err(Errno::EINTR) => Copy::Empty,
+                Err(Errno::EINTR) => (Copy::Empty, 0),
                 // The observer is gone (EPIPE), or the source cannot be teed.
                 Err(_) => {
                     self.broken = true;
-                    Copy::Move
+                    (Copy::Move, 0)
                 }
             }
-        }
-    }
-
-    fn copied(&mut self, n: usize, at: Instant) {
-        self.ahead = n;
-        self.written += n as u64;
-        if n > 0 {
-            self.mark(Mark::Copied {
-                end: self.written,
-                at,
-            });
         }
     }
 
@@ -647,22 +740,10 @@ impl Tap {
         let gap = Mark::Gap {
             at_offset: self.written,
         };
-        let m = self.marks.lock().unwrap_or_else(|p| p.into_inner());
-        if m.back() != Some(&gap) {
-            drop(m);
-            self.mark(gap);
+        let mut log = self.log();
+        if log.marks.back() != Some(&gap) {
+            log.push(gap);
         }
-    }
-
-    fn mark(&mut self, mark: Mark) {
-        let mut m = self.marks.lock().unwrap_or_else(|p| p.into_inner());
-        if m.len() >= MAX_MARKS {
-            // A timing mark goes first; a gap is never forgotten.
-            if let Some(i) = m.iter().position(|x| matches!(x, Mark::Copied { .. })) {
-                m.remove(i);
-            }
-        }
-        m.push_back(mark);
     }
 
     /// `n` bytes moved.
@@ -963,6 +1044,59 @@ fn duplex(
 mod tests {
     use super::*;
     use std::io::{Read, Write};
+
+    #[test]
+    fn a_copy_has_its_time_before_its_mark_and_a_followed_one_needs_none() {
+        // A tap on a pipe whose observer reads between the copy and its mark
+        // (what a relay thread preempted there looks like).
+        let (src_r, src_w) = pipe().unwrap();
+        let (mut tap, reader) = tap().unwrap();
+        tap.attach(&src_r);
+        nix::unistd::write(&src_w, b"{\"id\":1}\n").unwrap();
+        let t0 = Instant::now();
+        assert!(reader.marks.lock().unwrap().front_at().is_none());
+        // The announcement, as `copy` makes it before the tee.
+        reader.marks.lock().unwrap().copying = Some(t0);
+        let (c, n) = tap.copy_now(&src_r);
+        assert!(matches!(c, Copy::Move));
+        assert_eq!(n, 9);
+        {
+            let log = reader.marks.lock().unwrap();
+            // A record made after t0 waits for the observer...
+            assert_eq!(log.front_at(), Some(t0));
+            // ...and the observer, reading the bytes now, knows their time.
+            let (due, next) = log.due(9);
+            assert!(due.is_empty());
+            assert_eq!(next, Some(t0));
+        }
+        // The observer follows them before the relay marks them.
+        reader.marks.lock().unwrap().take(0, 9);
+        // The relay ends the copy: no mark for bytes already followed.
+        {
+            let mut log = reader.marks.lock().unwrap();
+            log.copying = None;
+            tap.written += n as u64;
+            if tap.written > log.followed {
+                log.push(Mark::Copied {
+                    end: tap.written,
+                    at: t0,
+                });
+            }
+            assert!(log.front_at().is_none(), "{log:?}");
+        }
+        // The lane moves what was copied.
+        nix::unistd::read(&src_r, &mut [0u8; 9]).unwrap();
+        // The whole path through `copy`: one mark, no announcement left.
+        nix::unistd::write(&src_w, b"{\"id\":2}\n").unwrap();
+        let before = Instant::now();
+        assert!(matches!(tap.copy(&src_r), Copy::Move));
+        let log = reader.marks.lock().unwrap();
+        assert!(log.copying.is_none());
+        match log.due(18).0[..] {
+            [Mark::Copied { end: 18, at }] => assert!(at >= before),
+            ref other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn copies_byte_exact_and_forwards_eof() {
