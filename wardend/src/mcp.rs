@@ -141,8 +141,8 @@ struct Pending {
     token: Option<String>,
 }
 
-/// An answer read before its request: id, message, size.
-type Early = (String, serde_json::Map<String, Value>, usize);
+/// An answer read before its request: id, message, size, when it was copied.
+type Early = (String, serde_json::Map<String, Value>, usize, Instant);
 
 /// One session's stream, both directions.
 #[derive(Default)]
@@ -409,9 +409,10 @@ impl Observer {
                 );
                 // Its answer came first: take it now.
                 let early = &mut self.early[dir.index()];
-                if let Some(k) = early.iter().position(|(i, _, _)| *i == id) {
-                    if let Some((_, answer, b)) = early.remove(k) {
-                        self.message(dir.other(), Value::Object(answer), b, now, out);
+                if let Some(k) = early.iter().position(|(i, ..)| *i == id) {
+                    if let Some((_, answer, b, at)) = early.remove(k) {
+                        // At the time it was copied, not now: it ended then.
+                        self.message(dir.other(), Value::Object(answer), b, at.max(now), out);
                     }
                 }
             }
@@ -426,7 +427,7 @@ impl Observer {
                     // (the two directions are read apart): kept a moment.
                     let early = &mut self.early[req_dir.index()];
                     if early.len() >= MAX_EARLY {
-                        if let Some((old, _, b)) = early.pop_front() {
+                        if let Some((old, _, b, _)) = early.pop_front() {
                             out.push(Event::Unmatched {
                                 dir,
                                 id: old,
@@ -434,7 +435,7 @@ impl Observer {
                             });
                         }
                     }
-                    early.push_back((id, o, bytes));
+                    early.push_back((id, o, bytes, now));
                     return;
                 };
                 if let Some(t) = &p.token {
@@ -975,6 +976,18 @@ impl CallLog {
         });
     }
 
+    /// The call `id` ended `d` after it began.
+    fn end_after(&mut self, id: &str, d: Duration) {
+        let start = self
+            .calls
+            .iter()
+            .find(|c| c.id == id && c.end.is_none())
+            .map(|c| c.start);
+        if let Some(s) = start {
+            self.end(id, s + d);
+        }
+    }
+
     fn end(&mut self, id: &str, at: Instant) {
         if let Some(c) = self
             .calls
@@ -1024,12 +1037,14 @@ fn log_calls(log: &InFlight, events: &[Event], now: Instant) {
                 tool: Some(tool),
                 ..
             } => log.begin(show_id(id), tool.clone(), now),
+            // An answer read before its request ends at its own time.
             Event::End {
                 dir: Dir::ToServer,
                 id,
                 tool: Some(_),
+                duration,
                 ..
-            } => log.end(&show_id(id), now),
+            } => log.end_after(&show_id(id), *duration),
             _ => {}
         }
     }
@@ -1202,6 +1217,15 @@ fn due_marks(marks: &crate::stdio::Marks, end: u64) -> Due {
     Due { due, next }
 }
 
+/// Whether tap `a` holds a copy older than any `b` holds.
+fn older(a: &crate::stdio::Marks, b: &crate::stdio::Marks) -> bool {
+    match (front_at(a), front_at(b)) {
+        (Some(x), Some(y)) => x < y,
+        (Some(_), None) => true,
+        _ => false,
+    }
+}
+
 /// When the oldest copy still in a tap was made.
 fn front_at(marks: &crate::stdio::Marks) -> Option<Instant> {
     lock_marks(marks).front_at()
@@ -1260,8 +1284,13 @@ async fn run(
         for j in order {
             // At most a few chunks at a time: a flooding direction must not
             // keep the task from yielding (what is left stays readable).
-            for _ in 0..16 {
+            for k in 0..16 {
                 if !open[j] {
+                    break;
+                }
+                // What came in meanwhile may answer a request copied
+                // before it into the other tap: that one first.
+                if k > 0 && older(&readers[1 - j].1, &readers[j].1) {
                     break;
                 }
                 match readers[j].0.try_read(&mut buf) {
@@ -1571,6 +1600,30 @@ mod tests {
             "{ev:?}"
         );
         assert!(o.finish(t).is_empty());
+    }
+
+    #[test]
+    fn an_answer_read_first_ends_its_call_at_the_answers_time() {
+        // The request was copied at t, its answer at t + 5 ms; the observer
+        // reads the answer first. The call is in flight from t to t + 5 ms
+        // (what a file access made in between is attributed by).
+        let mut o = Observer::new();
+        let t = Instant::now();
+        let ans = t + Duration::from_millis(5);
+        let call =
+            json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"read_file"}});
+        let answer = json!({"jsonrpc":"2.0","id":9,"result":{"content":[],"isError":true}});
+        assert!(o.feed(Dir::ToClient, &line(answer), ans).is_empty());
+        let ev = o.feed(Dir::ToServer, &line(call), t);
+        assert!(
+            matches!(&ev[1], Event::End { duration, .. } if *duration == Duration::from_millis(5)),
+            "{ev:?}"
+        );
+        let log = InFlight::default();
+        log_calls(&log, &ev, t);
+        let during = calls_at(&log, t + Duration::from_millis(2));
+        assert_eq!(during, vec![("9".to_owned(), "read_file".to_owned())]);
+        assert!(calls_at(&log, t + Duration::from_millis(6)).is_empty());
     }
 
     #[test]
