@@ -366,3 +366,129 @@ fn with_pin_enforce_a_changed_tool_is_withheld_until_a_person_accepts_it() {
     assert_eq!(answers.len(), 2, "{answers:#?}");
     assert_eq!(answers[0]["details"]["kind"], "tool");
 }
+
+/// The texts of a tool result's content.
+fn texts(result: &Value) -> Vec<String> {
+    result["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no content in {result}"))
+        .iter()
+        .filter_map(|c| c["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn explain_denials_names_the_denial_and_a_command_that_grants_it() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let secret = env.write("outside/secret.txt", "not for the server");
+    let (policy, out) = fixture_policy(&env, "mcp:\n  explain_denials: true\n");
+    std::fs::write(out.join("own.txt"), "own").unwrap();
+
+    // Control first: without the key, the server's error is all the client
+    // gets.
+    let plain = env.policy(
+        "plain.yaml",
+        &format!(
+            "version: 1\nname: plain\nfilesystem:\n  write: [\"{}\"]\n",
+            out.display()
+        ),
+    );
+    let mut c = env.fixture_session(&plain, &[], &[]);
+    c.initialize();
+    let r = c.call_tool("read_file", json!({"path": secret}));
+    assert!(is_tool_error(&r), "{r}");
+    let control = texts(&r);
+    assert_eq!(control.len(), 1, "{r}");
+    assert!(!control[0].contains("Warden"), "{r}");
+    let own_plain = c.call_tool("read_file", json!({"path": out.join("own.txt")}));
+    c.close_stdin();
+    assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
+
+    let mut c = env.fixture_session(&policy, &[], &[]);
+    c.initialize();
+    let r = c.call_tool("read_file", json!({"path": secret}));
+    assert!(is_tool_error(&r), "{r}");
+    let got = texts(&r);
+    // The server's own error, untouched, and one line more.
+    assert_eq!(got.len(), 2, "{r}");
+    assert_eq!(got[0], control[0]);
+    let line = &got[1];
+    assert!(!line.contains('\n'), "one line: {line:?}");
+    assert!(
+        line.starts_with("[Warden] During this call the sandbox denied `open-read` of ")
+            && line.contains(&secret.display().to_string())
+            && line.contains("outside the sandbox's grants"),
+        "{line}"
+    );
+    // What succeeds is never touched, and neither is an error with no
+    // denial during its call.
+    let own = c.call_tool("read_file", json!({"path": out.join("own.txt")}));
+    assert_eq!(own, own_plain);
+    let missing = c.call_tool("read_file", json!({"path": out.join("missing.txt")}));
+    assert_eq!(texts(&missing).len(), 1, "{missing}");
+    c.close_stdin();
+    assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
+    c.assert_stdout_only_jsonrpc();
+
+    // Audited.
+    let explain = mcp_records(&env, "explain");
+    assert_eq!(explain.len(), 1, "{explain:#?}");
+    assert_eq!(explain[0]["resource"], "read_file");
+    assert_eq!(explain[0]["reason"], line.as_str());
+    assert_eq!(explain[0]["details"]["denials"], 1);
+
+    // The command the line names grants it: run as written, then a new
+    // session reads the file.
+    let command = line
+        .split('`')
+        .find(|part| part.starts_with("wardenctl suggest "))
+        .unwrap_or_else(|| panic!("no suggest command in {line}"));
+    let args: Vec<&str> = command.split_whitespace().skip(1).collect();
+    assert_eq!(args.len(), 3, "{command}");
+    assert_eq!(args[2], "--apply");
+    let status = env.ctl(&args).output().unwrap();
+    assert!(
+        status.status.success(),
+        "{command}: {}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let mut c = env.fixture_session(&policy, &[], &[]);
+    c.initialize();
+    assert_eq!(
+        c.tool_text("read_file", json!({"path": secret})),
+        "not for the server"
+    );
+    c.close_stdin();
+    assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
+}
+
+#[test]
+fn explain_denials_names_a_refused_connection() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let (policy, _) = fixture_policy(
+        &env,
+        "network:\n  mode: transparent\n  allow: [\"allowed.test:443\"]\nmcp:\n  explain_denials: true\n",
+    );
+    let mut c = env.fixture_session(&policy, &[], &[]);
+    c.initialize();
+    // An address no name of the allowlist stands for (TEST-NET-3).
+    let r = c.call_tool(
+        "tcp_exchange",
+        json!({"addr": "203.0.113.9:80", "data": "x", "fail_as_error": true, "timeout_ms": 2000}),
+    );
+    assert!(is_tool_error(&r), "{r}");
+    let got = texts(&r);
+    assert_eq!(got.len(), 2, "{r}");
+    assert!(got[0].contains("connect 203.0.113.9:80"), "{r}");
+    assert!(
+        got[1].starts_with(
+            "[Warden] During this call the sandbox denied a connection to 203.0.113.9:80"
+        ) && got[1].contains("--call 2"),
+        "{}",
+        got[1]
+    );
+    c.close_stdin();
+    assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
+}

@@ -1428,9 +1428,20 @@ fn mcp_tools_and_pin() {
             allow: Some(strings(&["read_*", "echo"])),
             deny: strings(&["read_secret*"]),
             pin: warden_core::policy::PinMode::Enforce,
+            explain_denials: false,
         }
     );
     assert!(p.mcp.gates());
+    // Explaining denials alone gates the stream (the error answers are
+    // edited) but filters nothing.
+    let p = f.ok("command: [server]\nmcp:\n  explain_denials: true\n");
+    assert!(p.mcp.explain_denials && p.mcp.gates() && !p.mcp.filters());
+    let json = serde_json::to_value(&p).unwrap();
+    assert_eq!(json["mcp"]["explain_denials"], true, "{json}");
+    assert_eq!(
+        f.err("command: [server]\nmcp:\n  explain_denials: yes please\n"),
+        vec!["$T/proj/policy.yaml:3:20: mcp.explain_denials: expected `true` or `false`, found a string `yes please`".to_string()]
+    );
     // The default: nothing gated, pins flagged.
     let p = f.ok("command: [server]\n");
     assert_eq!(p.mcp, Default::default());

@@ -120,6 +120,8 @@ struct Sink {
     daemon: Arc<Daemon>,
     session: String,
     counters: Arc<NetCounters>,
+    /// `mcp.explain_denials`: the session's denials, for the gate.
+    denials: Option<Arc<crate::explain::Denials>>,
     limit: Mutex<NetLimit>,
 }
 
@@ -191,6 +193,17 @@ impl Drop for Sink {
 impl warden_proxy::EventSink for Sink {
     fn decision(&self, d: &warden_proxy::ConnDecision) {
         let resource = format!("{}:{}", d.host, d.port);
+        if let (Some(denials), Some(code)) = (&self.denials, d.refusal) {
+            use warden_proxy::RefusalCode as C;
+            // Failures on the way (DNS, the upstream) are not denials.
+            if !matches!(code, C::DnsFailed | C::ConnectFailed) {
+                denials.push(
+                    std::time::Instant::now(),
+                    format!("a connection to {resource} ({})", reason_text(d)),
+                    matches!(code, C::NotAllowed | C::PrivateAddress),
+                );
+            }
+        }
         if d.allowed {
             self.counters.allowed.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -342,6 +355,7 @@ impl Proxy {
         session: &str,
         counters: Arc<NetCounters>,
         approver: Option<Arc<dyn warden_proxy::Approver>>,
+        denials: Option<Arc<crate::explain::Denials>>,
     ) -> std::io::Result<Proxy> {
         let std_listener = std::net::TcpListener::from(listener);
         std_listener.set_nonblocking(true)?;
@@ -354,6 +368,7 @@ impl Proxy {
             daemon,
             session: session.to_string(),
             counters,
+            denials,
             limit: Mutex::new(NetLimit::new(
                 PER_TARGET,
                 PER_SECOND,

@@ -102,6 +102,17 @@ fn decision(d: AccessVerdict) -> Decision {
 }
 
 /// The record of one access.
+/// A denied access as an explanation names it (`mcp.explain_denials`):
+/// "`open-read` of /home/u/.ssh/id_rsa (outside the sandbox's grants)".
+pub fn denial_text(a: &FileAccess) -> String {
+    let (path, _) = path_text(if a.resolved.is_empty() {
+        &a.path
+    } else {
+        &a.resolved
+    });
+    format!("`{}` of {path} ({})", a.action.as_str(), a.reason)
+}
+
 pub fn access_record(session: &str, a: &FileAccess) -> Record {
     let (path, path_bytes_hex) = path_text(&a.path);
     let (resolved, resolved_bytes_hex) = path_text(&a.resolved);

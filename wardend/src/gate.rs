@@ -56,6 +56,13 @@ pub enum GateEvent {
     /// What the server's definitions are against the pin (`mcp.pin:
     /// enforce`, where the gate keeps the pin).
     Pin(warden_audit::event::McpPin),
+    /// A line added to a tool call's error answer (`mcp.explain_denials`).
+    Explained {
+        id: String,
+        tool: String,
+        line: String,
+        denials: usize,
+    },
 }
 
 /// `mcp.pin: enforce`: the profile's pin and what this session withholds,
@@ -203,6 +210,19 @@ impl GateEvent {
                 p.session = session.to_owned();
                 warden_audit::event::Event::into_record(p)
             }
+            GateEvent::Explained {
+                id,
+                tool,
+                line,
+                denials,
+            } => warden_audit::event::McpExplain {
+                session: session.to_owned(),
+                tool,
+                reason: line,
+                id,
+                denials,
+            }
+            .into_record(),
         }
     }
 }
@@ -228,6 +248,24 @@ struct Msg<'a> {
     params: Option<&'a RawValue>,
     #[serde(borrow)]
     result: Option<&'a RawValue>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+}
+
+/// A JSON-RPC error object, as far as an explanation edits it.
+#[derive(Deserialize)]
+struct ErrorObj<'a> {
+    #[serde(borrow)]
+    message: Option<&'a RawValue>,
+}
+
+/// A `tools/call` result, as far as an explanation edits it.
+#[derive(Deserialize)]
+struct CallResult<'a> {
+    #[serde(borrow)]
+    content: Option<&'a RawValue>,
+    #[serde(rename = "isError")]
+    is_error: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -256,6 +294,41 @@ pub struct Gate {
     events: Vec<GateEvent>,
     /// `mcp.pin: enforce`, and how to ask about a withheld tool.
     enforce: Option<(Arc<Enforce>, Ask)>,
+    /// `mcp.explain_denials`.
+    explain: Option<Explain>,
+}
+
+/// What explaining denials needs: the session's denials, and the tool calls
+/// the gate passed on that are not answered yet.
+struct Explain {
+    session: String,
+    denials: Arc<crate::explain::Denials>,
+    /// By [`id_key`]: (tool, when the gate passed the request on).
+    calls: HashMap<String, (String, std::time::Instant)>,
+    order: VecDeque<String>,
+    /// Calls of the line being checked, followed once it is passed on.
+    pending: Vec<(String, String)>,
+}
+
+impl Explain {
+    fn follow(&mut self, key: String, tool: String) {
+        if self.calls.contains_key(&key) {
+            return;
+        }
+        if self.order.len() >= MAX_LISTS {
+            if let Some(old) = self.order.pop_front() {
+                self.calls.remove(&old);
+            }
+        }
+        self.order.push_back(key.clone());
+        self.calls.insert(key, (tool, std::time::Instant::now()));
+    }
+
+    fn take(&mut self, key: &str) -> Option<(String, std::time::Instant)> {
+        let c = self.calls.remove(key)?;
+        self.order.retain(|k| k != key);
+        Some(c)
+    }
 }
 
 /// How a client message fared.
@@ -277,7 +350,21 @@ impl Gate {
             listed: HashSet::new(),
             events: Vec::new(),
             enforce: None,
+            explain: None,
         }
+    }
+
+    /// With `mcp.explain_denials`: the error answers of tool calls during
+    /// which `denials` has something gain a line naming it.
+    pub fn with_explain(mut self, session: &str, denials: Arc<crate::explain::Denials>) -> Gate {
+        self.explain = Some(Explain {
+            session: session.to_owned(),
+            denials,
+            calls: HashMap::new(),
+            order: VecDeque::new(),
+            pending: Vec::new(),
+        });
+        self
     }
 
     /// With `mcp.pin: enforce`: tools whose definitions differ from the pin
@@ -344,6 +431,38 @@ impl Gate {
 
     /// A line from the client (without its `\n`).
     pub fn from_client(&mut self, line: &[u8]) -> Verdict {
+        let v = self.client_line(line);
+        if let Some(e) = self.explain.as_mut() {
+            let pending = std::mem::take(&mut e.pending);
+            if v.forward {
+                for (key, tool) in pending {
+                    e.follow(key, tool);
+                }
+            }
+        }
+        v
+    }
+
+    fn client_line(&mut self, line: &[u8]) -> Verdict {
+        if !self.policy.filters() {
+            // Only explaining: everything passes; the calls are followed
+            // as far as they can be read.
+            if let Ok(text) = std::str::from_utf8(line) {
+                let items: Vec<&str> = match serde_json::from_str::<Vec<&RawValue>>(text) {
+                    Ok(items) => items.iter().map(|r| r.get()).collect(),
+                    Err(_) => vec![text],
+                };
+                for item in items {
+                    if let Ok(m) = serde_json::from_str::<Msg>(item) {
+                        self.follow_call(&m);
+                    }
+                }
+            }
+            return Verdict {
+                forward: true,
+                reply: None,
+            };
+        }
         if line.iter().all(u8::is_ascii_whitespace) {
             return Verdict {
                 forward: true,
@@ -494,6 +613,7 @@ impl Gate {
                     )),
                 };
                 let Some((tool, rule)) = refusal else {
+                    self.follow_call(m);
                     return Check::Pass;
                 };
                 let message = match &tool {
@@ -521,6 +641,29 @@ impl Gate {
         }
     }
 
+    /// A `tools/call` with an id and a tool name, for explaining its
+    /// error answer once the line goes on.
+    fn follow_call(&mut self, m: &Msg) {
+        let Some(e) = self.explain.as_mut() else {
+            return;
+        };
+        if m.method.as_deref() != Some("tools/call") {
+            return;
+        }
+        let id =
+            m.id.and_then(|id| serde_json::from_str::<Value>(id.get()).ok());
+        let name = m
+            .params
+            .and_then(|p| serde_json::from_str::<CallParams>(p.get()).ok())
+            .and_then(|p| match p.name {
+                Some(Value::String(n)) => Some(n),
+                _ => None,
+            });
+        if let (Some(id), Some(name)) = (id, name) {
+            e.pending.push((id_key(&id), name));
+        }
+    }
+
     fn remember_list(&mut self, key: String) {
         if self.listed.contains(&key) {
             return;
@@ -537,7 +680,7 @@ impl Gate {
     /// A line from the server (without its `\n`): None to pass it as it
     /// came, else the line to send instead (without `\n`).
     pub fn from_server(&mut self, line: &[u8]) -> Option<Vec<u8>> {
-        if self.listed.is_empty() {
+        if self.listed.is_empty() && self.explain.as_ref().is_none_or(|e| e.calls.is_empty()) {
             return None;
         }
         let text = std::str::from_utf8(line).ok()?;
@@ -567,6 +710,9 @@ impl Gate {
         }
         let id = serde_json::from_str::<Value>(m.id?.get()).ok()?;
         let key = id_key(&id);
+        if let Some(call) = self.explain.as_mut().and_then(|e| e.take(&key)) {
+            return self.explained(text, &m, &key, call);
+        }
         if !self.listed.remove(&key) {
             return None;
         }
@@ -625,6 +771,74 @@ impl Gate {
 }
 
 impl Gate {
+    /// The answer `text` of a tool call the gate passed on: when it is an
+    /// error (a JSON-RPC error, or a result with `isError: true`) and Warden
+    /// denied something during the call, a copy with one line more (in the
+    /// error's message, or as a text item after the result's content), the
+    /// other bytes as the server sent them.
+    fn explained(
+        &mut self,
+        text: &str,
+        m: &Msg,
+        key: &str,
+        (tool, start): (String, std::time::Instant),
+    ) -> Option<String> {
+        enum Edit<'a> {
+            Message(&'a RawValue),
+            Content(&'a RawValue, bool),
+        }
+        let edit = match (m.error, m.result) {
+            (Some(e), _) => Edit::Message(serde_json::from_str::<ErrorObj>(e.get()).ok()?.message?),
+            (None, Some(r)) => {
+                let r = serde_json::from_str::<CallResult>(r.get()).ok()?;
+                if r.is_error != Some(Value::Bool(true)) {
+                    return None;
+                }
+                let content = r.content?;
+                let items = serde_json::from_str::<Vec<&RawValue>>(content.get()).ok()?;
+                Edit::Content(content, items.is_empty())
+            }
+            (None, None) => return None,
+        };
+        let e = self.explain.as_ref()?;
+        let denials = e
+            .denials
+            .during(start, std::time::Instant::now(), crate::explain::SETTLE);
+        if denials.is_empty() {
+            return None;
+        }
+        let shown = show_id(key);
+        let line = crate::explain::line(&e.session, &shown, &denials);
+        let (span, new) = match edit {
+            Edit::Message(raw) => {
+                let old = serde_json::from_str::<String>(raw.get()).ok()?;
+                let new = serde_json::to_string(&format!("{old}\n{line}")).ok()?;
+                (raw.get(), new)
+            }
+            Edit::Content(raw, empty) => {
+                let item = format!(
+                    r#"{{"type":"text","text":{}}}"#,
+                    serde_json::to_string(&line).ok()?
+                );
+                let body = &raw.get()[..raw.get().len() - 1];
+                let sep = if empty { "" } else { "," };
+                (raw.get(), format!("{body}{sep}{item}]"))
+            }
+        };
+        let at = offset_in(text, span);
+        let mut out = String::with_capacity(text.len() + new.len());
+        out.push_str(&text[..at]);
+        out.push_str(&new);
+        out.push_str(&text[at + span.len()..]);
+        self.events.push(GateEvent::Explained {
+            id: shown,
+            tool,
+            line,
+            denials: denials.len(),
+        });
+        Some(out)
+    }
+
     /// `mcp.pin: enforce` on the tools a `tools/list` answer offers: the
     /// pin is kept (and recorded) as in `flag` mode, and the tools whose
     /// definitions differ from it, unless accepted in this session, are
@@ -862,5 +1076,131 @@ mod tests {
         }
         assert_eq!(g.lists.len(), MAX_LISTS);
         assert_eq!(g.listed.len(), MAX_LISTS);
+    }
+
+    fn explaining() -> (Gate, Arc<crate::explain::Denials>) {
+        let d = crate::explain::Denials::new();
+        let g = Gate::new(McpPolicy {
+            explain_denials: true,
+            ..McpPolicy::default()
+        })
+        .with_explain("s1", d.clone());
+        (g, d)
+    }
+
+    fn call(id: u32, tool: &str) -> Vec<u8> {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{}}}}}}"#)
+            .into_bytes()
+    }
+
+    #[test]
+    fn explaining_alone_passes_every_client_line() {
+        let (mut g, _) = explaining();
+        for line in [
+            &b"not json"[..],
+            br#"{"method":"tools/call","method":"x"}"#,
+            br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}]"#,
+            &call(1, "echo"),
+        ] {
+            assert_eq!(
+                g.from_client(line),
+                Verdict {
+                    forward: true,
+                    reply: None
+                }
+            );
+        }
+        assert!(g.take_events().is_empty());
+    }
+
+    #[test]
+    fn an_error_after_a_denial_gains_one_line_and_nothing_else_changes() {
+        let (mut g, d) = explaining();
+        // A denial before the call is not its.
+        d.push(
+            std::time::Instant::now(),
+            "`open-read` of /old (outside the sandbox's grants)".into(),
+            true,
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        g.from_client(&call(1, "read_file"));
+        g.from_client(&call(2, "read_file"));
+        g.from_client(&call(3, "fetch"));
+        g.from_client(&call(4, "echo"));
+        d.push(
+            std::time::Instant::now(),
+            "`open-read` of /home/u/.ssh/id_rsa (outside the sandbox's grants)".into(),
+            true,
+        );
+        // A JSON-RPC error: its message gains the line.
+        let err = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"no such file","data":{"x":1}}}"#;
+        let out = String::from_utf8(g.from_server(err).expect("edited")).unwrap();
+        let v: Value = serde_json::from_str(&out).unwrap();
+        let msg = v["error"]["message"].as_str().unwrap();
+        let (first, line) = msg.split_once('\n').unwrap();
+        assert_eq!(first, "no such file");
+        assert!(
+            line.starts_with(
+                "[Warden] During this call the sandbox denied `open-read` of /home/u/.ssh/id_rsa"
+            ) && line.contains("wardenctl suggest s1 --apply")
+                && line.contains("wardenctl logs s1 --call 1")
+                && !line.contains("/old"),
+            "{line}"
+        );
+        // Every other byte as the server sent it.
+        let msg_json = serde_json::to_string(msg).unwrap();
+        assert_eq!(
+            out,
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"error":{{"code":-32603,"message":{msg_json},"data":{{"x":1}}}}}}"#
+            )
+        );
+        // A tool error: one text item more, after the server's.
+        let tool_err = br#"{"jsonrpc":"2.0","id":2,"result":{"content":[ {"type":"text","text":"ENOENT"} ],"isError":true}}"#;
+        let out = String::from_utf8(g.from_server(tool_err).expect("edited")).unwrap();
+        let v: Value = serde_json::from_str(&out).unwrap();
+        let content = v["result"]["content"].as_array().unwrap();
+        assert_eq!(content.len(), 2);
+        assert_eq!(content[0], json!({"type":"text","text":"ENOENT"}));
+        assert!(content[1]["text"].as_str().unwrap().contains("--call 2"));
+        assert!(out.starts_with(r#"{"jsonrpc":"2.0","id":2,"result":{"content":[ {"type":"text","text":"ENOENT"} ,{"type":"text","text":"[Warden]"#), "{out}");
+        // A success is never edited, denial or not.
+        let ok = br#"{"jsonrpc":"2.0","id":3,"result":{"content":[],"isError":false}}"#;
+        assert_eq!(g.from_server(ok), None);
+        let events = g.take_events();
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert!(
+            matches!(&events[0], GateEvent::Explained { id, tool, denials: 1, .. } if id == "1" && tool == "read_file")
+        );
+        // An answer to no call it passed on is not touched.
+        let stray = br#"{"jsonrpc":"2.0","id":9,"error":{"code":1,"message":"x"}}"#;
+        assert_eq!(g.from_server(stray), None);
+    }
+
+    #[test]
+    fn an_error_with_no_denial_during_its_call_is_not_touched() {
+        let (mut g, d) = explaining();
+        d.push(
+            std::time::Instant::now(),
+            "`open-read` of /old (x)".into(),
+            true,
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        g.from_client(&call(5, "read_file"));
+        let err = br#"{"jsonrpc":"2.0","id":5,"error":{"code":-32603,"message":"boom"}}"#;
+        assert_eq!(g.from_server(err), None);
+        // Empty content of a tool error: the line is the only item.
+        g.from_client(&call(6, "read_file"));
+        d.push(
+            std::time::Instant::now(),
+            "the system call `ptrace` (x)".into(),
+            false,
+        );
+        let out = g
+            .from_server(br#"{"jsonrpc":"2.0","id":6,"result":{"content":[],"isError":true}}"#)
+            .expect("edited");
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        let text = v["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("No policy grant allows it"), "{text}");
     }
 }

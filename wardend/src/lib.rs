@@ -50,6 +50,7 @@ pub mod conn;
 pub mod desktop;
 pub mod egress;
 pub mod error;
+pub mod explain;
 pub mod features;
 pub mod files;
 pub mod gate;

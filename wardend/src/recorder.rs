@@ -53,6 +53,8 @@ struct Queues {
     files_denied: Arc<std::sync::atomic::AtomicU64>,
     files_done: bool,
     file_limit: files::RateLimit,
+    /// `mcp.explain_denials`: the session's denials, for the gate.
+    denials: Option<Arc<crate::explain::Denials>>,
 }
 
 /// What one drain found.
@@ -85,6 +87,9 @@ impl Queues {
         let audit = &self.daemon.audit;
         let session = self.session.as_str();
         let now = Instant::now();
+        // What was queued before this is taken by the end, unless a batch
+        // fills first.
+        let began = now;
         for s in self.call_limit.take_summaries(now, false) {
             audit.record(syscalls::summary_record(session, &s));
         }
@@ -99,6 +104,13 @@ impl Queues {
                         n += 1;
                         let now = Instant::now();
                         self.last_call = Some(now);
+                        if let Some(d) = &self.denials {
+                            d.push(
+                                call.at,
+                                format!("the system call `{}` ({})", call.syscall, call.reason),
+                                false,
+                            );
+                        }
                         if self.call_limit.admit(&call, now) {
                             audit.record(self.daemon.during_call_at(
                                 session,
@@ -123,6 +135,9 @@ impl Queues {
                         if a.verdict == warden_sandbox::supervise::AccessVerdict::Deny {
                             self.files_denied
                                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            if let Some(d) = &self.denials {
+                                d.push(a.at, files::denial_text(&a), true);
+                            }
                         }
                         if self.file_limit.admit(&a, Instant::now()) {
                             audit.record(self.daemon.during_call_at(
@@ -138,6 +153,11 @@ impl Queues {
                         break;
                     }
                 }
+            }
+        }
+        if n < BATCH {
+            if let Some(d) = &self.denials {
+                d.judged(began);
             }
         }
         match n {
@@ -165,6 +185,9 @@ impl Queues {
         if let Some(lost) = self.files.as_ref().map(|f| f.lost()).filter(|&l| l > 0) {
             audit.record(files::lost_record(session, lost));
         }
+        if let Some(d) = &self.denials {
+            d.recorder_done();
+        }
     }
 }
 
@@ -179,9 +202,16 @@ pub fn start(
     calls: Option<RefusedCalls>,
     files: Option<FileAccesses>,
     files_denied: Arc<std::sync::atomic::AtomicU64>,
+    denials: Option<Arc<crate::explain::Denials>>,
 ) -> Option<tokio::task::JoinHandle<()>> {
     if calls.is_none() && files.is_none() {
         return None;
+    }
+    if let Some(d) = &denials {
+        d.recorder(
+            files.as_ref().map(FileAccesses::progress),
+            sandbox.recorder_wake(),
+        );
     }
     let now = Instant::now();
     let q = Queues {
@@ -195,6 +225,7 @@ pub fn start(
         files_done: false,
         file_limit: files::RateLimit::new(now),
         files_denied,
+        denials,
     };
     Some(tokio::spawn(run(q, sandbox.recorder_wake())))
 }

@@ -544,8 +544,20 @@ impl Daemon {
         // Transparent egress: its connector is the sandbox's from the start
         // (a server may connect at once); it decides once the proxy runs.
         let net = Arc::new(crate::egress::NetCounters::default());
+        // `mcp.explain_denials`: what is denied, for the gate to name in a
+        // tool call's error answer.
+        let denials = policy
+            .mcp
+            .explain_denials
+            .then(crate::explain::Denials::new);
         let transparent = policy.network.transparent().then(|| {
-            crate::transparent::Transparent::new(self.clone(), &id, net.clone(), &policy.network)
+            crate::transparent::Transparent::new(
+                self.clone(),
+                &id,
+                net.clone(),
+                &policy.network,
+                denials.clone(),
+            )
         });
         let hooks = warden_sandbox::Hooks {
             holder,
@@ -608,7 +620,7 @@ impl Daemon {
         // start fails the launch).
         let gate = match policy.mcp.gates() {
             false => None,
-            true => match self.gate(&id, &policy, tool_approvals) {
+            true => match self.gate(&id, &policy, tool_approvals, denials.clone()) {
                 Ok(g) => Some(g),
                 Err(e) => {
                     self.audit_exit(&id, started, None, None, &e.to_string());
@@ -685,6 +697,7 @@ impl Daemon {
             &id,
             net.clone(),
             approver.clone(),
+            denials.clone(),
         ) {
             Ok(p) => p,
             Err(e) => {
@@ -702,7 +715,15 @@ impl Daemon {
         // recorded until the sandbox is gone (a task, no thread of its own).
         let files_denied = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let recorder = sandbox.as_ref().and_then(|sb| {
-            crate::recorder::start(self, &id, sb, refused, files, files_denied.clone())
+            crate::recorder::start(
+                self,
+                &id,
+                sb,
+                refused,
+                files,
+                files_denied.clone(),
+                denials.clone(),
+            )
         });
         let session = Arc::new(Session {
             id: id.clone(),
@@ -936,10 +957,14 @@ impl Daemon {
         id: &str,
         policy: &warden_core::policy::CompiledPolicy,
         tool_approvals: Option<crate::approvals::SessionConfig>,
+        denials: Option<Arc<crate::explain::Denials>>,
     ) -> Result<crate::stdio::GateRun, DaemonError> {
         use crate::approvals::{Kind, Outcome, Request, Scope};
         use crate::gate::{Enforce, Gate, GateEvent, ToolAsk};
         let mut gate = Gate::new(policy.mcp.clone());
+        if let Some(d) = denials {
+            gate = gate.with_explain(id, d);
+        }
         if let Some(cfg) = tool_approvals {
             let profile = crate::mcp::Profile::of(
                 policy.name.as_deref(),

@@ -39,6 +39,8 @@ pub struct Transparent {
     cfg: tokio::sync::watch::Receiver<Option<Arc<ProxyConfig>>>,
     runtime: tokio::runtime::Handle,
     counters: Arc<crate::egress::NetCounters>,
+    /// `mcp.explain_denials`: the session's denials, for the gate.
+    denials: Option<Arc<crate::explain::Denials>>,
     records: AtomicU64,
     /// The relayed connections, ended with the session.
     /// None once stopped: a relay made later is dropped (its connection ends).
@@ -61,6 +63,7 @@ impl Transparent {
         session: &str,
         counters: Arc<crate::egress::NetCounters>,
         policy: &NetworkPolicy,
+        denials: Option<Arc<crate::explain::Denials>>,
     ) -> (
         Arc<Transparent>,
         tokio::sync::watch::Sender<Option<Arc<ProxyConfig>>>,
@@ -75,6 +78,7 @@ impl Transparent {
                 cfg: rx,
                 runtime: tokio::runtime::Handle::current(),
                 counters,
+                denials,
                 records: AtomicU64::new(0),
                 relays: Arc::new(Mutex::new(Some(tokio::task::JoinSet::new()))),
                 slots: Arc::new(tokio::sync::Semaphore::new(
@@ -271,6 +275,16 @@ impl Connector for Transparent {
         });
     }
 
+    fn refusing(&self, to: SocketAddr, why: Unreachable) {
+        if let Some(d) = &self.denials {
+            d.push(
+                std::time::Instant::now(),
+                format!("a connection to {to} ({})", unreachable_reason(to, why)),
+                why == Unreachable::Address,
+            );
+        }
+    }
+
     fn refused(&self, _pid: u32, to: SocketAddr, why: Unreachable) {
         self.counters
             .count_denied(&format!("{to}: not a name of the allowlist"));
@@ -281,31 +295,24 @@ impl Connector for Transparent {
             std::net::IpAddr::V6(a) => format!("[{a}]"),
             a => a.to_string(),
         };
-        self.daemon.audit.record(self.daemon.during_call(&self.session, event::NetworkConnect {
-            session: self.session.clone(),
-            allowed: false,
-            reason: match why {
-                Unreachable::Address => format!(
-                    "{to}: only the names of network.allow (through the sandbox's resolver) and the addresses it lists are reached (ENETUNREACH)"
-                ),
-                Unreachable::Datagram => format!(
-                    "{to}: UDP is not handed over; the sandbox's one UDP service is its resolver (ENETUNREACH)"
-                ),
-                Unreachable::Unreadable => format!(
-                    "{to}: the connecting socket could not be looked at (pidfd_getfd refused: is ptrace restricted?); refused (ECONNREFUSED)"
-                ),
+        self.daemon.audit.record(self.daemon.during_call(
+            &self.session,
+            event::NetworkConnect {
+                session: self.session.clone(),
+                allowed: false,
+                reason: unreachable_reason(to, why),
+                protocol: match why {
+                    Unreachable::Datagram => "udp".into(),
+                    _ => "transparent".into(),
+                },
+                host,
+                port: to.port(),
+                address: None,
+                rule: None,
+                code: "not-allowed".into(),
+                approval: None,
             },
-            protocol: match why {
-                Unreachable::Datagram => "udp".into(),
-                _ => "transparent".into(),
-            },
-            host,
-            port: to.port(),
-            address: None,
-            rule: None,
-            code: "not-allowed".into(),
-            approval: None,
-        }));
+        ));
     }
 }
 
@@ -318,5 +325,20 @@ fn hand_over(call: HeldConnect, sock: OwnedFd) -> bool {
             tracing::debug!(error = %e, "a held connect's caller is gone");
             false
         }
+    }
+}
+
+/// Why a `connect` was refused at once, as recorded.
+fn unreachable_reason(to: SocketAddr, why: Unreachable) -> String {
+    match why {
+        Unreachable::Address => format!(
+            "{to}: only the names of network.allow (through the sandbox's resolver) and the addresses it lists are reached (ENETUNREACH)"
+        ),
+        Unreachable::Datagram => format!(
+            "{to}: UDP is not handed over; the sandbox's one UDP service is its resolver (ENETUNREACH)"
+        ),
+        Unreachable::Unreadable => format!(
+            "{to}: the connecting socket could not be looked at (pidfd_getfd refused: is ptrace restricted?); refused (ECONNREFUSED)"
+        ),
     }
 }

@@ -301,8 +301,8 @@ fn tools() -> Vec<Value> {
         ),
         tool(
             "tcp_exchange",
-            "Connects to addr (IP:PORT), sends data (text, or hex when hex is true), then reads until the peer closes or timeout_ms (5000) passes without data; returns {connected, error, reply, reply_hex}",
-            json!({"addr": s, "data": s, "hex": b, "timeout_ms": i}),
+            "Connects to addr (IP:PORT), sends data (text, or hex when hex is true), then reads until the peer closes or timeout_ms (5000) passes without data; returns {connected, error, reply, reply_hex}, or with fail_as_error a tool error when the connect fails",
+            json!({"addr": s, "data": s, "hex": b, "timeout_ms": i, "fail_as_error": b}),
             &["addr", "data"],
         ),
     ]
@@ -475,11 +475,17 @@ fn call_tool(params: &Value) -> CallResult {
                 .get("timeout_ms")
                 .and_then(Value::as_u64)
                 .unwrap_or(5000);
-            Ok(structured(tcp_exchange(
+            let out = tcp_exchange(
                 arg_str(args, "addr")?,
                 &bytes,
                 Duration::from_millis(timeout.max(1)),
-            )))
+            );
+            if arg_bool(args, "fail_as_error") && out["connected"] == false {
+                return Ok(tool_error(
+                    out["error"].as_str().unwrap_or_default().to_owned(),
+                ));
+            }
+            Ok(structured(out))
         }
         _ => Err((-32602, format!("unknown tool: {name}"))),
     }

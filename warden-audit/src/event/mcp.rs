@@ -280,3 +280,46 @@ impl Event for McpHide {
         })
     }
 }
+
+/// `mcp.explain` (info): Warden added a line to the error answer of a tool
+/// call, naming what it denied during the call (`mcp.explain_denials`).
+/// `resource` is the tool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpExplain {
+    #[serde(skip)]
+    pub session: String,
+    #[serde(skip)]
+    pub tool: String,
+    /// The line the client got.
+    #[serde(skip)]
+    pub reason: String,
+    /// The id of the `tools/call` request, as JSON text.
+    pub id: String,
+    /// How many denials the line stands for.
+    pub denials: usize,
+}
+
+impl Event for McpExplain {
+    fn into_record(self) -> Record {
+        let details = super::details(&self);
+        record(
+            RecordType::Mcp,
+            "explain",
+            Some(&self.session),
+            self.tool,
+            Decision::Info,
+            self.reason,
+            Some(details),
+        )
+    }
+
+    fn from_record(r: &Record) -> Result<Self, EventError> {
+        expect(r, RecordType::Mcp, "explain", Decision::Info)?;
+        Ok(McpExplain {
+            session: r.session.clone().unwrap_or_default(),
+            tool: r.resource.clone(),
+            reason: r.reason.clone(),
+            ..parse(r)?
+        })
+    }
+}

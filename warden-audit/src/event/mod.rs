@@ -38,7 +38,7 @@ pub use daemon::{
 };
 pub use file::{path_text, FileAccess, FileSummary, FilesLost};
 pub use limit::{Breach, LimitBreach};
-pub use mcp::{McpEnd, McpHide, McpPin, McpRefuse, McpRequest, McpStream};
+pub use mcp::{McpEnd, McpExplain, McpHide, McpPin, McpRefuse, McpRequest, McpStream};
 pub use network::{
     Approved, NetworkAccept, NetworkClose, NetworkConnect, NetworkResolve, NetworkSummary,
 };
@@ -259,6 +259,7 @@ into_record!(
     McpPin,
     McpRefuse,
     McpHide,
+    McpExplain,
 );
 
 impl AnyEvent {
@@ -310,6 +311,7 @@ impl AnyEvent {
             (T::Mcp, "pin") => AnyEvent::McpPin(Event::from_record(r)?),
             (T::Mcp, "refuse") => AnyEvent::McpRefuse(Event::from_record(r)?),
             (T::Mcp, "hide") => AnyEvent::McpHide(Event::from_record(r)?),
+            (T::Mcp, "explain") => AnyEvent::McpExplain(Event::from_record(r)?),
             _ => return Err(EventError::Unknown(name(r))),
         })
     }

@@ -846,6 +846,7 @@ pub fn compile(
             allow: tools_allow,
             deny: tools_deny,
             pin,
+            explain_denials: mcp_raw.and_then(|m| m.explain_denials).unwrap_or(false),
         },
     })
 }

@@ -43,6 +43,7 @@ pub(crate) struct RawPolicy {
 pub(crate) struct RawMcp {
     pub tools: Option<RawMcpTools>,
     pub pin: Option<String>,
+    pub explain_denials: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

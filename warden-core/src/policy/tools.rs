@@ -109,12 +109,25 @@ pub struct McpPolicy {
     /// `mcp.pin`.
     #[serde(default, skip_serializing_if = "PinMode::is_flag")]
     pub pin: PinMode,
+    /// `mcp.explain_denials`: a tool call that ends in an error after Warden
+    /// denied something during it gets one line more in that error, naming
+    /// the denial and what would grant it (off by default: it changes the
+    /// server's bytes).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub explain_denials: bool,
 }
 
 impl McpPolicy {
     /// True when the daemon must stand between client and server (read each
-    /// message whole, refuse calls, filter lists), not only watch.
+    /// message whole, and refuse calls, filter lists or explain denials),
+    /// not only watch.
     pub fn gates(&self) -> bool {
+        self.filters() || self.explain_denials
+    }
+
+    /// True when the policy restricts what the client may call or see (the
+    /// gate then refuses what it cannot read).
+    pub fn filters(&self) -> bool {
         self.allow.is_some() || !self.deny.is_empty() || self.pin == PinMode::Enforce
     }
 
@@ -165,6 +178,7 @@ mod tests {
             allow: Some(vec!["read_*".into(), "echo".into()]),
             deny: vec!["read_secret*".into()],
             pin: PinMode::Flag,
+            explain_denials: false,
         };
         assert_eq!(p.refuses("echo"), None);
         assert_eq!(p.refuses("read_file"), None);
@@ -180,6 +194,11 @@ mod tests {
         let none = McpPolicy::default();
         assert_eq!(none.refuses("anything"), None);
         assert!(!none.gates());
+        let explain = McpPolicy {
+            explain_denials: true,
+            ..McpPolicy::default()
+        };
+        assert!(explain.gates() && !explain.filters());
         let empty = McpPolicy {
             allow: Some(vec![]),
             ..McpPolicy::default()

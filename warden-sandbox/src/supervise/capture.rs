@@ -53,9 +53,35 @@ pub(crate) struct Captured {
 }
 
 /// The notifier's state for observed calls.
+/// How far a sandbox's observed accesses are queued: each capture is
+/// counted once when its call is answered and once when it is queued (or
+/// lost to a full queue). The notifier answers an observed call before it
+/// queues it (the call's latency is the server's), so a consumer that must
+/// know every access the server could have seen the result of by some time
+/// (`mcp.explain_denials`) reads [`Queued::answered`] then and waits until
+/// [`Queued::queued`] reaches it: two atomic additions per access.
+#[derive(Debug, Default)]
+pub struct Queued {
+    answered: AtomicU64,
+    queued: AtomicU64,
+}
+
+impl Queued {
+    /// Captures whose calls were answered so far.
+    pub fn answered(&self) -> u64 {
+        self.answered.load(Ordering::SeqCst)
+    }
+
+    /// Captures queued (or lost) so far.
+    pub fn queued(&self) -> u64 {
+        self.queued.load(Ordering::SeqCst)
+    }
+}
+
 pub(crate) struct Capturer {
     tx: QueueTx<Captured>,
     lost: Arc<AtomicU64>,
+    pub(crate) progress: Arc<Queued>,
     /// `/proc/<pid>` fds by pid. A cached fd of a process that has died
     /// fails every lookup (it never turns into another process's), and is
     /// then replaced.
@@ -81,6 +107,7 @@ impl Capturer {
         Capturer {
             tx,
             lost,
+            progress: Arc::default(),
             procs: HashMap::new(),
             root: None,
             snapshots: None,
@@ -245,6 +272,11 @@ impl Capturer {
         })
     }
 
+    /// A capture's call is about to be answered ([`Queued`]).
+    pub(crate) fn answering(&self) {
+        self.progress.answered.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Queues a capture for the consumer; never waits (a full queue counts it
     /// as lost).
     pub(crate) fn queue(&self, c: Captured) {
@@ -255,6 +287,7 @@ impl Capturer {
             }
             Err(TrySendError::Disconnected(_)) => {}
         }
+        self.progress.queued.fetch_add(1, Ordering::SeqCst);
     }
 }
 

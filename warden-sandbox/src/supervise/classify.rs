@@ -319,6 +319,7 @@ impl Watch {
 pub struct FileAccesses {
     rx: QueueRx<Captured>,
     lost: Arc<AtomicU64>,
+    progress: Arc<super::capture::Queued>,
     level: FileWatch,
     layout: Layout,
     /// When the last access was taken (for [`FileAccesses::busy`]).
@@ -344,12 +345,14 @@ impl FileAccesses {
     pub(crate) fn new(
         rx: QueueRx<Captured>,
         lost: Arc<AtomicU64>,
+        progress: Arc<super::capture::Queued>,
         w: Watch,
         sync_wake_up: bool,
     ) -> FileAccesses {
         FileAccesses {
             rx,
             lost,
+            progress,
             level: w.level,
             layout: w.layout,
             last: std::cell::Cell::new(None),
@@ -436,6 +439,11 @@ impl FileAccesses {
     /// wake-up (which would cost the notifier a system call per access).
     pub fn busy(&self) -> bool {
         self.last.get().is_some_and(|t| t.elapsed() < BUSY)
+    }
+
+    /// How far the notifier has queued what it answered ([`Queued`]).
+    pub fn progress(&self) -> Arc<super::capture::Queued> {
+        self.progress.clone()
     }
 
     /// Accesses not reported because the queue was full (the calls themselves

@@ -51,8 +51,13 @@ pub trait Connector: Send + Sync {
     /// A connection to a synthetic address or one it [`reaches`](Self::reaches):
     /// hand over a socket or refuse.
     fn connect(&self, call: HeldConnect);
-    /// A connection refused at once, and why.
+    /// A connection refused at once, and why (after the caller was
+    /// answered).
     fn refused(&self, pid: u32, to: SocketAddr, why: Unreachable);
+    /// A connection about to be refused at once, before the caller is
+    /// answered: for what must know of a refusal before the caller can act
+    /// on it. Runs on the notifier's path: quick, never waiting.
+    fn refusing(&self, _to: SocketAddr, _why: Unreachable) {}
 }
 
 /// Why a `connect` was refused at once.
@@ -382,6 +387,7 @@ pub(crate) fn handle(
         Judged::Connected => respond(listener.as_fd(), n.id, libc::EISCONN),
         Judged::Held(call) => connector.connect(call),
         Judged::Refused(errno, to, why) => {
+            connector.refusing(to, why);
             respond(listener.as_fd(), n.id, errno);
             connector.refused(n.pid, to, why);
         }

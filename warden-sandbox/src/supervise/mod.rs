@@ -79,6 +79,7 @@ pub mod notify;
 pub(crate) mod queue;
 pub(crate) mod resolve;
 
+pub use capture::Queued;
 pub use classify::{Action, FileAccess, FileAccesses, BATCH_INTERVAL};
 pub use connect::{Connector, HeldConnect, Unreachable, COPIED_OPTIONS};
 pub use hold::{FileHolder, HeldOp, HeldOpen};

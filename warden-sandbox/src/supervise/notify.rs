@@ -134,7 +134,9 @@ impl Wake {
         }
     }
 
-    fn ring(&self) {
+    /// Rings now, armed or not: someone needs what is queued taken soon (a
+    /// stale ring only brings one drain forward).
+    pub fn ring(&self) {
         // A full counter (EAGAIN) is already readable.
         let _ = self.efd.write(1);
     }
@@ -304,9 +306,10 @@ impl Notifier {
                 let flost = Arc::new(AtomicU64::new(0));
                 let mut capturer = Capturer::new(ftx, flost.clone());
                 capturer.snapshots = hold.as_ref().map(|(h, _)| h.snapshots.clone());
+                let progress = capturer.progress.clone();
                 (
                     Some(capturer),
-                    Some(FileAccesses::new(frx, flost, w, sync_wake_up)),
+                    Some(FileAccesses::new(frx, flost, progress, w, sync_wake_up)),
                 )
             }
             None => (None, None),
@@ -410,6 +413,9 @@ impl Served {
                 (Some(g), Some(c)) => g.handle(fd, &n, c),
                 _ => Answer::Continue,
             };
+            if let (Some(c), Some(_)) = (&self.capturer, &captured) {
+                c.answering();
+            }
             match answer {
                 Answer::Continue => respond_continue(fd, n.id),
                 Answer::Value(v) => respond_value(fd, n.id, v),
