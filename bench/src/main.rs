@@ -123,16 +123,21 @@ enum Mode {
 }
 
 fn command(mode: Mode, socket: &Path) -> Command {
+    command_with(mode, socket, None)
+}
+
+/// [`command`], the shim with `--policy` when one is given.
+fn command_with(mode: Mode, socket: &Path, policy: Option<&Path>) -> Command {
     let fixture = bin("warden-fixture-mcp");
     let mut c = match mode {
         Mode::Direct => Command::new(&fixture),
         Mode::Shim => {
             let mut c = Command::new(bin("warden-shim"));
-            c.arg("--socket")
-                .arg(socket)
-                .arg("--no-autostart")
-                .arg("--")
-                .arg(&fixture);
+            c.arg("--socket").arg(socket).arg("--no-autostart");
+            if let Some(p) = policy {
+                c.arg("--policy").arg(p);
+            }
+            c.arg("--").arg(&fixture);
             c
         }
     };
@@ -149,7 +154,11 @@ fn launch_once(mode: Mode, socket: &Path) -> Duration {
 }
 
 fn round_trips(mode: Mode, socket: &Path, n: usize) -> Vec<Duration> {
-    let mut child = command(mode, socket).spawn().expect("spawn");
+    round_trips_with(mode, socket, n, None)
+}
+
+fn round_trips_with(mode: Mode, socket: &Path, n: usize, policy: Option<&Path>) -> Vec<Duration> {
+    let mut child = command_with(mode, socket, policy).spawn().expect("spawn");
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
@@ -315,38 +324,61 @@ fn rtt_rounds() {
 
 /// `warden-bench mcp [--rounds R] [--requests N]`: what following the MCP
 /// stream costs (issue 17): R rounds of N sequential round trips through the
-/// shim against a daemon that follows it (`mcp` records, the default) and
-/// one started with `--no-mcp-records`, interleaved, with direct exec as the
-/// baseline.
+/// shim against a daemon started with `--no-mcp-records`, one that follows
+/// the stream (`mcp` records, the default), and the same daemon with a
+/// policy that puts the gate in the stream (`mcp.tools.deny` of a tool the
+/// fixture does not have: every message is read whole and passed on by the
+/// gate's relay hop), interleaved, with direct exec as the baseline. Every
+/// shim session runs under the same policy but for its `mcp` key.
 fn mcp_rounds() {
     let rounds = arg("--rounds", 5);
     let requests = arg("--requests", 1000);
     let on = Daemon::start();
     let off = Daemon::start_with(&["--no-mcp-records"]);
-    round_trips(Mode::Shim, &on.socket, 100); // warm-up
-    round_trips(Mode::Shim, &off.socket, 100);
-    println!("## MCP records on vs off, {rounds} rounds of {requests} sequential requests\n");
-    println!("| round | direct (median) | shim, records off (median / p99) | shim, records on (median / p99) | added by records (median) |");
-    println!("| --- | --- | --- | --- | --- |");
-    let mut added = Vec::new();
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("base.yaml");
+    let gated = dir.path().join("gated.yaml");
+    std::fs::write(&base, "version: 1\nname: bench\n").unwrap();
+    std::fs::write(
+        &gated,
+        "version: 1\nname: bench\nmcp:\n  tools:\n    deny: [\"never_*\"]\n",
+    )
+    .unwrap();
+    let (base, gated) = (Some(base.as_path()), Some(gated.as_path()));
+    // Warm-up.
+    round_trips_with(Mode::Shim, &on.socket, 100, base);
+    round_trips_with(Mode::Shim, &off.socket, 100, base);
+    round_trips_with(Mode::Shim, &on.socket, 100, gated);
+    println!("## MCP records and the gate, {rounds} rounds of {requests} sequential requests\n");
+    println!("| round | direct (median) | shim, records off (median / p99) | shim, records on (median / p99) | shim, records on + gate (median / p99) | added by records (median) | added by the gate (median) |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    let (mut added, mut gate) = (Vec::new(), Vec::new());
     for r in 1..=rounds {
         let (dm, _, _) = stats(round_trips(Mode::Direct, &off.socket, requests));
-        let (fm, _, f99) = stats(round_trips(Mode::Shim, &off.socket, requests));
-        let (nm, _, n99) = stats(round_trips(Mode::Shim, &on.socket, requests));
-        added.push(nm.as_secs_f64() - fm.as_secs_f64());
+        let (fm, _, f99) = stats(round_trips_with(Mode::Shim, &off.socket, requests, base));
+        let (nm, _, n99) = stats(round_trips_with(Mode::Shim, &on.socket, requests, base));
+        let (gm, _, g99) = stats(round_trips_with(Mode::Shim, &on.socket, requests, gated));
+        let rec = nm.as_secs_f64() - fm.as_secs_f64();
+        let g = gm.as_secs_f64() - nm.as_secs_f64();
+        added.push(rec);
+        gate.push(g);
         println!(
-            "| {r} | {} | {} / {} | {} / {} | {:+.1} µs |",
+            "| {r} | {} | {} / {} | {} / {} | {} / {} | {:+.1} µs | {:+.1} µs |",
             us(dm),
             us(fm),
             us(f99),
             us(nm),
             us(n99),
-            (nm.as_secs_f64() - fm.as_secs_f64()) * 1e6
+            us(gm),
+            us(g99),
+            rec * 1e6,
+            g * 1e6
         );
     }
     println!(
-        "\nmedian of the rounds' differences: {:+.1} µs",
-        median(added) * 1e6
+        "\nmedian of the rounds' differences: records {:+.1} µs, gate {:+.1} µs",
+        median(added) * 1e6,
+        median(gate) * 1e6
     );
 }
 

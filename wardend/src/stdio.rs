@@ -296,6 +296,13 @@ pub enum Relay {
         err: Option<Pump>,
     },
     Threads([Pump; 3]),
+    /// A tty or file client whose stream is tapped: pumps between the
+    /// client and two daemon pipes (`outer`), and a tapped duplex between
+    /// those and the server (`inner`), one hop more.
+    Tapped {
+        outer: Box<Relay>,
+        inner: Duplex,
+    },
     /// Through a [`Filter`]: `inner` relays between the client and the
     /// filter's pipes, the filter between them and the server.
     Gated {
@@ -336,8 +343,9 @@ impl Relay {
 
     /// [`Relay::start`] with `taps` (stdin, stdout) copying both directions
     /// of the MCP stream for an observer. Only the duplex relay taps (what
-    /// MCP clients use: pipes and sockets); with ttys or files the taps are
-    /// dropped, and their readers see EOF at once.
+    /// MCP clients use: pipes and sockets); with ttys or files the pumps
+    /// relay between the client and two daemon pipes, and a tapped duplex
+    /// between those and the server ([`Relay::Tapped`]).
     pub fn start_tapped(
         client: [OwnedFd; 3],
         server: [OwnedFd; 3],
@@ -367,6 +375,15 @@ impl Relay {
                     err: Some(Pump::start("stderr", err_r, c_err)?),
                 })
             }
+        } else if let Some(taps) = taps {
+            let (q_r, q_w) = pipe()?;
+            let (p_r, p_w) = pipe()?;
+            let inner = Duplex::start_with_stderr(q_r, in_w, out_r, p_w, None, Some(taps))?;
+            let outer = Relay::start_tapped([c_in, c_out, c_err], [q_w, p_r, err_r], None)?;
+            Ok(Relay::Tapped {
+                outer: Box::new(outer),
+                inner,
+            })
         } else {
             Ok(Relay::Threads([
                 Pump::start("stdin", c_in, in_w)?,
@@ -390,6 +407,7 @@ impl Relay {
             }
             Relay::Threads([i, o, e]) => [i.bytes_counter(), o.bytes_counter(), e.bytes_counter()],
             Relay::Gated { inner, .. } => inner.counters(),
+            Relay::Tapped { outer, .. } => outer.counters(),
         }
     }
 
@@ -425,6 +443,14 @@ impl Relay {
                 filter.wait_outbound(drain);
                 inner.finish(drain.saturating_sub(t0.elapsed()));
                 filter.stop(Duration::from_millis(10));
+            }
+            Relay::Tapped { outer, inner } => {
+                // The server's last bytes into the daemon pipe, then its
+                // close lets the pumps finish writing them to the client.
+                let t0 = Instant::now();
+                inner.wait_outbound(drain);
+                inner.stop(Duration::from_millis(100));
+                outer.finish(drain.saturating_sub(t0.elapsed()));
             }
         }
     }
@@ -1191,6 +1217,49 @@ mod tests {
         }
         assert_eq!(stdin.bytes(), data.len() as u64);
         stdin.stop(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_tty_clients_stream_is_tapped_too() {
+        use nix::sys::termios::{cfmakeraw, tcgetattr, tcsetattr, SetArg};
+        let pty = nix::pty::openpty(None, None).unwrap();
+        let mut raw = tcgetattr(&pty.slave).unwrap();
+        cfmakeraw(&mut raw);
+        tcsetattr(&pty.slave, SetArg::TCSANOW, &raw).unwrap();
+        let slave_in = pty.slave.try_clone().unwrap();
+        let slave_err = pty.slave.try_clone().unwrap();
+        let (in_r, in_w) = pipe().unwrap();
+        let (out_r, out_w) = pipe().unwrap();
+        let (err_r, err_w) = pipe().unwrap();
+        let (ti, ri) = tap().unwrap();
+        let (to, ro) = tap().unwrap();
+        let relay = Relay::start_tapped(
+            [slave_in, pty.slave, slave_err],
+            [in_w, out_r, err_r],
+            Some([ti, to]),
+        )
+        .unwrap();
+        assert!(matches!(relay, Relay::Tapped { .. }));
+        let master = std::fs::File::from(pty.master);
+        let ask = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n";
+        let answer = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n";
+        (&master).write_all(ask).unwrap();
+        let mut got = vec![0u8; ask.len()];
+        std::fs::File::from(in_r).read_exact(&mut got).unwrap();
+        assert_eq!(got, ask);
+        std::fs::File::from(out_w).write_all(answer).unwrap();
+        drop(err_w);
+        let mut shown = vec![0u8; answer.len()];
+        (&master).read_exact(&mut shown).unwrap();
+        assert_eq!(shown, answer);
+        // The observer's copies: what the client sent and what it got.
+        let mut copy = vec![0u8; ask.len()];
+        std::fs::File::from(ri.fd).read_exact(&mut copy).unwrap();
+        assert_eq!(copy, ask);
+        let mut copy = vec![0u8; answer.len()];
+        std::fs::File::from(ro.fd).read_exact(&mut copy).unwrap();
+        assert_eq!(copy, answer);
+        relay.finish(Duration::from_secs(1));
     }
 
     #[test]
