@@ -43,7 +43,7 @@ pub use filter::{Filter, GateRun, Report};
 const CHUNK: usize = 1 << 16;
 
 /// How long the duplex relay polls without sleeping after it moved data.
-const SPIN_WINDOW: Duration = Duration::from_micros(150);
+pub(crate) const SPIN_WINDOW: Duration = Duration::from_micros(150);
 /// Stack of a relay thread: poll, splice and a heap buffer, no recursion;
 /// far below the 2 MiB default.
 const RELAY_STACK: usize = 128 << 10;

@@ -189,10 +189,15 @@ fn serve(
     // Refusals for the client, held while the server's side is inside a
     // line (they go between lines, never into one).
     let mut held: Vec<u8> = Vec::new();
+    // As the duplex relay does: after moving data, poll without sleeping
+    // for a moment (the answer, or the next request, usually comes within
+    // microseconds; waking a sleeping thread costs tens of them).
+    let mut last_move: Option<std::time::Instant> = None;
     loop {
         if stop.load(Ordering::SeqCst) {
             return Ok(());
         }
+        let spinning = last_move.is_some_and(|t| t.elapsed() < super::SPIN_WINDOW);
         let done = [sides[IN].finish_if_done(), sides[OUT].finish_if_done()];
         if done[OUT] {
             out_done.store(true, Ordering::SeqCst);
@@ -227,7 +232,17 @@ fn serve(
                 fds.len() - 1
             });
             fds.push(PollFd::new(cancel.as_fd(), PollFlags::POLLIN));
-            match poll(&mut fds, PollTimeout::NONE) {
+            let timeout = if spinning {
+                PollTimeout::ZERO
+            } else {
+                PollTimeout::NONE
+            };
+            match poll(&mut fds, timeout) {
+                Ok(0) => {
+                    // Nothing yet within the window: let the others run.
+                    std::thread::yield_now();
+                    continue;
+                }
                 Ok(_) => {}
                 Err(Errno::EINTR) => continue,
                 Err(e) => return Err(e.into()),
@@ -273,6 +288,7 @@ fn serve(
             if n == 0 {
                 sides[i].src = None;
             }
+            last_move = Some(std::time::Instant::now());
             if i == IN {
                 inbound(&mut sides, &mut held, &buf[..n], n == 0, run);
             } else {
