@@ -154,6 +154,8 @@ impl AuditStore {
         warden_core::paths::ensure_private_dir(&dir).map_err(io::Error::other)?;
         let dirfd = File::open(&dir)?;
         let live_path = dir.join(LIVE);
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        finish_interrupted_rotation(&dir)?;
         let file = OpenOptions::new()
             .create(true)
             .append(true)
@@ -442,14 +444,8 @@ impl Shared {
         self.mark_synced(inner.seq, &inner.last_hash);
         let first = inner.live_first_seq.unwrap_or(inner.seq);
         let name = store::rotated_name(first);
-        nix::fcntl::renameat2(
-            &inner.dirfd,
-            LIVE,
-            &inner.dirfd,
-            name.as_str(),
-            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-        )
-        .map_err(|e| io::Error::other(format!("renaming {LIVE} to {name}: {e}")))?;
+        rename_noreplace(&inner.dirfd, LIVE, name.as_str())
+            .map_err(|e| io::Error::other(format!("renaming {LIVE} to {name}: {e}")))?;
         let new = OpenOptions::new()
             .create_new(true)
             .append(true)
@@ -819,9 +815,82 @@ pub fn read_all(path: &Path) -> io::Result<Vec<Record>> {
         .collect()
 }
 
+/// Renames `from` to `to` in `dir`, failing if `to` exists: one
+/// `renameat2(RENAME_NOREPLACE)`.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn rename_noreplace(dir: &File, from: &str, to: &str) -> nix::Result<()> {
+    nix::fcntl::renameat2(
+        dir,
+        from,
+        dir,
+        to,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    )
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+use link_then_unlink as rename_noreplace;
+
+/// Renames `from` to `to` in `dir`, failing if `to` exists, where there is
+/// no `renameat2` (macOS, the BSDs): a hard link (which refuses an existing
+/// name), then the old name's removal. A crash between the two leaves both
+/// names on one file, which [`finish_interrupted_rotation`] resolves at the
+/// next open.
+#[cfg(any(test, not(any(target_os = "linux", target_os = "android"))))]
+fn link_then_unlink(dir: &File, from: &str, to: &str) -> nix::Result<()> {
+    use nix::fcntl::AtFlags;
+    use nix::unistd::{linkat, unlinkat, UnlinkatFlags};
+    linkat(dir, from, dir, to, AtFlags::empty())?;
+    unlinkat(dir, from, UnlinkatFlags::NoRemoveDir)
+}
+
+/// A rotation cut short between its link and its removal: the live name and
+/// the newest rotated name are one file. The rotated name is the one kept.
+#[cfg(any(test, not(any(target_os = "linux", target_os = "android"))))]
+fn finish_interrupted_rotation(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let live = dir.join(LIVE);
+    let Ok(l) = fs::symlink_metadata(&live) else {
+        return Ok(());
+    };
+    if let Some((_, newest)) = store::rotated_files(dir)?.last() {
+        let r = fs::symlink_metadata(newest)?;
+        if r.ino() == l.ino() && r.dev() == l.dev() {
+            fs::remove_file(&live)?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_renameat2_a_rotation_links_then_unlinks_and_an_interrupted_one_is_finished() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path();
+        let dirfd = File::open(dir).unwrap();
+        fs::write(dir.join(LIVE), b"live\n").unwrap();
+        let rotated = store::rotated_name(1);
+        fs::write(dir.join(&rotated), b"old\n").unwrap();
+        // An existing name is refused, and nothing moves.
+        assert!(link_then_unlink(&dirfd, LIVE, &rotated).is_err());
+        assert_eq!(fs::read(dir.join(LIVE)).unwrap(), b"live\n");
+        fs::remove_file(dir.join(&rotated)).unwrap();
+        link_then_unlink(&dirfd, LIVE, &rotated).unwrap();
+        assert!(!dir.join(LIVE).exists());
+        assert_eq!(fs::read(dir.join(&rotated)).unwrap(), b"live\n");
+        // A crash between the link and the unlink: both names on one file.
+        fs::hard_link(dir.join(&rotated), dir.join(LIVE)).unwrap();
+        finish_interrupted_rotation(dir).unwrap();
+        assert!(!dir.join(LIVE).exists());
+        assert_eq!(fs::read(dir.join(&rotated)).unwrap(), b"live\n");
+        // A live file of its own is kept.
+        fs::write(dir.join(LIVE), b"new\n").unwrap();
+        finish_interrupted_rotation(dir).unwrap();
+        assert_eq!(fs::read(dir.join(LIVE)).unwrap(), b"new\n");
+    }
     use crate::verify::{verify, ProblemKind};
     use crate::Decision;
     use serde_json::json;

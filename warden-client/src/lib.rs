@@ -107,13 +107,19 @@ fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[BorrowedFd<'_>]) -> i
     use std::os::fd::AsRawFd;
     let raw: Vec<_> = fds.iter().map(|f| f.as_raw_fd()).collect();
     let cmsg = [ControlMessage::ScmRights(&raw)];
-    // MSG_NOSIGNAL: a closed peer is EPIPE, not a SIGPIPE.
+    // MSG_NOSIGNAL: a closed peer is EPIPE, not a SIGPIPE. Elsewhere (macOS
+    // has no such flag) Rust's runtime ignores SIGPIPE in every binary, so
+    // the same EPIPE comes back.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let no_signal = MsgFlags::MSG_NOSIGNAL;
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let no_signal = MsgFlags::empty();
     let sent = loop {
         match sendmsg::<()>(
             sock.as_raw_fd(),
             &[io::IoSlice::new(data)],
             &cmsg,
-            MsgFlags::MSG_NOSIGNAL,
+            no_signal,
             None,
         ) {
             Ok(n) => break n,
@@ -123,7 +129,7 @@ fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[BorrowedFd<'_>]) -> i
     };
     let mut rest = &data[sent..];
     while !rest.is_empty() {
-        match send(sock.as_raw_fd(), rest, MsgFlags::MSG_NOSIGNAL) {
+        match send(sock.as_raw_fd(), rest, no_signal) {
             Ok(n) => rest = &rest[n..],
             Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(e.into()),

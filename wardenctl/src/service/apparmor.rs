@@ -71,6 +71,8 @@ profile {PROFILE_NAME} {attach} flags=(unconfined) {{
 /// What the trial run of `wardend` found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "result", rename_all = "snake_case")]
+// Only Linux runs the trial (elsewhere it is always `NotRun`).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub enum Trial {
     /// Not run: no `wardend` to run it with.
     NotRun,
