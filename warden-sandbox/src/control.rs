@@ -24,13 +24,20 @@ pub(crate) enum ToInit {
     TerminateTree,
 }
 
+/// [`FromInit::Listener`] as [`send`] writes it: the bytes the server child
+/// sends with the listener, with no allocation between fork and execve
+/// (a test holds them to serde's).
+pub(crate) const LISTENER_MSG: &[u8] = b"\"Listener\"";
+
 /// Sandbox init → daemon.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum FromInit {
     /// From the launcher, carrying a pidfd of PID 1 as SCM_RIGHTS, and its host pid.
     Launched { pid: i32 },
-    /// From PID 1, before `Started`, carrying the seccomp user-notification
-    /// listener as SCM_RIGHTS (absent when the kernel lacks user notification).
+    /// From the server child (on PID 1's control socket, before its
+    /// execve, so before `Started`), carrying the seccomp user-notification
+    /// listener as SCM_RIGHTS (absent when the kernel lacks user
+    /// notification). Always the bytes of [`LISTENER_MSG`].
     Listener,
     /// From PID 1, before `Started`, carrying the egress proxy's listening TCP
     /// socket (bound inside the sandbox's network namespace) as SCM_RIGHTS.
@@ -152,4 +159,21 @@ pub(crate) fn recv<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<Recv<T>,
     }
     let msg = serde_json::from_slice(&buf[..n]).map_err(|_| Errno::EBADMSG)?;
     Ok(Recv::Msg(msg, fd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_childs_listener_message_is_what_serde_writes_and_reads() {
+        assert_eq!(
+            serde_json::to_vec(&FromInit::Listener).unwrap(),
+            LISTENER_MSG
+        );
+        assert!(matches!(
+            serde_json::from_slice::<FromInit>(LISTENER_MSG).unwrap(),
+            FromInit::Listener
+        ));
+    }
 }

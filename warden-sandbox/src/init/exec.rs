@@ -164,7 +164,8 @@ impl Stage {
     }
 }
 
-/// Not a stage: the status message that carries the seccomp listener.
+/// Not a stage: the status message that says the seccomp listener went to
+/// the daemon (it carries no fd: the child sends the listener itself).
 pub(super) const MSG_LISTENER: u32 = u32::MAX;
 
 /// Forks the server child, which execs `args` with every privilege dropped
@@ -174,6 +175,7 @@ pub(super) const MSG_LISTENER: u32 = u32::MAX;
 /// `nproc`: RLIMIT_NPROC for the server.
 pub(super) fn spawn_server(
     role: &InitRole,
+    control: BorrowedFd<'_>,
     status: (OwnedFd, OwnedFd),
     last_cap: u32,
     nproc: Option<u64>,
@@ -186,7 +188,16 @@ pub(super) fn spawn_server(
             drop(rd);
             // SAFETY: a child just forked from the single-threaded PID 1, with
             // `args` prepared before the fork; never returns.
-            unsafe { server_child(wr.as_raw_fd(), last_cap, nproc, confinement, args) }
+            unsafe {
+                server_child(
+                    wr.as_raw_fd(),
+                    control.as_raw_fd(),
+                    last_cap,
+                    nproc,
+                    confinement,
+                    args,
+                )
+            }
         }
         ForkResult::Parent { child } => {
             drop(wr);
@@ -268,33 +279,35 @@ fn child_fail(pipe: RawFd, stage: Stage, errno: i32) -> ! {
     }
 }
 
-/// Sends `fd` (SCM_RIGHTS) on the status socket as a [`MSG_LISTENER`] report.
-/// Raw `sendmsg` on stack buffers: async-signal-safe, for the server child.
-fn child_send_fd(sock: RawFd, fd: RawFd) -> Result<(), i32> {
-    let mut buf = [0u8; 8];
-    buf[..4].copy_from_slice(&MSG_LISTENER.to_ne_bytes());
+/// Sends one message of `payload` on `sock`, with `fd` attached
+/// (SCM_RIGHTS) when there is one. Raw `sendmsg` on stack buffers:
+/// async-signal-safe, for the server child.
+fn child_send(sock: RawFd, payload: &[u8], fd: Option<RawFd>) -> Result<(), i32> {
     let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
-        iov_len: buf.len(),
+        iov_base: payload.as_ptr() as *mut libc::c_void,
+        iov_len: payload.len(),
     };
     // u64 alignment is enough for cmsghdr; CMSG_SPACE(4) is 24 bytes.
     let mut cbuf = [0u64; 4];
     // SAFETY: a zeroed msghdr is valid; every pointer set below outlives the
-    // call, and the control buffer holds one cmsg with one int.
+    // call (sendmsg only reads through `iov_base`), and the control buffer
+    // holds one cmsg with one int.
     unsafe {
         let mut hdr: libc::msghdr = std::mem::zeroed();
         hdr.msg_iov = &mut iov;
         hdr.msg_iovlen = 1;
-        hdr.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
-        hdr.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
-        let c = libc::CMSG_FIRSTHDR(&hdr);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut RawFd, fd);
+        if let Some(fd) = fd {
+            hdr.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+            hdr.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+            let c = libc::CMSG_FIRSTHDR(&hdr);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut RawFd, fd);
+        }
         // These exact flags: the transparent-egress filter, installed by now,
-        // lets this one sendmsg through unnotified (nobody holds the
-        // listener yet to answer it). Non-blocking: a full socket is retried.
+        // lets them through unnotified (nobody holds the listener yet to
+        // answer it). Non-blocking: a full socket is retried.
         let flags = crate::confine::seccomp::LISTENER_SEND_FLAGS;
         loop {
             if libc::sendmsg(sock, &hdr, flags) >= 0 {
@@ -339,6 +352,7 @@ pub(super) fn recv_status(
 /// the fork (its pointer arrays name its own C strings).
 unsafe fn server_child(
     pipe: RawFd,
+    control: RawFd,
     last_cap: u32,
     nproc: Option<u64>,
     confinement: &Confinement,
@@ -424,12 +438,25 @@ unsafe fn server_child(
         match confinement.apply() {
             Err((stage, e)) => child_fail(pipe, stage, e),
             Ok(Some(listener)) => {
-                // To PID 1 (which forwards it to the daemon), then our copy
-                // goes: the server must never hold the listener (with it, it
-                // could answer its own refused calls). It is O_CLOEXEC too.
-                let sent = child_send_fd(pipe, listener.as_raw_fd());
+                // Straight to the daemon, on PID 1's control socket (which
+                // we hold until execve: it is close-on-exec), so that the
+                // execve below, which waits on whoever holds the listener,
+                // waits for no hop through PID 1. Then our copy goes: the
+                // server must never hold the listener (with it, it could
+                // answer its own refused calls). It is O_CLOEXEC too.
+                let sent = child_send(
+                    control,
+                    crate::control::LISTENER_MSG,
+                    Some(listener.as_raw_fd()),
+                );
                 drop(listener);
                 if let Err(e) = sent {
+                    child_fail(pipe, Stage::PassListener, e);
+                }
+                // PID 1 checks that a filter that notifies was handed over.
+                let mut buf = [0u8; 8];
+                buf[..4].copy_from_slice(&MSG_LISTENER.to_ne_bytes());
+                if let Err(e) = child_send(pipe, &buf, None) {
                     child_fail(pipe, Stage::PassListener, e);
                 }
             }

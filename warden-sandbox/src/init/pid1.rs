@@ -172,6 +172,7 @@ pub(super) fn pid1(
     // The child only makes raw syscalls before execve/_exit.
     let (server, rd) = exec::spawn_server(
         role,
+        sock,
         status,
         last_cap,
         nproc_limit(spec),
@@ -185,23 +186,15 @@ pub(super) fn pid1(
     sys::process::dup_over_stdio(devnull.as_fd());
     drop(devnull);
 
-    // Reports until EOF: the listener (if any), then a failure or nothing.
-    // The listener goes to the daemon the moment it arrives: with file
-    // auditing on, the server's own execve waits on it. Our copy is dropped
-    // at once (if the daemon never got it, closing the last copy fails the
-    // waiting execve with ENOSYS rather than leaving it blocked).
+    // Reports until EOF: that the listener (if any) went to the daemon (the
+    // server child sends it there itself, on our control socket: with file
+    // auditing on, its own execve waits on whoever holds it), then a
+    // failure or nothing.
     let mut passed_listener = false;
     let failure = loop {
         match exec::recv_status(rd.as_fd()) {
             Ok(None) => break None,
-            Ok(Some((MSG_LISTENER, _, Some(fd)))) => {
-                let sent = control::send(sock, &FromInit::Listener, Some(fd.as_fd()));
-                drop(fd);
-                if let Err(e) = sent {
-                    break Some((Stage::PassListener as u32, e as i32));
-                }
-                passed_listener = true;
-            }
+            Ok(Some((MSG_LISTENER, _, None))) => passed_listener = true,
             Ok(Some((stage, errno, _))) => break Some((stage, errno)),
             // The child is gone or the socket broke: treat like a failed start.
             Err(e) => break Some((Stage::Start as u32, e as i32)),
