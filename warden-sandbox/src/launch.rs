@@ -9,8 +9,8 @@
 //! ```
 //! PID 1 is signalled only through a pidfd the launcher passes back, so a recycled
 //! pid can never be hit. Server signals and tree-wide SIGTERM go through PID 1 as
-//! control messages. PID 1 also passes the seccomp listener; the sandbox answers
-//! it on the shared notifier pool ([`crate::supervise::notify`]) whether or not anyone
+//! control messages. The server child passes the seccomp listener (on PID 1's
+//! control socket, before its execve); the sandbox answers it on the shared notifier pool ([`crate::supervise::notify`]) whether or not anyone
 //! reads the refused calls ([`Spawned::refused`]).
 //!
 //! Nothing here needs a thread per sandbox to notice its end: the launcher's
@@ -26,10 +26,10 @@ use crate::supervise::classify::{FileAccesses, Watch};
 use crate::supervise::notify::{Notifier, RefusedCalls, Wake};
 use crate::sys;
 use nix::errno::Errno;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
+use sys::process::SpawnedChild;
 
 /// How the server (PID 1's child) ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,7 +116,7 @@ fn control(e: Errno) -> SandboxError {
 /// Launcher process and the server's outcome, behind one lock: `wait` holds it while
 /// blocking, a second waiter then sees the cached outcome.
 struct WaitState {
-    launcher: Child,
+    launcher: SpawnedChild,
     outcome: Option<ExitOutcome>,
     /// Answers the seccomp listener; `None` without user notification.
     /// Stopped once the sandbox is gone.
@@ -168,7 +168,30 @@ impl std::fmt::Debug for Sandbox {
     }
 }
 
-fn reap(child: &mut Child) -> String {
+/// Starts `exe` as the init role ([`init::INIT_ARG`]): `stdio` its fds 0, 1
+/// and 2, `control` its fd [`init::CONTROL_FD`], with an empty environment
+/// (the daemon's never reaches the sandbox) and without forking the caller
+/// ([`sys::process::spawn_with_fds`]).
+fn start_init(
+    exe: &Path,
+    stdio: [std::os::fd::BorrowedFd<'_>; 3],
+    control: std::os::fd::BorrowedFd<'_>,
+) -> std::io::Result<SpawnedChild> {
+    use std::os::unix::ffi::OsStrExt;
+    let argv0 = std::ffi::CString::new(exe.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let arg1 = std::ffi::CString::new(init::INIT_ARG)
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    sys::process::spawn_with_fds(
+        exe,
+        &[argv0.as_c_str(), arg1.as_c_str()],
+        stdio,
+        control,
+        init::CONTROL_FD,
+    )
+}
+
+fn reap(child: &mut SpawnedChild) -> String {
     match child.wait() {
         Ok(st) => st.to_string(),
         Err(e) => format!("wait failed: {e}"),
@@ -210,18 +233,22 @@ pub fn snapshot_dir(exe: &Path, dir: &Path) -> Result<Snapshot, SandboxError> {
         SockFlag::SOCK_CLOEXEC,
     )
     .map_err(control)?;
-    let mut cmd = Command::new(exe);
-    cmd.arg(init::INIT_ARG)
-        .env_clear()
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    sys::process::place_fd_on_exec(&mut cmd, theirs.as_raw_fd(), init::CONTROL_FD);
-    let mut child = cmd.spawn().map_err(|source| SandboxError::Start {
+    let start = |source| SandboxError::Start {
         exe: exe.to_path_buf(),
         source,
-    })?;
-    drop(cmd);
+    };
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(start)?;
+    let mut child = start_init(
+        exe,
+        [null.as_fd(), null.as_fd(), null.as_fd()],
+        theirs.as_fd(),
+    )
+    .map_err(start)?;
+    drop(null);
     drop(theirs);
     let result = (|| {
         let ended = || SandboxError::InitDied {
@@ -327,21 +354,17 @@ impl Sandbox {
         )
         .map_err(control)?;
         let [stdin, stdout, stderr] = stdio;
-        let mut cmd = Command::new(exe);
-        cmd.arg(init::INIT_ARG)
-            // The daemon's environment never reaches the sandbox.
-            .env_clear()
-            .stdin(Stdio::from(stdin))
-            .stdout(Stdio::from(stdout))
-            .stderr(Stdio::from(stderr));
-        // The init finds its end at fd 3.
-        sys::process::place_fd_on_exec(&mut cmd, theirs.as_raw_fd(), init::CONTROL_FD);
-        let launcher = cmd.spawn().map_err(|source| SandboxError::Start {
+        let launcher = start_init(
+            exe,
+            [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()],
+            theirs.as_fd(),
+        )
+        .map_err(|source| SandboxError::Start {
             exe: exe.to_path_buf(),
             source,
         })?;
-        // Drop our copies of their end and of the stdio fds (held by `cmd`).
-        drop(cmd);
+        // Drop our copies of their end and of the stdio fds.
+        drop((stdin, stdout, stderr));
         drop(theirs);
         let mut launcher = launcher;
         // Our own unreaped child: its pid cannot be reused before we wait.
@@ -354,7 +377,7 @@ impl Sandbox {
             }
         };
 
-        let fail = |launcher: &mut Child, err: SandboxError| -> SandboxError {
+        let fail = |launcher: &mut SpawnedChild, err: SandboxError| -> SandboxError {
             let _ = launcher.kill();
             reap(launcher);
             err

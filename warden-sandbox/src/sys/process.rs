@@ -1,13 +1,11 @@
 //! Processes and their credentials: pidfds, `kill`, capabilities,
-//! `close_range`, and placing the control socket for the sandbox init's
-//! exec. The launcher and PID 1 use them, the daemon signals PID 1 through
+//! `close_range`, and starting the sandbox init with its control socket
+//! placed ([`spawn_with_fds`]). The launcher and PID 1 use them, the daemon signals PID 1 through
 //! its pidfd, and the notifier threads drop their effective capabilities.
 
 use super::{fd_result, unit_result};
 use nix::errno::Errno;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::process::Command;
 
 /// `pidfd_open(pid, 0)`.
 pub(crate) fn pidfd_open(pid: libc::pid_t) -> Result<OwnedFd, Errno> {
@@ -133,24 +131,162 @@ pub(crate) fn dup_over_stdio(fd: BorrowedFd<'_>) {
     let _ = nix::unistd::dup2_stderr(fd);
 }
 
-/// Makes `fd` the child's fd `target` when `cmd` spawns (a `pre_exec`
-/// step: `dup2`, or clearing `FD_CLOEXEC` when it already has that
-/// number), after std has placed the child's stdio. `fd` must still be
-/// open when `cmd` spawns; otherwise the spawn fails with `EBADF`.
-pub(crate) fn place_fd_on_exec(cmd: &mut Command, fd: RawFd, target: RawFd) {
-    // SAFETY: the closure runs in the forked child before exec and only calls
-    // async-signal-safe dup2/fcntl on integers; it allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            if fd == target {
-                // dup2 onto itself keeps FD_CLOEXEC: clear it instead.
-                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            } else if libc::dup2(fd, target) < 0 {
-                return Err(std::io::Error::last_os_error());
+/// A child started by [`spawn_with_fds`], not yet reaped, or reaped once
+/// (its status kept, as [`std::process::Child`] does).
+#[derive(Debug)]
+pub(crate) struct SpawnedChild {
+    pid: libc::pid_t,
+    status: Option<std::process::ExitStatus>,
+}
+
+impl SpawnedChild {
+    pub(crate) fn id(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// SIGKILL, until it has been reaped (our own unreaped child: its pid
+    /// cannot have been reused).
+    pub(crate) fn kill(&mut self) -> std::io::Result<()> {
+        if self.status.is_some() {
+            return Ok(());
+        }
+        kill(self.pid, libc::SIGKILL).map_err(std::io::Error::from)
+    }
+
+    /// Blocking: reaps it (once; later calls return the same status).
+    pub(crate) fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(st) = self.status {
+            return Ok(st);
+        }
+        let mut raw: libc::c_int = 0;
+        loop {
+            // SAFETY: waitpid writes the status into our stack integer.
+            if unsafe { libc::waitpid(self.pid, &mut raw, 0) } >= 0 {
+                break;
             }
-            Ok(())
-        });
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        let st = std::process::ExitStatus::from_raw(raw);
+        self.status = Some(st);
+        Ok(st)
+    }
+}
+
+/// Starts `exe` with `argv` and an empty environment, `stdio` as its fds
+/// 0, 1 and 2 and `fd` as its fd `target` (above 2), every other fd of ours
+/// closed at its exec (ours are all close-on-exec), an empty signal mask
+/// and SIGPIPE at its default: what [`std::process::Command`] makes with
+/// `env_clear`, the stdio and a `pre_exec` `dup2`, but with `posix_spawn`,
+/// whose `CLONE_VM|CLONE_VFORK` child shares our memory until its execve.
+/// A `pre_exec` step makes std fork instead, and a fork of the daemon
+/// copies the page tables of every thread's memory and leaves the daemon
+/// to take a copy-on-write fault on each page it writes next: a cost on
+/// every sandbox launch that grows with the daemon. A failed execve is
+/// this call's error (glibc reports it before returning).
+pub(crate) fn spawn_with_fds(
+    exe: &std::path::Path,
+    argv: &[&std::ffi::CStr],
+    stdio: [BorrowedFd<'_>; 3],
+    fd: BorrowedFd<'_>,
+    target: RawFd,
+) -> std::io::Result<SpawnedChild> {
+    use std::os::unix::ffi::OsStrExt;
+    let io_err = |e: libc::c_int| std::io::Error::from_raw_os_error(e);
+    if target <= 2 {
+        return Err(io_err(libc::EINVAL));
+    }
+    let path =
+        std::ffi::CString::new(exe.as_os_str().as_bytes()).map_err(|_| io_err(libc::EINVAL))?;
+    // Sources that are themselves target numbers (0..=target) are first
+    // moved above them, so no dup2 below overwrites a source still to be
+    // placed (and none is a dup2 onto itself, which would keep
+    // FD_CLOEXEC).
+    let mut moved: Vec<OwnedFd> = Vec::new();
+    let mut source = |f: BorrowedFd<'_>| -> std::io::Result<RawFd> {
+        if f.as_raw_fd() > target {
+            return Ok(f.as_raw_fd());
+        }
+        let dup = nix::fcntl::fcntl(f, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(target + 1))
+            .map_err(std::io::Error::from)?;
+        // SAFETY: F_DUPFD_CLOEXEC returned a new fd that nothing else owns.
+        let owned = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(dup) };
+        let raw = owned.as_raw_fd();
+        moved.push(owned);
+        Ok(raw)
+    };
+    let places = [
+        (source(stdio[0])?, 0),
+        (source(stdio[1])?, 1),
+        (source(stdio[2])?, 2),
+        (source(fd)?, target),
+    ];
+    let mut argv_ptrs: Vec<*mut libc::c_char> = argv
+        .iter()
+        .map(|a| a.as_ptr() as *mut libc::c_char)
+        .collect();
+    argv_ptrs.push(std::ptr::null_mut());
+    let envp: [*mut libc::c_char; 1] = [std::ptr::null_mut()];
+    // SAFETY: the attribute and file-action objects are initialised before
+    // use and destroyed on every path; every pointer passed (path, argv,
+    // envp, the sigsets) outlives the posix_spawn call; the fds named are
+    // open (borrowed or held in `moved`) until it returns.
+    unsafe {
+        let mut attr: libc::posix_spawnattr_t = std::mem::zeroed();
+        let e = libc::posix_spawnattr_init(&mut attr);
+        if e != 0 {
+            return Err(io_err(e));
+        }
+        let mut actions: libc::posix_spawn_file_actions_t = std::mem::zeroed();
+        let e = libc::posix_spawn_file_actions_init(&mut actions);
+        if e != 0 {
+            libc::posix_spawnattr_destroy(&mut attr);
+            return Err(io_err(e));
+        }
+        let result = (|| {
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            let mut pipe: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut pipe);
+            libc::sigaddset(&mut pipe, libc::SIGPIPE);
+            for e in [
+                libc::posix_spawnattr_setsigmask(&mut attr, &empty),
+                libc::posix_spawnattr_setsigdefault(&mut attr, &pipe),
+                libc::posix_spawnattr_setflags(
+                    &mut attr,
+                    (libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF) as libc::c_short,
+                ),
+            ] {
+                if e != 0 {
+                    return Err(io_err(e));
+                }
+            }
+            for (from, to) in places {
+                let e = libc::posix_spawn_file_actions_adddup2(&mut actions, from, to);
+                if e != 0 {
+                    return Err(io_err(e));
+                }
+            }
+            let mut pid: libc::pid_t = 0;
+            let e = libc::posix_spawn(
+                &mut pid,
+                path.as_ptr(),
+                &actions,
+                &attr,
+                argv_ptrs.as_ptr(),
+                envp.as_ptr(),
+            );
+            if e != 0 {
+                return Err(io_err(e));
+            }
+            Ok(SpawnedChild { pid, status: None })
+        })();
+        libc::posix_spawn_file_actions_destroy(&mut actions);
+        libc::posix_spawnattr_destroy(&mut attr);
+        drop(moved);
+        result
     }
 }
