@@ -406,7 +406,10 @@ impl Sandbox {
                 Ok(Recv::Msg(FromInit::Launched { pid }, Some(fd))) => {
                     pidfd = Some((fd, pid as u32))
                 }
-                Ok(Recv::Msg(FromInit::Listener, Some(fd))) if spec.layers.notify => {
+                // Once: a second listener is a protocol error (below).
+                Ok(Recv::Msg(FromInit::Listener, Some(fd)))
+                    if spec.layers.notify && notifier.is_none() =>
+                {
                     // Answered from now on, before the server can make a call.
                     let g = spec
                         .layers
@@ -440,7 +443,24 @@ impl Sandbox {
                 }
                 Ok(Recv::Msg(FromInit::ProxyListener, Some(fd))) => proxy = Some(fd),
                 Ok(Recv::Msg(FromInit::Resolver, Some(fd))) if spec.resolver => resolver = Some(fd),
-                Ok(Recv::Msg(FromInit::Started, _)) => started = true,
+                Ok(Recv::Msg(FromInit::Started, _)) => {
+                    // The server child sends its listener before its execve,
+                    // and PID 1 reports Started only after that execve: a
+                    // filter that notifies without the listener here would
+                    // leave the server unsupervised (its notified calls
+                    // ENOSYS, unrecorded). PID 1 checks this too, from the
+                    // child's report; this is the check that holds the fd.
+                    if spec.layers.notify && notifier.is_none() {
+                        return Err(fail(
+                            &mut launcher,
+                            SandboxError::Protocol(
+                                "the sandbox started without handing over its seccomp listener"
+                                    .into(),
+                            ),
+                        ));
+                    }
+                    started = true
+                }
                 Ok(Recv::Msg(FromInit::Failed(f), _)) => {
                     // The init exits by itself after reporting; reap it.
                     reap(&mut launcher);

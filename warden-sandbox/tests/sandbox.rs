@@ -1113,3 +1113,59 @@ print(\"loopback\", l.recv(10).decode(), l.recv(10).decode())
         ]
     );
 }
+
+/// A stand-in for the sandbox init that hands over no seccomp listener: it
+/// reads the spec, forks a "PID 1" that waits for it to go, and reports it
+/// launched, started and exited 0, the messages as the real init writes them.
+const INIT_WITHOUT_LISTENER: &str = r#"#!/usr/bin/python3
+import os, socket
+s = socket.socket(fileno=3)
+s.recv(1 << 20)
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(w)
+    os.read(r, 1)
+    os._exit(0)
+os.close(r)
+socket.send_fds(s, [b'{"Launched":{"pid":%d}}' % pid], [os.pidfd_open(pid)])
+s.send(b'"Started"')
+s.send(b'{"Exited":{"Code":0}}')
+os.close(w)
+os.waitpid(pid, 0)
+"#;
+
+#[test]
+fn a_sandbox_that_starts_without_handing_over_its_listener_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("init-without-listener");
+    std::fs::write(&exe, INIT_WITHOUT_LISTENER).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let null = || -> OwnedFd {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .unwrap()
+            .into()
+    };
+    let f = Fixture::new();
+    let mut spec = f.spec("true");
+    // A filter that notifies: the daemon must hold its listener before the
+    // server runs, whatever PID 1 reports.
+    spec.layers = Layers {
+        notify: true,
+        ..Layers::NONE
+    };
+    match warden_sandbox::Sandbox::spawn(&exe, &spec, [null(), null(), null()]) {
+        Err(SandboxError::Protocol(m)) => assert!(m.contains("seccomp listener"), "{m}"),
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(_) => panic!("a notifying sandbox ran without its listener held"),
+    }
+    // Control: the same init is accepted when the filter does not notify.
+    spec.layers = Layers::NONE;
+    let spawned = warden_sandbox::Sandbox::spawn(&exe, &spec, [null(), null(), null()])
+        .expect("the stand-in init speaks the protocol");
+    assert_eq!(spawned.sandbox.wait().unwrap(), ExitOutcome::Code(0));
+}
