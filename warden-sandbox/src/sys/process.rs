@@ -177,8 +177,10 @@ impl SpawnedChild {
 }
 
 /// Starts `exe` with `argv` and an empty environment, `stdio` as its fds
-/// 0, 1 and 2 and `fd` as its fd `target` (above 2), every other fd of ours
-/// closed at its exec (ours are all close-on-exec), an empty signal mask
+/// 0, 1 and 2 and `fd` as its fd `target` (above 2), our close-on-exec fds
+/// closed at its exec (one another thread made without `O_CLOEXEC` would
+/// reach it, as with std; the init role closes every fd above its control
+/// socket first thing, `init::exec::enter`), an empty signal mask
 /// and SIGPIPE at its default: what [`std::process::Command`] makes with
 /// `env_clear`, the stdio and a `pre_exec` `dup2`, but with `posix_spawn`,
 /// whose `CLONE_VM|CLONE_VFORK` child shares our memory until its execve.
