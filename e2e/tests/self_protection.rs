@@ -40,6 +40,11 @@ fn the_daemon_refuses_grants_of_its_real_state_dir() {
     let env = TestEnv::new();
     let _daemon = env.start_daemon();
     let audit_dir = env.state.join("audit");
+    // The daemon answers on its socket a moment before its store exists.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !audit_dir.is_dir() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     assert!(audit_dir.is_dir(), "the daemon made its store");
     let (code, stderr) = shim_run(
         &env,
