@@ -382,6 +382,142 @@ fn mcp_rounds() {
     );
 }
 
+/// One initialized session of the fixture (direct or through the shim),
+/// answering one round trip at a time.
+struct Session {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+    line: String,
+}
+
+impl Session {
+    fn open(mode: Mode, socket: &Path, policy: Option<&Path>) -> Session {
+        let mut child = command_with(mode, socket, policy).spawn().expect("spawn");
+        let mut stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        writeln!(stdin, "{INIT}").unwrap();
+        stdout.read_line(&mut line).unwrap();
+        Session {
+            child,
+            stdin,
+            stdout,
+            line,
+        }
+    }
+
+    fn round_trip(&mut self, i: usize) -> Duration {
+        let req = format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"ping {i}"}}}}}}"#
+        );
+        self.line.clear();
+        let t0 = Instant::now();
+        self.stdin.write_all(req.as_bytes()).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdout.read_line(&mut self.line).unwrap();
+        let dt = t0.elapsed();
+        assert!(
+            self.line.contains(&format!("\"id\":{i}")),
+            "unexpected reply {}",
+            self.line
+        );
+        dt
+    }
+
+    fn close(self) {
+        drop(self.stdin);
+        let mut child = self.child;
+        child.wait().unwrap();
+    }
+}
+
+/// `warden-bench mcp-paired [--rounds R] [--requests N] [--gap-us G]`: the
+/// same comparison as `mcp`, request by request: the four sessions (direct,
+/// records off, records on, records on + gate) are open at once and take
+/// turns, one round trip each, in an order that rotates, with a pause of G
+/// µs (default 500, longer than the relay's spin window) before each so that
+/// no session's relay is still polling when another's request goes. Each
+/// round trip is then the one after an idle moment (the relay woken from its
+/// poll), for every mode alike; the differences are taken per turn, so the
+/// machine's slow swings (on this VM the round trip moves between two
+/// levels for seconds at a time) fall out.
+fn mcp_paired() {
+    let rounds = arg("--rounds", 5);
+    let requests = arg("--requests", 1000);
+    let gap = Duration::from_micros(arg("--gap-us", 500) as u64);
+    let on = Daemon::start();
+    let off = Daemon::start_with(&["--no-mcp-records"]);
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("base.yaml");
+    let gated = dir.path().join("gated.yaml");
+    std::fs::write(&base, "version: 1\nname: bench\n").unwrap();
+    std::fs::write(
+        &gated,
+        "version: 1\nname: bench\nmcp:\n  tools:\n    deny: [\"never_*\"]\n",
+    )
+    .unwrap();
+    println!("## MCP records and the gate, paired per request: {rounds} rounds of {requests} turns, {} µs apart\n", gap.as_micros());
+    println!("| round | direct | records off | records on | records on + gate | added by records (median of turns) | added by the gate (median of turns) |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    let (mut all_rec, mut all_gate) = (Vec::new(), Vec::new());
+    for r in 1..=rounds {
+        let mut s = [
+            Session::open(Mode::Direct, &off.socket, None),
+            Session::open(Mode::Shim, &off.socket, Some(&base)),
+            Session::open(Mode::Shim, &on.socket, Some(&base)),
+            Session::open(Mode::Shim, &on.socket, Some(&gated)),
+        ];
+        for (k, x) in s.iter_mut().enumerate() {
+            for i in 0..50 {
+                x.round_trip(100_000 + k * 100 + i); // warm-up
+            }
+        }
+        let mut t: [Vec<Duration>; 4] = Default::default();
+        let (mut rec, mut gate) = (Vec::new(), Vec::new());
+        for i in 1..=requests {
+            let mut turn = [Duration::ZERO; 4];
+            for j in 0..4 {
+                let k = (i + j) % 4;
+                std::thread::sleep(gap);
+                turn[k] = s[k].round_trip(i);
+            }
+            for k in 0..4 {
+                t[k].push(turn[k]);
+            }
+            rec.push(turn[2].as_secs_f64() - turn[1].as_secs_f64());
+            gate.push(turn[3].as_secs_f64() - turn[2].as_secs_f64());
+        }
+        for x in s {
+            x.close();
+        }
+        let m: Vec<String> = t
+            .into_iter()
+            .map(|v| {
+                let (m, _, p99) = stats(v);
+                format!("{} / {}", us(m), us(p99))
+            })
+            .collect();
+        let (mr, mg) = (median(rec.clone()), median(gate.clone()));
+        all_rec.extend(rec);
+        all_gate.extend(gate);
+        println!(
+            "| {r} | {} | {} | {} | {} | {:+.1} µs | {:+.1} µs |",
+            m[0],
+            m[1],
+            m[2],
+            m[3],
+            mr * 1e6,
+            mg * 1e6
+        );
+    }
+    println!(
+        "\nmedian over every turn: records {:+.1} µs, gate {:+.1} µs (columns: median / p99)",
+        median(all_rec) * 1e6,
+        median(all_gate) * 1e6
+    );
+}
+
 /// A `SandboxSpec` (JSON) that runs the fixture, with or without the
 /// Landlock and seccomp layers, for `warden-sandbox-run`.
 fn spec_json(dir: &Path, confined: bool) -> PathBuf {
@@ -555,6 +691,10 @@ fn main() {
     }
     if std::env::args().nth(1).as_deref() == Some("mcp") {
         mcp_rounds();
+        return;
+    }
+    if std::env::args().nth(1).as_deref() == Some("mcp-paired") {
+        mcp_paired();
         return;
     }
     let launches = arg("--launches", 100);

@@ -696,12 +696,8 @@ pub fn watch(
     mcp: warden_core::policy::McpPolicy,
     arguments: Option<Redact>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
-    use tokio::net::unix::pipe::Receiver;
     let [a, b] = readers;
-    let fds = [
-        (Receiver::from_owned_fd(a.fd)?, a.marks),
-        (Receiver::from_owned_fd(b.fd)?, b.marks),
-    ];
+    let fds = [(a.fd, a.marks, a.wake), (b.fd, b.marks, b.wake)];
     // A task, not a thread: an idle session costs no thread for it.
     Ok(tokio::spawn(async move {
         run(&daemon, &session, fds, &in_flight, profile, mcp, arguments).await
@@ -1231,7 +1227,30 @@ fn front_at(marks: &crate::stdio::Marks) -> Option<Instant> {
     lock_marks(marks).front_at()
 }
 
-type TapFd = (tokio::net::unix::pipe::Receiver, crate::stdio::Marks);
+type TapFd = (
+    std::os::fd::OwnedFd,
+    crate::stdio::Marks,
+    Arc<crate::stdio::TapWake>,
+);
+
+/// How long the observer lets bytes gather while messages keep coming (it
+/// reads again after this, without being woken).
+const GATHER: Duration = Duration::from_millis(1);
+/// How often an idle observer looks at its taps without being woken.
+const LOOK_ANYWAY: Duration = Duration::from_millis(200);
+/// A pass that read this much reads again at once (a flood: the tap's pipe
+/// must not fill while the observer waits).
+const FLOOD: usize = 256 << 10;
+
+/// Whether an open tap holds bytes to read (or its end).
+fn pending(readers: &[TapFd; 2], open: &[bool; 2]) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    readers.iter().zip(open).any(|(r, &o)| {
+        let mut p = [PollFd::new(r.0.as_fd(), PollFlags::POLLIN)];
+        o && matches!(poll(&mut p, PollTimeout::ZERO), Ok(n) if n > 0)
+    })
+}
 
 async fn run(
     daemon: &Daemon,
@@ -1261,17 +1280,32 @@ async fn run(
     let mut open = [true, true];
     let mut offset = [0u64; 2];
     let mut buf = vec![0u8; 1 << 16];
+    // What the last pass read: nothing → wait to be woken; some → let more
+    // gather; a flood → read on at once.
+    let mut last_pass: Option<usize> = None;
+    let mut i = 0;
     while open.iter().any(|o| *o) {
-        let i = tokio::select! {
-            r = readers[0].0.readable(), if open[0] => match r {
-                Ok(()) => 0,
-                Err(_) => { open[0] = false; continue; }
-            },
-            r = readers[1].0.readable(), if open[1] => match r {
-                Ok(()) => 1,
-                Err(_) => { open[1] = false; continue; }
-            },
-        };
+        match last_pass {
+            Some(n) if n >= FLOOD => tokio::task::yield_now().await,
+            Some(n) if n > 0 => tokio::time::sleep(GATHER).await,
+            Some(_) => {
+                // Nothing was there: ask to be woken, look once more (a copy
+                // moved after the look rings), then wait.
+                for r in &readers {
+                    r.2.arm();
+                }
+                if !pending(&readers, &open) {
+                    i = tokio::select! {
+                        () = readers[0].2.rung(), if open[0] => 0,
+                        () = readers[1].2.rung(), if open[1] => 1,
+                        // A look now and then, should a ring not come.
+                        () = tokio::time::sleep(LOOK_ANYWAY) => i,
+                    };
+                }
+            }
+            None => {}
+        }
+        let mut pass = 0usize;
         // The direction whose unread copy is older is followed first: the
         // question of an answer is in the other tap already (it was copied
         // before the other side could read it), and must be seen first.
@@ -1293,12 +1327,13 @@ async fn run(
                 if k > 0 && older(&readers[1 - j].1, &readers[j].1) {
                     break;
                 }
-                match readers[j].0.try_read(&mut buf) {
+                match nix::unistd::read(&readers[j].0, &mut buf) {
                     Ok(0) => {
                         open[j] = false;
                         break;
                     }
                     Ok(n) => {
+                        pass += n;
                         let marks = due_marks(&readers[j].1, offset[j] + n as u64);
                         let taken = marks.due.len();
                         let mut chunk = &buf[..n];
@@ -1330,14 +1365,7 @@ async fn run(
                         }
                         take_marks(&readers[j].1, taken, offset[j]);
                     }
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-                        ) =>
-                    {
-                        break
-                    }
+                    Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => break,
                     Err(e) => {
                         tracing::warn!(session, error = %e, "mcp observer: cannot read its tap");
                         {
@@ -1348,6 +1376,7 @@ async fn run(
                 }
             }
         }
+        last_pass = Some(pass);
     }
     // Gaps after the last byte copied.
     for i in 0..2 {

@@ -631,12 +631,64 @@ pub struct Tap {
     written: u64,
     marks: Marks,
     broken: bool,
+    wake: Arc<TapWake>,
 }
 
-/// The observer's end of a [`Tap`].
+/// The observer's end of a [`Tap`]: the pipe (non-blocking, for plain
+/// reads: never registered with an event loop), and the wake-up it waits on
+/// when it found the pipe empty.
 pub struct TapReader {
     pub fd: OwnedFd,
     pub marks: Marks,
+    pub wake: Arc<TapWake>,
+}
+
+/// How a tap wakes its observer: a [`tokio::sync::Notify`] the relay rings
+/// only when the observer asked for it ([`TapWake::arm`]) and then a copy was moved on
+/// (after the move, so not on the way to the server), and once when the tap
+/// is dropped. A pipe registered with the event loop would wake a worker
+/// thread for every message, at the moment the relay copies it: on a
+/// virtual machine, waking an idle CPU costs the waker tens of µs, which
+/// would land on every round trip. An observer that drains on its own
+/// schedule while messages keep coming costs the relay one atomic swap per
+/// move.
+pub struct TapWake {
+    notify: tokio::sync::Notify,
+    armed: AtomicBool,
+}
+
+impl TapWake {
+    /// Asks to be woken by the next move. Arm *before* the last look at the
+    /// pipe: a copy made after that look then rings.
+    pub fn arm(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// Resolves once rung (at once if it was rung since the last time).
+    pub async fn rung(&self) {
+        self.notify.notified().await
+    }
+
+    fn notify(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.armed.swap(false, Ordering::SeqCst) {
+            self.ring();
+        }
+    }
+
+    fn ring(&self) {
+        // Kept as a permit when the observer is not waiting yet.
+        self.notify.notify_one();
+    }
+}
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        // The tap's end: an observer waiting on the wake-up must look (and
+        // find EOF).
+        self.wake.ring();
+    }
 }
 
 /// The capacity asked for a tap's pipe (the unprivileged maximum,
@@ -649,6 +701,10 @@ pub fn tap() -> io::Result<(Tap, TapReader)> {
     // Best effort: a smaller pipe only means gaps sooner.
     let _ = fcntl(&w, FcntlArg::F_SETPIPE_SZ(TAP_PIPE));
     let marks: Marks = Arc::default();
+    let wake = Arc::new(TapWake {
+        notify: tokio::sync::Notify::new(),
+        armed: AtomicBool::new(false),
+    });
     Ok((
         Tap {
             w,
@@ -658,8 +714,9 @@ pub fn tap() -> io::Result<(Tap, TapReader)> {
             written: 0,
             marks: marks.clone(),
             broken: false,
+            wake: wake.clone(),
         },
-        TapReader { fd: r, marks },
+        TapReader { fd: r, marks, wake },
     ))
 }
 
@@ -775,6 +832,9 @@ impl Tap {
     /// `n` bytes moved.
     fn moved(&mut self, n: usize) {
         self.ahead = self.ahead.saturating_sub(n);
+        if n > 0 && !self.broken {
+            self.wake.notify();
+        }
     }
 }
 
@@ -839,6 +899,11 @@ impl Lane {
             Err(Errno::EINTR) => Ok(Step::Idle),
             // Either side may be the one that is not ready: ask the destination.
             Err(Errno::EAGAIN) => {
+                // What was copied waits for the destination: the observer
+                // may take it meanwhile.
+                if let Some(t) = self.tap.as_ref().filter(|t| t.ahead > 0) {
+                    t.wake.notify();
+                }
                 self.want_write = !poll_now(self.dst.as_fd(), PollFlags::POLLOUT);
                 Ok(Step::Idle)
             }
