@@ -125,6 +125,24 @@ pub(crate) fn send<T: Serialize>(
     }
 }
 
+/// [`send`] without an fd and without waiting: `Ok(false)` when the
+/// socket's buffer cannot take the message now (EAGAIN), nothing sent.
+pub(crate) fn send_now<T: Serialize>(sock: BorrowedFd<'_>, msg: &T) -> Result<bool, Errno> {
+    let bytes = serde_json::to_vec(msg).map_err(|_| Errno::EINVAL)?;
+    let iov = [IoSlice::new(&bytes)];
+    loop {
+        let flags = MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT;
+        match socket::sendmsg::<()>(sock.as_raw_fd(), &iov, &[], flags, None) {
+            Ok(_) => return Ok(true),
+            Err(Errno::EINTR) => {}
+            // EMSGSIZE: larger than the socket's buffer could ever hold at
+            // once; the blocking send after the spawn reports it as before.
+            Err(Errno::EAGAIN | Errno::EMSGSIZE) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Outcome of [`recv`].
 pub(crate) enum Recv<T> {
     Msg(T, Option<OwnedFd>),

@@ -353,6 +353,12 @@ impl Sandbox {
             SockFlag::SOCK_CLOEXEC,
         )
         .map_err(control)?;
+        // The spec goes first, queued on the socket before the init exists:
+        // it reads it as it starts instead of waiting for this thread to be
+        // scheduled again after the spawn. A spec larger than the socket's
+        // buffer (EAGAIN) goes after the spawn, as before.
+        let spec_msg = ToInit::Spec(Box::new(spec.clone()));
+        let sent_early = control::send_now(ours.as_fd(), &spec_msg).map_err(control)?;
         let [stdin, stdout, stderr] = stdio;
         let launcher = start_init(
             exe,
@@ -382,14 +388,27 @@ impl Sandbox {
             reap(launcher);
             err
         };
-        if let Err(e) = control::send(ours.as_fd(), &ToInit::Spec(Box::new(spec.clone())), None) {
+        if let Err(e) = match sent_early {
+            true => Ok(()),
+            false => control::send(ours.as_fd(), &spec_msg, None),
+        } {
             // EPIPE: the init died before reading; report how.
-            let status = reap(&mut launcher);
-            return Err(if matches!(e, Errno::EPIPE | Errno::ECONNRESET) {
-                SandboxError::InitDied { status }
+            if matches!(e, Errno::EPIPE | Errno::ECONNRESET) {
+                let status = reap(&mut launcher);
+                return Err(SandboxError::InitDied { status });
+            }
+            // The init is alive and waiting for a spec that will not come:
+            // end it (reaping alone would wait for it forever).
+            let err = if e == Errno::EMSGSIZE {
+                let n = serde_json::to_vec(&spec_msg).map_or(0, |b| b.len());
+                SandboxError::Protocol(format!(
+                    "the sandbox spec is {n} bytes, more than its control socket takes in one \
+                     message (EMSGSIZE): fewer or smaller grants and environment values"
+                ))
             } else {
                 control(e)
-            });
+            };
+            return Err(fail(&mut launcher, err));
         }
 
         // Launched (from the launcher) and Started/Failed (from PID 1) may arrive in

@@ -417,6 +417,31 @@ fn environment_is_exactly_the_specs() {
     );
 }
 
+#[test]
+fn a_spec_is_queued_before_the_spawn_and_one_too_large_is_refused() {
+    // The spec is queued before the init is spawned when the socket's
+    // buffer takes it (sent after the spawn when it is busy).
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let mut spec = f.spec("printf %s \"$BIG\" | wc -c");
+    spec.env
+        .push((b"BIG".to_vec(), "x".repeat(20_000).into_bytes()));
+    assert_eq!(f.sh(&spec).trim(), "20000");
+    // One that no socket message can hold is refused with its size, and
+    // nothing waits (the init that waited for it forever is ended).
+    let mut spec = f.spec("true");
+    spec.env
+        .push((b"BIG".to_vec(), "x".repeat(600_000).into_bytes()));
+    let (code, out, err) = f.run(&spec);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("more than its control socket takes in one message"),
+        "{err}"
+    );
+}
+
 // ---- through the library API ----
 
 #[test]
