@@ -158,30 +158,9 @@ fn round_trips(mode: Mode, socket: &Path, n: usize) -> Vec<Duration> {
 }
 
 fn round_trips_with(mode: Mode, socket: &Path, n: usize, policy: Option<&Path>) -> Vec<Duration> {
-    let mut child = command_with(mode, socket, policy).spawn().expect("spawn");
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    writeln!(stdin, "{INIT}").unwrap();
-    stdout.read_line(&mut line).unwrap();
-    let mut out = Vec::with_capacity(n);
-    for i in 1..=n {
-        let req = format!(
-            r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"ping {i}"}}}}}}"#
-        );
-        line.clear();
-        let t0 = Instant::now();
-        stdin.write_all(req.as_bytes()).unwrap();
-        stdin.write_all(b"\n").unwrap();
-        stdout.read_line(&mut line).unwrap();
-        out.push(t0.elapsed());
-        assert!(
-            line.contains(&format!("\"id\":{i}")),
-            "unexpected reply {line}"
-        );
-    }
-    drop(stdin);
-    child.wait().unwrap();
+    let mut s = Session::open(mode, socket, policy);
+    let out = (1..=n).map(|i| s.round_trip(i)).collect();
+    s.close();
     out
 }
 
@@ -322,6 +301,21 @@ fn rtt_rounds() {
     );
 }
 
+/// The two policies of the MCP benchmarks, in `dir`: the same but for the
+/// `mcp` key, which puts the gate in the stream (`mcp.tools.deny` of a tool
+/// the fixture does not have).
+fn mcp_policies(dir: &Path) -> (PathBuf, PathBuf) {
+    let base = dir.join("base.yaml");
+    let gated = dir.join("gated.yaml");
+    std::fs::write(&base, "version: 1\nname: bench\n").unwrap();
+    std::fs::write(
+        &gated,
+        "version: 1\nname: bench\nmcp:\n  tools:\n    deny: [\"never_*\"]\n",
+    )
+    .unwrap();
+    (base, gated)
+}
+
 /// `warden-bench mcp [--rounds R] [--requests N]`: what following the MCP
 /// stream costs (issue 17): R rounds of N sequential round trips through the
 /// shim against a daemon started with `--no-mcp-records`, one that follows
@@ -336,14 +330,7 @@ fn mcp_rounds() {
     let on = Daemon::start();
     let off = Daemon::start_with(&["--no-mcp-records"]);
     let dir = tempfile::tempdir().unwrap();
-    let base = dir.path().join("base.yaml");
-    let gated = dir.path().join("gated.yaml");
-    std::fs::write(&base, "version: 1\nname: bench\n").unwrap();
-    std::fs::write(
-        &gated,
-        "version: 1\nname: bench\nmcp:\n  tools:\n    deny: [\"never_*\"]\n",
-    )
-    .unwrap();
+    let (base, gated) = mcp_policies(dir.path());
     let (base, gated) = (Some(base.as_path()), Some(gated.as_path()));
     // Warm-up.
     round_trips_with(Mode::Shim, &on.socket, 100, base);
@@ -449,14 +436,7 @@ fn mcp_paired() {
     let on = Daemon::start();
     let off = Daemon::start_with(&["--no-mcp-records"]);
     let dir = tempfile::tempdir().unwrap();
-    let base = dir.path().join("base.yaml");
-    let gated = dir.path().join("gated.yaml");
-    std::fs::write(&base, "version: 1\nname: bench\n").unwrap();
-    std::fs::write(
-        &gated,
-        "version: 1\nname: bench\nmcp:\n  tools:\n    deny: [\"never_*\"]\n",
-    )
-    .unwrap();
+    let (base, gated) = mcp_policies(dir.path());
     println!("## MCP records and the gate, paired per request: {rounds} rounds of {requests} turns, {} µs apart\n", gap.as_micros());
     println!("| round | direct | records off | records on | records on + gate | added by records (median of turns) | added by the gate (median of turns) |");
     println!("| --- | --- | --- | --- | --- | --- | --- |");

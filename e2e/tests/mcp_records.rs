@@ -156,12 +156,7 @@ fn a_stream_that_is_not_json_rpc_passes_untouched_and_is_recorded_once() {
     let env = TestEnv::new();
     let _daemon = env.start_daemon();
     let policy = env.minimal_policy();
-    let mut c = env.mcp([
-        "--policy".into(),
-        policy.into_os_string(),
-        "--".into(),
-        fixture().into_os_string(),
-    ]);
+    let mut c = env.fixture_session(&policy, &[], &[]);
     c.send_raw(b"garbage that is not json\n");
     c.send_raw(b"more garbage\n");
     let pong = c.request("ping", json!({}));
@@ -201,12 +196,7 @@ fn a_request_still_in_flight_at_the_end_is_unanswered() {
     let env = TestEnv::new();
     let _daemon = env.start_daemon();
     let policy = env.minimal_policy();
-    let mut c = env.mcp([
-        "--policy".into(),
-        policy.into_os_string(),
-        "--".into(),
-        fixture().into_os_string(),
-    ]);
+    let mut c = env.fixture_session(&policy, &[], &[]);
     c.initialize();
     // The fixture's `sleep` tool (see warden-fixture-mcp) holds the call;
     // the client goes away before it answers.
@@ -251,12 +241,7 @@ fn a_file_denial_during_a_tool_call_names_the_call_and_the_tool() {
     let _daemon = env.start_daemon();
     let secret = env.write("outside/secret.txt", "not for the server");
     let policy = env.minimal_policy();
-    let mut c = env.mcp([
-        "--policy".into(),
-        policy.into_os_string(),
-        "--".into(),
-        fixture().into_os_string(),
-    ]);
+    let mut c = env.fixture_session(&policy, &[], &[]);
     c.initialize();
     // Three calls: every denial carries the call it was made during (the
     // relay notes a copy's time before making it, and a record waits for
@@ -414,12 +399,7 @@ fn an_approval_raised_during_a_tool_call_names_the_tool() {
     let _daemon = env.start_daemon();
     let secret = env.write("outside/notes.txt", "held, then read");
     let policy = env.policy("approve.yaml", "version: 1\nname: held\napprove: true\n");
-    let mut c = env.mcp([
-        "--policy".into(),
-        policy.into_os_string(),
-        "--".into(),
-        fixture().into_os_string(),
-    ]);
+    let mut c = env.fixture_session(&policy, &[], &[]);
     c.initialize();
     c.call_tool_no_wait("read_file", json!({"path": secret}));
     // The read is held in the kernel while a person is asked; the question

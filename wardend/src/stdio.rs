@@ -1239,13 +1239,9 @@ mod tests {
 
     #[test]
     fn pumps_relay_a_tty_both_ways_byte_exact() {
-        use nix::sys::termios::{cfmakeraw, tcgetattr, tcsetattr, SetArg};
         // A terminal client: the server's stdout into the tty, the tty's
-        // input into the server's stdin (raw mode: no echo, no line editing).
-        let pty = nix::pty::openpty(None, None).unwrap();
-        let mut raw = tcgetattr(&pty.slave).unwrap();
-        cfmakeraw(&mut raw);
-        tcsetattr(&pty.slave, SetArg::TCSANOW, &raw).unwrap();
+        // input into the server's stdin.
+        let pty = raw_pty();
         let slave_in = pty.slave.try_clone().unwrap();
         let (out_r, out_w) = pipe().unwrap();
         let (in_r, in_w) = pipe().unwrap();
@@ -1284,13 +1280,19 @@ mod tests {
         stdin.stop(Duration::from_secs(1));
     }
 
-    #[test]
-    fn a_tty_clients_stream_is_tapped_too() {
+    /// A pty in raw mode (no echo, no line editing).
+    fn raw_pty() -> nix::pty::OpenptyResult {
         use nix::sys::termios::{cfmakeraw, tcgetattr, tcsetattr, SetArg};
         let pty = nix::pty::openpty(None, None).unwrap();
         let mut raw = tcgetattr(&pty.slave).unwrap();
         cfmakeraw(&mut raw);
         tcsetattr(&pty.slave, SetArg::TCSANOW, &raw).unwrap();
+        pty
+    }
+
+    #[test]
+    fn a_tty_clients_stream_is_tapped_too() {
+        let pty = raw_pty();
         let slave_in = pty.slave.try_clone().unwrap();
         let slave_err = pty.slave.try_clone().unwrap();
         let (in_r, in_w) = pipe().unwrap();
