@@ -601,7 +601,7 @@ impl Daemon {
         let Some(log) = self.sessions.get(session).map(|s| s.tool_calls.clone()) else {
             return rec;
         };
-        // Requests copied before `at` that the observer has not taken yet:
+        // Copies made before `at` that the observer has not taken yet:
         // give it a moment (it runs just behind the relay).
         catch_up(&log, at);
         let calls = calls_at(&log, at);
@@ -631,13 +631,17 @@ impl Daemon {
     }
 }
 
-/// Whether the observer has yet to take a request the relay copied by `at`.
+/// Whether the observer has yet to take a copy the relay made by `at`, in
+/// either direction: a request copied by then may have begun a call, and an
+/// answer copied by then ended one (until the observer has followed it, a
+/// call that ended before `at` would look in flight at `at`).
 pub fn behind(log: &InFlight, at: Instant) -> bool {
     let l = log.lock().unwrap_or_else(|p| p.into_inner());
-    l.requests
-        .as_ref()
-        .and_then(front_at)
-        .is_some_and(|t| t <= at)
+    l.taps
+        .iter()
+        .flatten()
+        .filter_map(front_at)
+        .any(|t| t <= at)
 }
 
 /// Waits (at most [`CATCH_UP`]) until the observer has taken what the relay
@@ -950,10 +954,10 @@ const KEEP_ENDED_MAX: usize = 256;
 #[derive(Debug, Default)]
 pub struct CallLog {
     calls: Vec<Call>,
-    /// The client-to-server tap's marks: what the observer has not taken
-    /// yet (a record made at a time the observer has not reached waits a
-    /// moment for it).
-    pub(crate) requests: Option<crate::stdio::Marks>,
+    /// The taps' marks (client to server, server to client): what the
+    /// observer has not taken yet (a record made at a time the observer
+    /// has not reached waits a moment for it).
+    pub(crate) taps: Option<[crate::stdio::Marks; 2]>,
 }
 
 /// How long a record waits at most for the observer to reach its time. It
@@ -1399,7 +1403,7 @@ async fn run(
         let mut log = in_flight.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         // Nothing more will be followed: records no longer wait for it.
-        log.requests = None;
+        log.taps = None;
         let open: Vec<String> = log.in_flight().iter().map(|c| c.id.clone()).collect();
         for id in open {
             log.end(&id, now);
@@ -1653,6 +1657,34 @@ mod tests {
         let during = calls_at(&log, t + Duration::from_millis(2));
         assert_eq!(during, vec![("9".to_owned(), "read_file".to_owned())]);
         assert!(calls_at(&log, t + Duration::from_millis(6)).is_empty());
+    }
+
+    #[test]
+    fn a_record_waits_for_an_answer_copied_before_its_time() {
+        // A call begun at t and answered at t + 5 ms, the answer copied but
+        // not yet followed: a record of t + 6 ms waits (the call would look
+        // in flight), one of t + 4 ms does not.
+        let t = Instant::now();
+        let taps: [crate::stdio::Marks; 2] = Default::default();
+        let log = InFlight::default();
+        log.lock().unwrap().taps = Some(taps.clone());
+        let mut o = Observer::new();
+        let call =
+            json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"read_file"}});
+        log_calls(&log, &o.feed(Dir::ToServer, &line(call), t), t);
+        let answer = line(json!({"jsonrpc":"2.0","id":3,"result":{"content":[]}}));
+        let ans = t + Duration::from_millis(5);
+        taps[1].lock().unwrap().push(crate::stdio::Mark::Copied {
+            end: answer.len() as u64,
+            at: ans,
+        });
+        assert!(behind(&log, t + Duration::from_millis(6)));
+        assert!(!behind(&log, t + Duration::from_millis(4)));
+        log_calls(&log, &o.feed(Dir::ToClient, &answer, ans), ans);
+        taps[1].lock().unwrap().take(1, answer.len() as u64);
+        assert!(!behind(&log, t + Duration::from_millis(6)));
+        assert!(calls_at(&log, t + Duration::from_millis(6)).is_empty());
+        assert_eq!(calls_at(&log, t + Duration::from_millis(4)).len(), 1);
     }
 
     #[test]

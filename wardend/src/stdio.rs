@@ -596,7 +596,7 @@ impl MarkLog {
         self.marks.iter().any(|m| matches!(m, Mark::Gap { .. }))
     }
 
-    fn push(&mut self, mark: Mark) {
+    pub(crate) fn push(&mut self, mark: Mark) {
         if self.marks.len() >= MAX_MARKS {
             // A timing mark goes first; a gap is never forgotten.
             if let Some(i) = self
