@@ -640,8 +640,17 @@ pub fn behind(log: &InFlight, at: Instant) -> bool {
     l.taps
         .iter()
         .flatten()
-        .filter_map(front_at)
+        .filter_map(|(marks, _)| front_at(marks))
         .any(|t| t <= at)
+}
+
+/// Wakes the observer at once (a record waits for it): the relay rings it
+/// only once idle.
+fn hurry(log: &InFlight) {
+    let l = log.lock().unwrap_or_else(|p| p.into_inner());
+    for (_, wake) in l.taps.iter().flatten() {
+        wake.ring();
+    }
 }
 
 /// Waits (at most [`CATCH_UP`]) until the observer has taken what the relay
@@ -651,6 +660,7 @@ fn catch_up(log: &InFlight, at: Instant) {
     if !behind(log, at) {
         return;
     }
+    hurry(log);
     let wait = || {
         let deadline = Instant::now() + CATCH_UP;
         while behind(log, at) && Instant::now() < deadline {
@@ -679,6 +689,9 @@ pub fn calls_at(log: &InFlight, at: Instant) -> Vec<(String, String)> {
 /// most [`CATCH_UP`], without holding a thread).
 pub async fn calls_at_caught_up(log: &InFlight, at: Instant) -> Vec<(String, String)> {
     let deadline = Instant::now() + CATCH_UP;
+    if behind(log, at) {
+        hurry(log);
+    }
     while behind(log, at) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -956,8 +969,9 @@ pub struct CallLog {
     calls: Vec<Call>,
     /// The taps' marks (client to server, server to client): what the
     /// observer has not taken yet (a record made at a time the observer
-    /// has not reached waits a moment for it).
-    pub(crate) taps: Option<[crate::stdio::Marks; 2]>,
+    /// has not reached waits a moment for it, and wakes it); and their
+    /// wake-ups.
+    pub(crate) taps: Option<[(crate::stdio::Marks, Arc<crate::stdio::TapWake>); 2]>,
 }
 
 /// How long a record waits at most for the observer to reach its time. It
@@ -1665,9 +1679,11 @@ mod tests {
         // not yet followed: a record of t + 6 ms waits (the call would look
         // in flight), one of t + 4 ms does not.
         let t = Instant::now();
-        let taps: [crate::stdio::Marks; 2] = Default::default();
+        let (_t0, r0) = crate::stdio::tap().unwrap();
+        let (_t1, r1) = crate::stdio::tap().unwrap();
+        let taps = [r0.marks.clone(), r1.marks.clone()];
         let log = InFlight::default();
-        log.lock().unwrap().taps = Some(taps.clone());
+        log.lock().unwrap().taps = Some([(r0.marks, r0.wake), (r1.marks, r1.wake)]);
         let mut o = Observer::new();
         let call =
             json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"read_file"}});

@@ -575,8 +575,10 @@ impl Daemon {
         let (taps, mcp_watch) = match taps {
             None => (None, None),
             Some((Ok((ti, ri)), Ok((to, ro)))) => {
-                tool_calls.lock().unwrap_or_else(|p| p.into_inner()).taps =
-                    Some([ri.marks.clone(), ro.marks.clone()]);
+                tool_calls.lock().unwrap_or_else(|p| p.into_inner()).taps = Some([
+                    (ri.marks.clone(), ri.wake.clone()),
+                    (ro.marks.clone(), ro.wake.clone()),
+                ]);
                 let profile = crate::mcp::Profile::of(
                     policy.name.as_deref(),
                     policy.source.as_deref(),

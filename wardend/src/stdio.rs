@@ -38,6 +38,7 @@ use nix::unistd::{pipe2, read, write};
 
 mod filter;
 
+use filter::FilterLoop;
 pub use filter::{Filter, GateRun, Report};
 
 const CHUNK: usize = 1 << 16;
@@ -333,6 +334,11 @@ impl Relay {
         let [in_w, out_r, err_r] = server;
         let (q_r, q_w) = pipe()?;
         let (p_r, p_w) = pipe()?;
+        if duplex_capable(&client[0]) && duplex_capable(&client[1]) {
+            // The filter on the relay's own thread, between its polls.
+            let f = FilterLoop::new(q_r, in_w, out_r, p_w, gate)?;
+            return Relay::start_duplex(client, [q_w, p_r, err_r], taps, Some(f));
+        }
         let filter = Filter::start(q_r, in_w, out_r, p_w, gate)?;
         let inner = Relay::start_tapped(client, [q_w, p_r, err_r], taps)?;
         Ok(Relay::Gated {
@@ -351,34 +357,15 @@ impl Relay {
         server: [OwnedFd; 3],
         taps: Option<[Tap; 2]>,
     ) -> io::Result<Relay> {
+        if duplex_capable(&client[0]) && duplex_capable(&client[1]) {
+            return Relay::start_duplex(client, server, taps, None);
+        }
         let [c_in, c_out, c_err] = client;
         let [in_w, out_r, err_r] = server;
-        if duplex_capable(&c_in) && duplex_capable(&c_out) {
-            // A pipe never blocks a SPLICE_F_NONBLOCK splice (a full one says
-            // EAGAIN); a socket can (the flag does not reach its send), and a
-            // client that never reads its stderr must not stall its stdout.
-            if is_fifo(&c_err) {
-                Ok(Relay::Duplex {
-                    io: Duplex::start_with_stderr(
-                        c_in,
-                        in_w,
-                        out_r,
-                        c_out,
-                        Some((err_r, c_err)),
-                        taps,
-                    )?,
-                    err: None,
-                })
-            } else {
-                Ok(Relay::Duplex {
-                    io: Duplex::start_with_stderr(c_in, in_w, out_r, c_out, None, taps)?,
-                    err: Some(Pump::start("stderr", err_r, c_err)?),
-                })
-            }
-        } else if let Some(taps) = taps {
+        if let Some(taps) = taps {
             let (q_r, q_w) = pipe()?;
             let (p_r, p_w) = pipe()?;
-            let inner = Duplex::start_with_stderr(q_r, in_w, out_r, p_w, None, Some(taps))?;
+            let inner = Duplex::start_with_stderr(q_r, in_w, out_r, p_w, None, Some(taps), None)?;
             let outer = Relay::start_tapped([c_in, c_out, c_err], [q_w, p_r, err_r], None)?;
             Ok(Relay::Tapped {
                 outer: Box::new(outer),
@@ -390,6 +377,40 @@ impl Relay {
                 Pump::start("stdout", out_r, c_out)?,
                 Pump::start("stderr", err_r, c_err)?,
             ]))
+        }
+    }
+
+    /// The duplex relay for a client whose stdin and stdout are pipes or
+    /// sockets, with `filter` on its thread.
+    fn start_duplex(
+        client: [OwnedFd; 3],
+        server: [OwnedFd; 3],
+        taps: Option<[Tap; 2]>,
+        filter: Option<FilterLoop>,
+    ) -> io::Result<Relay> {
+        let [c_in, c_out, c_err] = client;
+        let [in_w, out_r, err_r] = server;
+        // A pipe never blocks a SPLICE_F_NONBLOCK splice (a full one says
+        // EAGAIN); a socket can (the flag does not reach its send), and a
+        // client that never reads its stderr must not stall its stdout.
+        if is_fifo(&c_err) {
+            Ok(Relay::Duplex {
+                io: Duplex::start_with_stderr(
+                    c_in,
+                    in_w,
+                    out_r,
+                    c_out,
+                    Some((err_r, c_err)),
+                    taps,
+                    filter,
+                )?,
+                err: None,
+            })
+        } else {
+            Ok(Relay::Duplex {
+                io: Duplex::start_with_stderr(c_in, in_w, out_r, c_out, None, taps, filter)?,
+                err: Some(Pump::start("stderr", err_r, c_err)?),
+            })
         }
     }
 
@@ -632,7 +653,23 @@ pub struct Tap {
     marks: Marks,
     broken: bool,
     wake: Arc<TapWake>,
+    /// Copies moved since the observer was last rung for (the relay rings
+    /// once it is idle, see [`Tap::ring_due`]), their bytes, and when the
+    /// first of them was made.
+    unrung: u32,
+    unrung_bytes: usize,
+    unrung_since: Option<Instant>,
 }
+
+/// A tap rings its observer for moved copies at once, without waiting for
+/// the relay to be idle, past this many copies...
+const RING_COPIES: u32 = 32;
+/// ...or this many bytes (a tap's pipe holds 1 MiB, in at most 256
+/// buffers)...
+const RING_BYTES: usize = 128 << 10;
+/// ...or once the first of them is this old (a relay kept busy by another
+/// lane).
+const RING_LATEST: Duration = Duration::from_millis(5);
 
 /// The observer's end of a [`Tap`]: the pipe (non-blocking, for plain
 /// reads: never registered with an event loop), and the wake-up it waits on
@@ -644,14 +681,17 @@ pub struct TapReader {
 }
 
 /// How a tap wakes its observer: a [`tokio::sync::Notify`] the relay rings
-/// only when the observer asked for it ([`TapWake::arm`]) and then a copy was moved on
-/// (after the move, so not on the way to the server), and once when the tap
-/// is dropped. A pipe registered with the event loop would wake a worker
-/// thread for every message, at the moment the relay copies it: on a
-/// virtual machine, waking an idle CPU costs the waker tens of µs, which
-/// would land on every round trip. An observer that drains on its own
-/// schedule while messages keep coming costs the relay one atomic swap per
-/// move.
+/// only when the observer asked for it ([`TapWake::arm`]) and copies were
+/// moved on since, once the relay is idle (its spin window over: the round
+/// trip is done) or a backlog built up ([`RING_COPIES`], [`RING_BYTES`],
+/// [`RING_LATEST`]); once when the tap is dropped; and by a record that
+/// waits for the observer ([`TapWake::ring`]). A pipe registered with the
+/// event loop would wake a worker thread for every message, at the moment
+/// the relay copies it: on a virtual machine, waking an idle CPU costs the
+/// waker tens of µs, which would land on every round trip. An observer that
+/// drains on its own schedule while messages keep coming costs the relay a
+/// counter per move.
+#[derive(Debug)]
 pub struct TapWake {
     notify: tokio::sync::Notify,
     armed: AtomicBool,
@@ -677,7 +717,9 @@ impl TapWake {
         }
     }
 
-    fn ring(&self) {
+    /// Wakes the observer whether or not it asked (a record waiting for it
+    /// to follow the stream).
+    pub fn ring(&self) {
         // Kept as a permit when the observer is not waiting yet.
         self.notify.notify_one();
     }
@@ -715,6 +757,9 @@ pub fn tap() -> io::Result<(Tap, TapReader)> {
             marks: marks.clone(),
             broken: false,
             wake: wake.clone(),
+            unrung: 0,
+            unrung_bytes: 0,
+            unrung_since: None,
         },
         TapReader { fd: r, marks, wake },
     ))
@@ -745,6 +790,9 @@ impl Tap {
         }
         let at = Instant::now();
         self.log().copying = Some(at);
+        if self.unrung == 0 {
+            self.unrung_since = Some(at);
+        }
         let (copy, n) = self.copy_now(src);
         // The mark and the end of the announcement, under one lock.
         let mut log = self.marks.lock().unwrap_or_else(|p| p.into_inner());
@@ -829,11 +877,43 @@ impl Tap {
         }
     }
 
-    /// `n` bytes moved.
+    /// `n` bytes moved. The observer is not rung for them yet (waking it
+    /// costs the relay a futex wake and, on a virtual machine, an idle
+    /// CPU's wake-up, on the way of the answer the relay moves next): the
+    /// relay rings when it goes idle, or at once when a backlog builds.
     fn moved(&mut self, n: usize) {
         self.ahead = self.ahead.saturating_sub(n);
         if n > 0 && !self.broken {
+            self.unrung += 1;
+            self.unrung_bytes += n;
+            if self.unrung >= RING_COPIES || self.unrung_bytes >= RING_BYTES {
+                self.ring_now();
+            }
+        }
+    }
+
+    /// Rings the observer (if it asked) for the copies moved since the
+    /// last ring.
+    fn ring_now(&mut self) {
+        if self.unrung > 0 {
+            self.unrung = 0;
+            self.unrung_bytes = 0;
+            self.unrung_since = None;
             self.wake.notify();
+        }
+    }
+
+    /// The relay's look before it polls: rings for what moved when it is
+    /// about to sleep (`idle`), or when the oldest copy not rung for is
+    /// older than [`RING_LATEST`].
+    fn ring_due(&mut self, idle: bool, now: Instant) {
+        if self.unrung > 0
+            && (idle
+                || self
+                    .unrung_since
+                    .is_none_or(|t| now.saturating_duration_since(t) >= RING_LATEST))
+        {
+            self.ring_now();
         }
     }
 }
@@ -923,20 +1003,23 @@ impl Duplex {
         out_r: OwnedFd,
         c_out: OwnedFd,
     ) -> io::Result<Duplex> {
-        Duplex::start_with_stderr(c_in, in_w, out_r, c_out, None, None)
+        Duplex::start_with_stderr(c_in, in_w, out_r, c_out, None, None, None)
     }
 
     /// [`Duplex::start`], and with `err` = (`err_r`, `c_err`) the server's
     /// stderr to the client's too, on the same thread. `c_err` must be a
     /// pipe (a splice into a full socket blocks whatever its flags say, and
     /// would stall the other directions); `err_r` is made non-blocking.
-    pub fn start_with_stderr(
+    /// With `filter`, `in_w` and `out_r` are the filter's pipes and the
+    /// thread serves the filter too.
+    fn start_with_stderr(
         c_in: OwnedFd,
         in_w: OwnedFd,
         out_r: OwnedFd,
         c_out: OwnedFd,
         err: Option<(OwnedFd, OwnedFd)>,
         taps: Option<[Tap; 2]>,
+        filter: Option<FilterLoop>,
     ) -> io::Result<Duplex> {
         set_nonblocking(&in_w)?;
         set_nonblocking(&out_r)?;
@@ -979,7 +1062,13 @@ impl Duplex {
         });
         let done = [out_done.clone(), err_done.clone()];
         let worker = Worker::spawn("pump-stdio".into(), move |cancel, stop| {
-            duplex([Some(inbound), Some(outbound), errors], cancel, stop, &done)
+            duplex(
+                [Some(inbound), Some(outbound), errors],
+                filter,
+                cancel,
+                stop,
+                &done,
+            )
         })?;
         Ok(Duplex {
             worker,
@@ -1047,10 +1136,12 @@ impl Duplex {
 }
 
 /// Serves `lanes` (client → server stdin, server stdout → client, and
-/// optionally server stderr → client) until all are closed or cancelled;
-/// `done[0]`/`done[1]` are set when the stdout/stderr lane has closed.
+/// optionally server stderr → client), and `filter` between the first two
+/// and the server, until all are closed or cancelled; `done[0]`/`done[1]`
+/// are set when the stdout/stderr lane has closed.
 fn duplex(
     lanes: [Option<Lane>; 3],
+    mut filter: Option<FilterLoop>,
     cancel: &EventFd,
     stop: &AtomicBool,
     done: &[Arc<AtomicBool>; 2],
@@ -1058,15 +1149,25 @@ fn duplex(
     let mut lanes = lanes;
     let mut last_move: Option<Instant> = None;
     let result = loop {
-        if stop.load(Ordering::SeqCst) || lanes.iter().all(Option::is_none) {
+        let filter_done = filter.as_mut().is_none_or(FilterLoop::settle);
+        if stop.load(Ordering::SeqCst) || (lanes.iter().all(Option::is_none) && filter_done) {
             break Ok(());
         }
-        let spinning = last_move.is_some_and(|t| t.elapsed() < SPIN_WINDOW);
+        let now = Instant::now();
+        let spinning = last_move.is_some_and(|t| now.saturating_duration_since(t) < SPIN_WINDOW);
+        // The observer is rung for what moved once the relay is idle (the
+        // round trip is over by then), or when that has waited too long.
+        for lane in lanes.iter_mut().flatten() {
+            if let Some(t) = lane.tap.as_mut() {
+                t.ring_due(!spinning, now);
+            }
+        }
         // The poll set borrows the lanes; what fired is copied out before
         // the lanes move data.
         let mut ready = [false; 3];
+        let mut filter_ready = None;
         let polled = {
-            let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(4);
+            let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(10);
             let mut which: Vec<usize> = Vec::with_capacity(3);
             for (i, lane) in lanes.iter().enumerate() {
                 if let Some(l) = lane {
@@ -1074,6 +1175,10 @@ fn duplex(
                     which.push(i);
                 }
             }
+            let slots = filter
+                .as_ref()
+                .filter(|_| !filter_done)
+                .map(|f| f.poll_set(&mut fds));
             fds.push(PollFd::new(cancel.as_fd(), PollFlags::POLLIN));
             let timeout = if spinning {
                 PollTimeout::ZERO
@@ -1084,6 +1189,7 @@ fn duplex(
                 for (k, &i) in which.iter().enumerate() {
                     ready[i] = fired(&fds[k]);
                 }
+                filter_ready = slots.map(|s| s.ready(&fds));
                 (n, fds.last().is_some_and(fired))
             })
         };
@@ -1102,24 +1208,37 @@ fn duplex(
             break Ok(());
         }
         let mut failed = None;
+        let mut moved = [false; 3];
         for (i, slot) in lanes.iter_mut().enumerate() {
             if !ready[i] {
                 continue;
             }
-            let Some(lane) = slot.as_mut() else {
-                continue;
-            };
-            match lane.step() {
-                Ok(Step::Moved) => last_move = Some(Instant::now()),
-                Ok(Step::Idle) => {}
-                Ok(Step::Closed) => {
-                    *slot = None; // closes both fds: EOF travels on
-                    if i >= 1 {
-                        done[i - 1].store(true, Ordering::SeqCst);
-                    }
-                }
+            match step_lane(slot, i, done) {
+                Ok(m) => moved[i] = m,
                 Err(e) => failed = Some(e),
             }
+        }
+        // The filter, at once: what the client's lane just moved into it
+        // is read now, and what it passes to the client is moved on now,
+        // without another poll.
+        if let Some(f) = filter.as_mut() {
+            let mut r = filter_ready.take().unwrap_or_default();
+            if moved[0] {
+                r.client_sent();
+            }
+            match f.serve(r) {
+                Ok(true) => {
+                    if let Err(e) = step_lane(&mut lanes[1], 1, done) {
+                        failed = Some(e);
+                    }
+                    moved[1] = true;
+                }
+                Ok(false) => {}
+                Err(e) => failed = Some(e),
+            }
+        }
+        if moved.iter().any(|m| *m) {
+            last_move = Some(Instant::now());
         }
         if let Some(e) = failed {
             break Err(e);
@@ -1128,7 +1247,29 @@ fn duplex(
     for d in done {
         d.store(true, Ordering::SeqCst);
     }
+    if let Some(f) = filter.as_mut() {
+        f.end();
+    }
     result
+}
+
+/// One step of lane `i` (if still open): whether it moved bytes. A lane
+/// that closed is dropped (closing both its fds: EOF travels on).
+fn step_lane(slot: &mut Option<Lane>, i: usize, done: &[Arc<AtomicBool>; 2]) -> io::Result<bool> {
+    let Some(lane) = slot.as_mut() else {
+        return Ok(false);
+    };
+    match lane.step()? {
+        Step::Moved => Ok(true),
+        Step::Idle => Ok(false),
+        Step::Closed => {
+            *slot = None;
+            if i >= 1 {
+                done[i - 1].store(true, Ordering::SeqCst);
+            }
+            Ok(false)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1187,6 +1328,114 @@ mod tests {
             [Mark::Copied { end: 18, at }] => assert!(at >= before),
             ref other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_observer_is_rung_once_the_relay_is_idle_or_a_backlog_builds() {
+        let (src_r, src_w) = pipe().unwrap();
+        let (mut tap, reader) = tap().unwrap();
+        tap.attach(&src_r);
+        let armed = || reader.wake.armed.load(Ordering::SeqCst);
+        let one = |tap: &mut Tap| {
+            nix::unistd::write(&src_w, b"{}\n").unwrap();
+            assert!(matches!(tap.copy(&src_r), Copy::Move));
+            nix::unistd::read(&src_r, &mut [0u8; 3]).unwrap();
+            tap.moved(3);
+        };
+        // A copy moved while the relay still spins: not rung yet.
+        reader.wake.arm();
+        one(&mut tap);
+        let now = Instant::now();
+        tap.ring_due(false, now);
+        assert!(armed());
+        // Idle: rung.
+        tap.ring_due(true, now);
+        assert!(!armed());
+        // Nothing moved since: an idle relay does not ring again.
+        reader.wake.arm();
+        tap.ring_due(true, Instant::now());
+        assert!(armed());
+        // Busy with another lane: rung once the copy is RING_LATEST old.
+        one(&mut tap);
+        tap.ring_due(false, Instant::now() + RING_LATEST);
+        assert!(!armed());
+        // A backlog rings as it moves, without the relay's look.
+        reader.wake.arm();
+        for _ in 1..RING_COPIES {
+            one(&mut tap);
+        }
+        assert!(armed());
+        one(&mut tap);
+        assert!(!armed());
+    }
+
+    #[test]
+    fn a_gated_relay_filters_on_its_own_thread_and_ends_with_the_server() {
+        use warden_core::policy::McpPolicy;
+        let (c_in_r, c_in_w) = pipe().unwrap();
+        let (s_in_r, s_in_w) = pipe().unwrap();
+        let (s_out_r, s_out_w) = pipe().unwrap();
+        let (c_out_r, c_out_w) = pipe().unwrap();
+        let (s_err_r, s_err_w) = pipe().unwrap();
+        let (c_err_r, c_err_w) = pipe().unwrap();
+        let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = events.clone();
+        let gate = GateRun {
+            gate: crate::gate::Gate::new(McpPolicy {
+                deny: vec!["rm".into()],
+                ..McpPolicy::default()
+            }),
+            report: Box::new(move |e| seen.lock().unwrap().push(e)),
+        };
+        let relay = Relay::start_watched(
+            [c_in_r, c_out_w, c_err_w],
+            [s_in_w, s_out_r, s_err_r],
+            Watch {
+                taps: None,
+                gate: Some(gate),
+            },
+        )
+        .unwrap();
+        // One thread: no filter thread beside the duplex.
+        assert!(matches!(relay, Relay::Duplex { err: None, .. }));
+        let mut c_in = std::fs::File::from(c_in_w);
+        c_in.write_all(
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"rm\"}}\n\
+              {\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"ls\"}}\n",
+        )
+        .unwrap();
+        drop(c_in);
+        let mut to_server = String::new();
+        std::fs::File::from(s_in_r)
+            .read_to_string(&mut to_server)
+            .unwrap();
+        assert_eq!(
+            to_server,
+            "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"ls\"}}\n"
+        );
+        let mut s_out = std::fs::File::from(s_out_w);
+        s_out
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{}}\n")
+            .unwrap();
+        drop(s_out);
+        drop(s_err_w);
+        relay.finish(Duration::from_secs(5));
+        let mut to_client = String::new();
+        std::fs::File::from(c_out_r)
+            .read_to_string(&mut to_client)
+            .unwrap();
+        let lines: Vec<serde_json::Value> = to_client
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2, "{to_client}");
+        assert_eq!(lines[0]["id"], 1);
+        assert_eq!(lines[0]["error"]["code"], -32602);
+        assert_eq!(lines[1]["id"], 2);
+        assert!(lines[1].get("result").is_some());
+        drop(c_err_r);
+        // The refusal reported, the gate's end too.
+        assert!(!events.lock().unwrap().is_empty());
     }
 
     #[test]
@@ -1405,6 +1654,7 @@ mod tests {
             s_out_r,
             c_out_w,
             Some((s_err_r, c_err_w)),
+            None,
             None,
         )
         .unwrap();

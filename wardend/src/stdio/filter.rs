@@ -60,23 +60,11 @@ impl Filter {
         to_client: OwnedFd,
         run: GateRun,
     ) -> io::Result<Filter> {
-        for fd in [&from_client, &to_server, &from_server, &to_client] {
-            set_nonblocking(fd)?;
-        }
-        let out_done = Arc::new(AtomicBool::new(false));
-        let done = out_done.clone();
+        let mut f = FilterLoop::new(from_client, to_server, from_server, to_client, run)?;
+        let out_done = f.out_done();
         let worker = Worker::spawn("mcp-gate".into(), move |cancel, stop| {
-            let sides = [
-                Side::new(from_client, to_server),
-                Side::new(from_server, to_client),
-            ];
-            let mut run = run;
-            let r = serve(sides, &mut run, cancel, stop, &done);
-            done.store(true, Ordering::SeqCst);
-            run.gate.finish();
-            for e in run.gate.take_events() {
-                (run.report)(e);
-            }
+            let r = serve(&mut f, cancel, stop);
+            f.end();
             r
         })?;
         Ok(Filter { worker, out_done })
@@ -178,17 +166,211 @@ impl Side {
 const IN: usize = 0;
 const OUT: usize = 1;
 
-fn serve(
-    mut sides: [Side; 2],
-    run: &mut GateRun,
-    cancel: &EventFd,
-    stop: &AtomicBool,
-    out_done: &AtomicBool,
-) -> io::Result<()> {
-    let mut buf = vec![0u8; CHUNK];
-    // Refusals for the client, held while the server's side is inside a
-    // line (they go between lines, never into one).
-    let mut held: Vec<u8> = Vec::new();
+/// The filter's state, served by its own thread ([`Filter`]) or by a
+/// session's duplex relay thread between its own polls ([`Duplex`]'s
+/// gated form: no hand-over between two threads on the way of every
+/// message, which on a virtual machine costs a sleeping thread's wake-up,
+/// tens of µs).
+///
+/// [`Duplex`]: super::Duplex
+pub(crate) struct FilterLoop {
+    sides: [Side; 2],
+    run: GateRun,
+    buf: Vec<u8>,
+    /// Refusals for the client, held while the server's side is inside a
+    /// line (they go between lines, never into one).
+    held: Vec<u8>,
+    out_done: Arc<AtomicBool>,
+    ended: bool,
+}
+
+/// Where a [`FilterLoop`]'s fds sit in a poll set.
+#[derive(Default)]
+pub(crate) struct Slots {
+    /// (side, write?) for each fd from `first` on.
+    which: Vec<(usize, bool)>,
+    first: usize,
+    woke_at: Option<usize>,
+}
+
+/// What a poll found for a [`FilterLoop`].
+#[derive(Default)]
+pub(crate) struct Ready {
+    sides: [(bool, bool); 2],
+    woken: bool,
+}
+
+impl Ready {
+    /// The client side's source may hold bytes (the relay just moved some
+    /// into it): read it without waiting for a poll to say so.
+    pub(crate) fn client_sent(&mut self) {
+        self.sides[IN].0 = true;
+    }
+}
+
+impl Slots {
+    pub(crate) fn ready(&self, fds: &[PollFd<'_>]) -> Ready {
+        let mut r = Ready::default();
+        for (k, &(i, w)) in self.which.iter().enumerate() {
+            if fired(&fds[self.first + k]) {
+                if w {
+                    r.sides[i].1 = true;
+                } else {
+                    r.sides[i].0 = true;
+                }
+            }
+        }
+        r.woken = self.woke_at.is_some_and(|k| fired(&fds[k]));
+        r
+    }
+}
+
+impl FilterLoop {
+    /// Every fd must be the daemon's own (each is made non-blocking).
+    pub(crate) fn new(
+        from_client: OwnedFd,
+        to_server: OwnedFd,
+        from_server: OwnedFd,
+        to_client: OwnedFd,
+        run: GateRun,
+    ) -> io::Result<FilterLoop> {
+        for fd in [&from_client, &to_server, &from_server, &to_client] {
+            set_nonblocking(fd)?;
+        }
+        Ok(FilterLoop {
+            sides: [
+                Side::new(from_client, to_server),
+                Side::new(from_server, to_client),
+            ],
+            run,
+            buf: vec![0u8; CHUNK],
+            held: Vec::new(),
+            out_done: Arc::new(AtomicBool::new(false)),
+            ended: false,
+        })
+    }
+
+    /// Set once the server's stdout has ended and been passed on whole.
+    pub(crate) fn out_done(&self) -> Arc<AtomicBool> {
+        self.out_done.clone()
+    }
+
+    /// Closes the destinations whose sources ended with nothing left to
+    /// write (EOF travels on). True when both directions are done.
+    pub(crate) fn settle(&mut self) -> bool {
+        let done = [
+            self.sides[IN].finish_if_done(),
+            self.sides[OUT].finish_if_done(),
+        ];
+        if done[OUT] {
+            self.out_done.store(true, Ordering::SeqCst);
+        }
+        done[IN] && done[OUT]
+    }
+
+    /// Adds the fds to wait on to `fds`.
+    pub(crate) fn poll_set<'a>(&'a self, fds: &mut Vec<PollFd<'a>>) -> Slots {
+        let mut slots = Slots {
+            first: fds.len(),
+            ..Slots::default()
+        };
+        let sides = &self.sides;
+        let client_full = sides[OUT].waiting() + self.held.len() > HIGH;
+        for (i, s) in sides.iter().enumerate() {
+            let read = s.src.is_some() && s.waiting() <= HIGH && !(i == IN && client_full);
+            let write = s.dst.is_some() && s.waiting() > 0;
+            if let (true, Some(src)) = (read, &s.src) {
+                fds.push(PollFd::new(src.as_fd(), PollFlags::POLLIN));
+                slots.which.push((i, false));
+            }
+            if let (true, Some(dst)) = (write, &s.dst) {
+                fds.push(PollFd::new(dst.as_fd(), PollFlags::POLLOUT));
+                slots.which.push((i, true));
+            }
+        }
+        slots.woke_at = self.run.gate.wake_fd().map(|fd| {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+            fds.len() - 1
+        });
+        slots
+    }
+
+    /// Serves what the poll found. True when bytes were read.
+    pub(crate) fn serve(&mut self, ready: Ready) -> io::Result<bool> {
+        let FilterLoop {
+            sides,
+            run,
+            buf,
+            held,
+            ..
+        } = self;
+        if ready.woken {
+            // A withheld tool was accepted: the client is told to list again.
+            let note = run.gate.woken();
+            reply(&mut sides[OUT], held, note);
+        }
+        for i in [IN, OUT] {
+            if ready.sides[i].1 && !sides[i].flush()? && i == IN {
+                // The server closed its stdin: what the client sends goes
+                // nowhere; closing our end tells the relay so.
+                sides[IN].src = None;
+                sides[IN].line.clear();
+            }
+        }
+        let mut moved = false;
+        for i in [IN, OUT] {
+            if !ready.sides[i].0 {
+                continue;
+            }
+            let Some(src) = &sides[i].src else { continue };
+            let n = match read(src, buf) {
+                Ok(n) => n,
+                Err(Errno::EINTR | Errno::EAGAIN) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if n == 0 {
+                sides[i].src = None;
+            }
+            moved = true;
+            if i == IN {
+                inbound(sides, held, &buf[..n], n == 0, run);
+            } else {
+                outbound(&mut sides[OUT], held, &buf[..n], n == 0, run);
+            }
+            for e in run.gate.take_events() {
+                (run.report)(e);
+            }
+            // Write at once what is ready (the next poll would say so).
+            for s in sides.iter_mut() {
+                if s.waiting() > 0 {
+                    s.flush()?;
+                }
+            }
+        }
+        Ok(moved)
+    }
+
+    /// The end, however it came: the gate's last events reported.
+    pub(crate) fn end(&mut self) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        self.out_done.store(true, Ordering::SeqCst);
+        self.run.gate.finish();
+        for e in self.run.gate.take_events() {
+            (self.run.report)(e);
+        }
+    }
+}
+
+impl Drop for FilterLoop {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// The filter on its own thread.
+fn serve(f: &mut FilterLoop, cancel: &EventFd, stop: &AtomicBool) -> io::Result<()> {
     // As the duplex relay does: after moving data, poll without sleeping
     // for a moment (the answer, or the next request, usually comes within
     // microseconds; waking a sleeping thread costs tens of them).
@@ -198,39 +380,12 @@ fn serve(
             return Ok(());
         }
         let spinning = last_move.is_some_and(|t| t.elapsed() < super::SPIN_WINDOW);
-        let done = [sides[IN].finish_if_done(), sides[OUT].finish_if_done()];
-        if done[OUT] {
-            out_done.store(true, Ordering::SeqCst);
-        }
-        if done[IN] && done[OUT] {
+        if f.settle() {
             return Ok(());
         }
-        let mut want = [(false, false); 2];
-        let client_full = sides[OUT].waiting() + held.len() > HIGH;
-        for (i, s) in sides.iter().enumerate() {
-            let read = s.src.is_some() && s.waiting() <= HIGH && !(i == IN && client_full);
-            let write = s.dst.is_some() && s.waiting() > 0;
-            want[i] = (read, write);
-        }
-        let mut ready = [(false, false); 2];
-        let woken;
-        let cancelled = {
-            let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(5);
-            let mut which: Vec<(usize, bool)> = Vec::with_capacity(4);
-            for (i, s) in sides.iter().enumerate() {
-                if let (true, Some(src)) = (want[i].0, &s.src) {
-                    fds.push(PollFd::new(src.as_fd(), PollFlags::POLLIN));
-                    which.push((i, false));
-                }
-                if let (true, Some(dst)) = (want[i].1, &s.dst) {
-                    fds.push(PollFd::new(dst.as_fd(), PollFlags::POLLOUT));
-                    which.push((i, true));
-                }
-            }
-            let woke_at = run.gate.wake_fd().map(|fd| {
-                fds.push(PollFd::new(fd, PollFlags::POLLIN));
-                fds.len() - 1
-            });
+        let (ready, cancelled) = {
+            let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(6);
+            let slots = f.poll_set(&mut fds);
             fds.push(PollFd::new(cancel.as_fd(), PollFlags::POLLIN));
             let timeout = if spinning {
                 PollTimeout::ZERO
@@ -247,62 +402,13 @@ fn serve(
                 Err(Errno::EINTR) => continue,
                 Err(e) => return Err(e.into()),
             }
-            for (k, &(i, w)) in which.iter().enumerate() {
-                if fired(&fds[k]) {
-                    if w {
-                        ready[i].1 = true;
-                    } else {
-                        ready[i].0 = true;
-                    }
-                }
-            }
-            woken = woke_at.is_some_and(|k| fired(&fds[k]));
-            fds.last().is_some_and(fired)
+            (slots.ready(&fds), fds.last().is_some_and(fired))
         };
         if cancelled {
             return Ok(());
         }
-        if woken {
-            // A withheld tool was accepted: the client is told to list again.
-            let note = run.gate.woken();
-            reply(&mut sides[OUT], &mut held, note);
-        }
-        for i in [IN, OUT] {
-            if ready[i].1 && !sides[i].flush()? && i == IN {
-                // The server closed its stdin: what the client sends goes
-                // nowhere; closing our end tells the relay so.
-                sides[IN].src = None;
-                sides[IN].line.clear();
-            }
-        }
-        for i in [IN, OUT] {
-            if !ready[i].0 {
-                continue;
-            }
-            let Some(src) = &sides[i].src else { continue };
-            let n = match read(src, &mut buf) {
-                Ok(n) => n,
-                Err(Errno::EINTR | Errno::EAGAIN) => continue,
-                Err(e) => return Err(e.into()),
-            };
-            if n == 0 {
-                sides[i].src = None;
-            }
+        if f.serve(ready)? {
             last_move = Some(std::time::Instant::now());
-            if i == IN {
-                inbound(&mut sides, &mut held, &buf[..n], n == 0, run);
-            } else {
-                outbound(&mut sides[OUT], &mut held, &buf[..n], n == 0, run);
-            }
-            for e in run.gate.take_events() {
-                (run.report)(e);
-            }
-            // Write at once what is ready (the next poll would say so).
-            for s in sides.iter_mut() {
-                if s.waiting() > 0 {
-                    s.flush()?;
-                }
-            }
         }
     }
 }
