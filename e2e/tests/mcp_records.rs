@@ -333,6 +333,61 @@ fn a_file_denial_during_a_tool_call_names_the_call_and_the_tool() {
 }
 
 #[test]
+fn a_file_denial_with_two_calls_in_flight_names_both() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let secret = env.write("outside/secret.txt", "not for the server");
+    let policy = env.minimal_policy();
+    let mut c = env.fixture_session(&policy, &[], &[]);
+    c.initialize();
+    // Two calls in one write: the server reads the first while the second
+    // is on its way, so its denial was made with both in flight.
+    let call = |id: u32| {
+        let mut l = serde_json::to_vec(&json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "read_file", "arguments": {"path": secret}},
+        }))
+        .unwrap();
+        l.push(b'\n');
+        l
+    };
+    c.send_raw(&[call(101), call(102)].concat());
+    for id in [101, 102] {
+        c.wait_response(&json!(id));
+    }
+    c.close_stdin();
+    assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
+    let recs = audit_records(&env);
+    let denied: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["type"] == "file" && r["decision"] == "deny")
+        .filter(|r| {
+            r["resource"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("secret.txt"))
+        })
+        .collect();
+    let both = json!(["read_file (id 101)", "read_file (id 102)"]);
+    assert!(
+        denied.iter().any(|d| d["details"]["calls"] == both),
+        "{denied:#?}"
+    );
+    // Each denial names its candidates: one call, or the set.
+    for d in &denied {
+        let one = d["details"]["call"].as_str();
+        assert!(
+            matches!(one, Some("101" | "102")) || d["details"]["calls"] == both,
+            "{d}"
+        );
+        if one.is_some() {
+            assert_eq!(d["details"]["tool"], "read_file", "{d}");
+        } else {
+            assert!(d["details"].get("tool").is_none(), "{d}");
+        }
+    }
+}
+
+#[test]
 fn a_changed_tool_definition_is_flagged_against_the_profiles_pin() {
     let env = TestEnv::new();
     let _daemon = env.start_daemon();
