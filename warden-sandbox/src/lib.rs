@@ -56,13 +56,19 @@
 
 pub mod bridge;
 mod confine;
+#[cfg(target_os = "linux")]
 mod control;
+#[cfg(target_os = "linux")]
 pub mod init;
+#[cfg(target_os = "linux")]
 pub mod kernel;
+#[cfg(target_os = "linux")]
 pub mod launch;
 pub mod protected;
+#[cfg(target_os = "linux")]
 mod rootfs;
 pub mod spec;
+#[cfg(target_os = "linux")]
 pub mod supervise;
 // The kernel boundary: with `init::exec`, the only module that may hold
 // `unsafe` (see its docs).
@@ -73,7 +79,11 @@ pub use sys::{activation, fdpass};
 
 /// The seccomp deny list as a Docker profile (the Docker backend's).
 pub use confine::seccomp::docker as docker_seccomp;
+#[cfg(target_os = "linux")]
 pub use init::{entry_if_requested as init_entry_if_requested, INIT_ARG};
+#[cfg(target_os = "linux")]
 pub use kernel::Kernel;
+#[cfg(target_os = "linux")]
 pub use launch::{snapshot_dir, ExitOutcome, Hooks, Sandbox, SandboxError, Snapshot, Spawned};
+#[cfg(target_os = "linux")]
 pub use supervise::{FileAccess, FileAccesses, RefusedCall, RefusedCalls, Wake, WakeWaiter};

@@ -4,13 +4,28 @@
 //!
 //! A spec without `layers` gets what the daemon would give it on this kernel
 //! (`Kernel::probe().layers(..)`); a spec with `layers` is run with exactly
-//! those, so tests can ask for a layer the kernel lacks.
+//! those, so tests can ask for a layer the kernel lacks. Linux only (the
+//! native sandbox); elsewhere it says so and exits 125.
 
+#[cfg(target_os = "linux")]
 use std::os::fd::AsFd;
+#[cfg(target_os = "linux")]
 use std::path::PathBuf;
+#[cfg(target_os = "linux")]
 use warden_sandbox::spec::{Layers, SandboxSpec};
+#[cfg(target_os = "linux")]
 use warden_sandbox::{init_entry_if_requested, ExitOutcome, Kernel, Sandbox};
 
+#[cfg(not(target_os = "linux"))]
+fn main() {
+    eprintln!(
+        "warden-sandbox-run: the native sandbox needs Linux (namespaces, Landlock, seccomp); this is {}",
+        std::env::consts::OS
+    );
+    std::process::exit(125)
+}
+
+#[cfg(target_os = "linux")]
 fn main() {
     // Before anything else: this binary is also the sandbox init.
     init_entry_if_requested();
@@ -23,6 +38,7 @@ fn main() {
     })
 }
 
+#[cfg(target_os = "linux")]
 fn run() -> Result<i32, String> {
     let path = std::env::args_os()
         .nth(1)

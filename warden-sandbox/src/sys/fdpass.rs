@@ -39,7 +39,12 @@ pub fn recv_with_fds(
     msg.msg_iovlen = 1;
     msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
     msg.msg_controllen = space as _;
+    // Close-on-exec as they arrive where the kernel can; elsewhere (macOS)
+    // set just after, below.
+    #[cfg(any(target_os = "linux", target_os = "freebsd"))]
     let mut flags = libc::MSG_CMSG_CLOEXEC;
+    #[cfg(not(any(target_os = "linux", target_os = "freebsd")))]
+    let mut flags = 0;
     if nonblocking {
         flags |= libc::MSG_DONTWAIT;
     }
@@ -72,6 +77,14 @@ pub fn recv_with_fds(
             }
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
         }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "freebsd")))]
+    for fd in &fds {
+        use std::os::fd::AsFd;
+        nix::fcntl::fcntl(
+            fd.as_fd(),
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )?;
     }
     if msg.msg_flags & libc::MSG_CTRUNC != 0 {
         return Err(io::Error::new(

@@ -25,17 +25,27 @@
 
 pub mod activation;
 pub mod fdpass;
+#[cfg(target_os = "linux")]
 pub(crate) mod fs;
+#[cfg(target_os = "linux")]
 pub(crate) mod landlock;
+#[cfg(target_os = "linux")]
 pub(crate) mod mount;
+#[cfg(target_os = "linux")]
 pub(crate) mod net;
+#[cfg(target_os = "linux")]
 pub(crate) mod process;
+#[cfg(target_os = "linux")]
 pub(crate) mod readiness;
+#[cfg(target_os = "linux")]
 pub(crate) mod seccomp;
 
+#[cfg(target_os = "linux")]
 use nix::errno::Errno;
+#[cfg(target_os = "linux")]
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
+#[cfg(target_os = "linux")]
 /// Converts the return value of a syscall that returns a new fd. Only for
 /// such return values (private: every caller passes one straight from
 /// `libc::syscall`).
@@ -48,6 +58,7 @@ fn fd_result(ret: libc::c_long) -> Result<OwnedFd, Errno> {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn unit_result(ret: libc::c_long) -> Result<(), Errno> {
     if ret < 0 {
         Err(Errno::last())
@@ -56,6 +67,7 @@ fn unit_result(ret: libc::c_long) -> Result<(), Errno> {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// The human text of an errno, without the "(os error N)" suffix.
 pub(crate) fn errno_text(e: Errno) -> String {
     e.desc().to_string()

@@ -287,7 +287,7 @@ fn refusals(rules: &[Rule]) -> Vec<Refusal> {
         let mut region = vec![conj(rule)];
         for earlier in rules[..i]
             .iter()
-            .filter(|e| e.nr == rule.nr && e.action.errno() != errno)
+            .filter(|e| e.name == rule.name && e.action.errno() != errno)
         {
             let b = conj(earlier);
             region = region.iter().flat_map(|a| minus(a, &b)).collect();

@@ -46,15 +46,23 @@
 //! notifier looks for a refusing rule ([`rule_for`], on the same argument
 //! snapshot the filter saw) before it treats a notification as observed.
 
+mod abi;
+#[cfg(target_os = "linux")]
 mod bpf;
 pub mod docker;
 mod table;
 #[cfg(test)]
+#[cfg(target_os = "linux")]
 mod tests;
+#[cfg(target_os = "linux")]
 mod watched;
 
+#[cfg(target_os = "linux")]
 pub(crate) use bpf::{program_with, LISTENER_SEND_FLAGS};
+#[cfg(target_os = "linux")]
 pub(crate) use table::{rule_for, SET_ID};
 #[cfg(test)]
+#[cfg(target_os = "linux")]
 pub(crate) use watched::WATCHED;
+#[cfg(target_os = "linux")]
 pub(crate) use watched::{creates, watched, FileOp, Flags, PathArg, Watched};

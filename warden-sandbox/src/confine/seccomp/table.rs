@@ -3,6 +3,8 @@
 //! reason; and the lookup the notifier uses to tell which row refused a
 //! notified call ([`rule_for`]).
 
+use super::abi;
+
 /// What a matching rule returns to the caller instead of running the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Action {
@@ -50,10 +52,15 @@ pub(crate) enum When {
 pub(crate) struct Rule {
     /// `SYS_<name>`, as spelled in libc.
     pub name: &'static str,
+    /// The number (the native filter's; Linux only: elsewhere the table is
+    /// only the Docker profile's, by name).
+    #[cfg(target_os = "linux")]
     pub nr: libc::c_long,
     pub action: Action,
     /// `None`: every call is refused.
     pub cond: Option<ArgCond>,
+    /// (Read by the native filter only: the Docker profile has every rule.)
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub when: When,
     /// One line: what the call reaches and why the server does not need it.
     /// Documentation kept as data (checked by the tests; for `wardenctl status`).
@@ -62,6 +69,7 @@ pub(crate) struct Rule {
 }
 
 /// Syscall numbers: libc's, plus the few it does not have yet.
+#[cfg(target_os = "linux")]
 #[allow(non_upper_case_globals)]
 pub(super) mod nr {
     pub use libc::*;
@@ -69,49 +77,48 @@ pub(super) mod nr {
     pub const SYS_open_tree_attr: libc::c_long = 467;
 }
 
-pub(super) const EPERM: Action = Action::Errno(libc::EPERM);
-pub(super) const NOTIFY_EPERM: Action = Action::Notify(libc::EPERM);
-pub(super) const ENOSYS: Action = Action::Errno(libc::ENOSYS);
-pub(super) const EAFNOSUPPORT: Action = Action::Errno(libc::EAFNOSUPPORT);
-pub(super) const EPROTONOSUPPORT: Action = Action::Errno(libc::EPROTONOSUPPORT);
-pub(super) const NOTIFY_EPROTONOSUPPORT: Action = Action::Notify(libc::EPROTONOSUPPORT);
+pub(super) const EPERM: Action = Action::Errno(abi::EPERM);
+pub(super) const NOTIFY_EPERM: Action = Action::Notify(abi::EPERM);
+pub(super) const ENOSYS: Action = Action::Errno(abi::ENOSYS);
+pub(super) const EAFNOSUPPORT: Action = Action::Errno(abi::EAFNOSUPPORT);
+pub(super) const EPROTONOSUPPORT: Action = Action::Errno(abi::EPROTONOSUPPORT);
+pub(super) const NOTIFY_EPROTONOSUPPORT: Action = Action::Notify(abi::EPROTONOSUPPORT);
 
 /// Namespace flags `clone` accepts. `CLONE_NEWTIME` (0x80) is not among them: in
 /// `clone`'s flags those low 8 bits are the exit signal (`CSIGNAL`).
-pub(crate) const CLONE_NS_FLAGS: u32 = (libc::CLONE_NEWNS
-    | libc::CLONE_NEWCGROUP
-    | libc::CLONE_NEWUTS
-    | libc::CLONE_NEWIPC
-    | libc::CLONE_NEWUSER
-    | libc::CLONE_NEWPID
-    | libc::CLONE_NEWNET) as u32;
+pub(crate) const CLONE_NS_FLAGS: u32 = (abi::CLONE_NEWNS
+    | abi::CLONE_NEWCGROUP
+    | abi::CLONE_NEWUTS
+    | abi::CLONE_NEWIPC
+    | abi::CLONE_NEWUSER
+    | abi::CLONE_NEWPID
+    | abi::CLONE_NEWNET) as u32;
 /// Namespace flags `unshare` accepts.
-pub(crate) const UNSHARE_NS_FLAGS: u32 = CLONE_NS_FLAGS | libc::CLONE_NEWTIME as u32;
+pub(crate) const UNSHARE_NS_FLAGS: u32 = CLONE_NS_FLAGS | abi::CLONE_NEWTIME as u32;
 
 /// Socket families a server may create.
 pub(super) const FAMILIES: &[u32] = &[
-    libc::AF_UNIX as u32,
-    libc::AF_INET as u32,
-    libc::AF_INET6 as u32,
+    abi::AF_UNIX as u32,
+    abi::AF_INET as u32,
+    abi::AF_INET6 as u32,
 ];
 /// `personality(PER_LINUX)` (0, the default) and `personality(0xffffffff)` (query).
 pub(super) const PERSONALITIES: &[u32] = &[0, 0xffff_ffff];
 
 /// `S_ISUID | S_ISGID`: the bits no file the server makes or changes may carry.
-pub(crate) const SET_ID: u32 = libc::S_ISUID | libc::S_ISGID;
+pub(crate) const SET_ID: u32 = abi::S_ISUID | abi::S_ISGID;
 /// The open flags with which the kernel uses the mode argument (`WILL_CREATE`:
 /// `O_CREAT`, and `__O_TMPFILE`, the bit of `O_TMPFILE` that is not `O_DIRECTORY`).
-pub(super) const OPEN_CREATES: u32 =
-    (libc::O_CREAT | (libc::O_TMPFILE & !libc::O_DIRECTORY)) as u32;
+pub(super) const OPEN_CREATES: u32 = (abi::O_CREAT | (abi::O_TMPFILE & !abi::O_DIRECTORY)) as u32;
 /// Not `AF_UNIX`: after the family rule, an IP socket.
 pub(super) const IP: ArgCond = ArgCond::NotIn {
     arg: 0,
-    values: &[libc::AF_UNIX as u32],
+    values: &[abi::AF_UNIX as u32],
 };
 /// The IP socket types a server may create (`type & 0xf`, `SOCK_TYPE_MASK`).
-pub(super) const IP_TYPES: &[u32] = &[libc::SOCK_STREAM as u32, libc::SOCK_DGRAM as u32];
+pub(super) const IP_TYPES: &[u32] = &[abi::SOCK_STREAM as u32, abi::SOCK_DGRAM as u32];
 /// The IP protocols a server may ask for: the default one of the type, TCP, UDP.
-pub(super) const IP_PROTOCOLS: &[u32] = &[0, libc::IPPROTO_TCP as u32, libc::IPPROTO_UDP as u32];
+pub(super) const IP_PROTOCOLS: &[u32] = &[0, abi::IPPROTO_TCP as u32, abi::IPPROTO_UDP as u32];
 /// `SOCK_TYPE_MASK`.
 pub(super) const SOCK_TYPE_MASK: u32 = 0xf;
 
@@ -130,6 +137,7 @@ macro_rules! rule {
     ($sys:ident, $action:expr, $cond:expr, $when:expr, $why:literal) => {
         Rule {
             name: stringify!($sys),
+            #[cfg(target_os = "linux")]
             nr: nr::$sys,
             action: $action,
             cond: $cond,
@@ -214,11 +222,11 @@ pub(crate) static RULES: &[Rule] = &[
     rule!(SYS_personality, NOTIFY_EPERM, Some(ArgCond::NotIn { arg: 0, values: PERSONALITIES }),
         "execution domains weaken the next exec: MMAP_PAGE_ZERO (CVE-2009-1895), READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE"),
     // Terminals (cmd is an unsigned int: compared on 32 bits).
-    rule!(SYS_ioctl, NOTIFY_EPERM, Some(ArgCond::Eq { arg: 1, value: libc::TIOCSTI as u32 }),
+    rule!(SYS_ioctl, NOTIFY_EPERM, Some(ArgCond::Eq { arg: 1, value: abi::TIOCSTI as u32 }),
         "TIOCSTI pushes input into a terminal (CVE-2017-5226, CVE-2016-7545)"),
-    rule!(SYS_ioctl, NOTIFY_EPERM, Some(ArgCond::Eq { arg: 1, value: libc::TIOCLINUX as u32 }),
+    rule!(SYS_ioctl, NOTIFY_EPERM, Some(ArgCond::Eq { arg: 1, value: abi::TIOCLINUX as u32 }),
         "TIOCLINUX pastes the console selection as input, like TIOCSTI (CVE-2023-1076 class)"),
-    rule!(SYS_ioctl, NOTIFY_EPERM, Some(ArgCond::Eq { arg: 1, value: libc::TIOCSETD as u32 }),
+    rule!(SYS_ioctl, NOTIFY_EPERM, Some(ArgCond::Eq { arg: 1, value: abi::TIOCSETD as u32 }),
         "TIOCSETD attaches line disciplines (CVE-2017-2636 n_hdlc, CVE-2023-6546 n_gsm)"),
     // Sockets: Unix and IP only. AF_NETLINK too is refused (nothing needs it here;
     // netfilter/route are large surfaces: CVE-2022-1015, CVE-2023-32233; side
@@ -237,9 +245,9 @@ pub(crate) static RULES: &[Rule] = &[
     // and falls back to TCP.
     rule!(SYS_socket, NOTIFY_EPERM, Some(ArgCond::All(&[IP, ArgCond::MaskedNotIn { arg: 1, mask: SOCK_TYPE_MASK, values: IP_TYPES }])),
         "IP socket types other than stream and datagram: raw (CVE-2017-17712), SOCK_SEQPACKET (SCTP), SOCK_DCCP (CVE-2017-6074), SOCK_PACKET"),
-    rule!(SYS_socket, NOTIFY_EPROTONOSUPPORT, Some(ArgCond::All(&[IP, ArgCond::Eq { arg: 2, value: libc::IPPROTO_ICMP as u32 }])),
+    rule!(SYS_socket, NOTIFY_EPROTONOSUPPORT, Some(ArgCond::All(&[IP, ArgCond::Eq { arg: 2, value: abi::IPPROTO_ICMP as u32 }])),
         "ICMP ping sockets (CVE-2017-2671; no route for them): recorded, like raw sockets"),
-    rule!(SYS_socket, NOTIFY_EPROTONOSUPPORT, Some(ArgCond::All(&[IP, ArgCond::Eq { arg: 2, value: libc::IPPROTO_ICMPV6 as u32 }])),
+    rule!(SYS_socket, NOTIFY_EPROTONOSUPPORT, Some(ArgCond::All(&[IP, ArgCond::Eq { arg: 2, value: abi::IPPROTO_ICMPV6 as u32 }])),
         "ICMPv6 ping sockets: recorded, like raw sockets"),
     rule!(SYS_socket, EPROTONOSUPPORT, Some(ArgCond::All(&[IP, ArgCond::NotIn { arg: 2, values: IP_PROTOCOLS }])),
         "IP protocols other than TCP/UDP: SCTP (CVE-2021-23133), DCCP, UDP-Lite, L2TP (CVE-2016-10200), MPTCP, IPPROTO_SMC, ICMP ping (CVE-2017-2671); each may also autoload a module"),
@@ -286,6 +294,7 @@ pub(crate) static RULES: &[Rule] = &[
         "its mode (setuid/setgid bits) is in memory the filter cannot read; only with write grants and no creation guard"),
 ];
 
+#[cfg(target_os = "linux")]
 impl Action {
     /// The `SECCOMP_RET_*` value; `notify`: the filter is installed with a
     /// listener (otherwise `Notify` degrades to its errno).
@@ -297,7 +306,9 @@ impl Action {
             }
         }
     }
+}
 
+impl Action {
     /// The errno the caller gets, whether or not the call was recorded.
     pub(crate) fn errno(self) -> i32 {
         match self {
@@ -306,6 +317,7 @@ impl Action {
     }
 }
 
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the native filter's
 impl ArgCond {
     /// The argument this condition inspects (for [`ArgCond::All`], the last
     /// one's: the one that decides, such as the mode after the open flags).
@@ -337,6 +349,7 @@ impl ArgCond {
 /// picks it (first rule of the syscall whose condition holds). Only the rules
 /// of every filter ([`When::Always`]): the others are plain errno returns
 /// that never reach the notifier, which asks this.
+#[cfg(target_os = "linux")]
 pub(crate) fn rule_for(nr: libc::c_long, args: &[u64; 6]) -> Option<&'static Rule> {
     RULES
         .iter()
