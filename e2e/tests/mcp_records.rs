@@ -30,6 +30,14 @@ fn end_of<'a>(recs: &'a [Value], tool: &str) -> &'a Value {
 /// Through the real shim, with server-everything and a real client (the
 /// official Python SDK): echo, get-sum, a long-running call with progress
 /// and an unknown tool each have their records.
+/// The file denials of a path ending in `name`.
+fn denials_of<'a>(recs: &'a [Value], name: &str) -> Vec<&'a Value> {
+    recs.iter()
+        .filter(|r| r["type"] == "file" && r["decision"] == "deny")
+        .filter(|r| r["resource"].as_str().is_some_and(|p| p.ends_with(name)))
+        .collect()
+}
+
 #[test]
 fn server_everything_calls_each_have_their_records() {
     let Some(deps) = require_test_deps() else {
@@ -253,16 +261,7 @@ fn a_file_denial_during_a_tool_call_names_the_call_and_the_tool() {
     c.close_stdin();
     assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
     let recs = audit_records(&env);
-    let denied: Vec<&Value> = recs
-        .iter()
-        .filter(|r| r["type"] == "file" && r["decision"] == "deny")
-        .filter(|r| {
-            r["resource"]
-                .as_str()
-                .unwrap_or_default()
-                .ends_with("secret.txt")
-        })
-        .collect();
+    let denied = denials_of(&recs, "secret.txt");
     assert!(!denied.is_empty(), "no file denial: {recs:#?}");
     let during = denied
         .iter()
@@ -358,15 +357,7 @@ fn a_file_denial_with_two_calls_in_flight_names_both() {
     c.close_stdin();
     assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
     let recs = audit_records(&env);
-    let denied: Vec<&Value> = recs
-        .iter()
-        .filter(|r| r["type"] == "file" && r["decision"] == "deny")
-        .filter(|r| {
-            r["resource"]
-                .as_str()
-                .is_some_and(|p| p.ends_with("secret.txt"))
-        })
-        .collect();
+    let denied = denials_of(&recs, "secret.txt");
     let both = json!(["read_file (id 101)", "read_file (id 102)"]);
     assert!(
         denied.iter().any(|d| d["details"]["calls"] == both),
