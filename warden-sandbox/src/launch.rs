@@ -118,6 +118,10 @@ fn control(e: Errno) -> SandboxError {
 struct WaitState {
     launcher: SpawnedChild,
     outcome: Option<ExitOutcome>,
+    /// PID 1's `Exited` report when it came before the launcher's `Launched`
+    /// (a server that dies at once while the launcher is not scheduled):
+    /// read by the start loop, kept for [`Sandbox::wait`].
+    exited: Option<ExitOutcome>,
     /// Answers the seccomp listener; `None` without user notification.
     /// Stopped once the sandbox is gone.
     notifier: Option<Notifier>,
@@ -420,6 +424,7 @@ impl Sandbox {
         let mut files = None;
         let mut proxy = None;
         let mut resolver = None;
+        let mut exited = None;
         while pidfd.is_none() || !started {
             match control::recv::<FromInit>(ours.as_fd()) {
                 Ok(Recv::Msg(FromInit::Launched { pid }, Some(fd))) => {
@@ -480,6 +485,11 @@ impl Sandbox {
                     }
                     started = true
                 }
+                // A server that ends at once can be reported by PID 1 before
+                // the launcher (preempted after its fork) sends Launched.
+                Ok(Recv::Msg(FromInit::Exited(e), _)) if started && exited.is_none() => {
+                    exited = Some(e.into())
+                }
                 Ok(Recv::Msg(FromInit::Failed(f), _)) => {
                     // The init exits by itself after reporting; reap it.
                     reap(&mut launcher);
@@ -515,6 +525,7 @@ impl Sandbox {
                 state: Mutex::new(WaitState {
                     launcher,
                     outcome: None,
+                    exited,
                     notifier,
                 }),
                 wake,
@@ -598,7 +609,7 @@ impl Sandbox {
         if let Some(o) = st.outcome {
             return Ok(o);
         }
-        let mut outcome = None;
+        let mut outcome = st.exited.take();
         loop {
             match control::recv::<FromInit>(self.sock.as_fd()) {
                 Ok(Recv::Msg(FromInit::Exited(e), _)) => {

@@ -1139,6 +1139,25 @@ print(\"loopback\", l.recv(10).decode(), l.recv(10).decode())
     );
 }
 
+/// Writes a stand-in init script into a temp dir: (the dir, the script).
+fn stand_in_init(script: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("stand-in-init");
+    std::fs::write(&exe, script).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (dir, exe)
+}
+
+fn null() -> OwnedFd {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .unwrap()
+        .into()
+}
+
 /// A stand-in for the sandbox init that hands over no seccomp listener: it
 /// reads the spec, forks a "PID 1" that waits for it to go, and reports it
 /// launched, started and exited 0, the messages as the real init writes them.
@@ -1162,19 +1181,7 @@ os.waitpid(pid, 0)
 
 #[test]
 fn a_sandbox_that_starts_without_handing_over_its_listener_is_refused() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("init-without-listener");
-    std::fs::write(&exe, INIT_WITHOUT_LISTENER).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let null = || -> OwnedFd {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/null")
-            .unwrap()
-            .into()
-    };
+    let (_dir, exe) = stand_in_init(INIT_WITHOUT_LISTENER);
     let f = Fixture::new();
     let mut spec = f.spec("true");
     // A filter that notifies: the daemon must hold its listener before the
@@ -1193,4 +1200,37 @@ fn a_sandbox_that_starts_without_handing_over_its_listener_is_refused() {
     let spawned = warden_sandbox::Sandbox::spawn(&exe, &spec, [null(), null(), null()])
         .expect("the stand-in init speaks the protocol");
     assert_eq!(spawned.sandbox.wait().unwrap(), ExitOutcome::Code(0));
+}
+
+/// A stand-in init whose PID 1 reports the server started and exited before
+/// the launcher reports it launched: what a server that dies at once looks
+/// like when the launcher is preempted right after its fork (seen in CI: a
+/// SIGSYS-killed probe refused as "unexpected message Exited").
+const INIT_EXITED_BEFORE_LAUNCHED: &str = r#"#!/usr/bin/python3
+import os, socket
+s = socket.socket(fileno=3)
+s.recv(1 << 20)
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(w)
+    os.read(r, 1)
+    os._exit(0)
+os.close(r)
+s.send(b'"Started"')
+s.send(b'{"Exited":{"Signal":31}}')
+socket.send_fds(s, [b'{"Launched":{"pid":%d}}' % pid], [os.pidfd_open(pid)])
+os.close(w)
+os.waitpid(pid, 0)
+"#;
+
+#[test]
+fn an_exit_reported_before_the_launch_is_the_servers_outcome() {
+    let (_dir, exe) = stand_in_init(INIT_EXITED_BEFORE_LAUNCHED);
+    let f = Fixture::new();
+    let mut spec = f.spec("true");
+    spec.layers = Layers::NONE;
+    let spawned = warden_sandbox::Sandbox::spawn(&exe, &spec, [null(), null(), null()])
+        .expect("an exit before Launched is not a protocol error");
+    assert_eq!(spawned.sandbox.wait().unwrap(), ExitOutcome::Signal(31));
 }
