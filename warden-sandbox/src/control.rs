@@ -62,6 +62,16 @@ pub(crate) enum FromInit {
     },
 }
 
+/// The init role's fork server → daemon, once per launch request
+/// (`init::forkserver`).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum ForkReply {
+    /// The launcher runs: a child of the daemon (`CLONE_PARENT`), this pid.
+    Launched { pid: i32 },
+    /// No launcher: the fork failed, or the request was malformed.
+    Failed { errno: i32 },
+}
+
 /// How the server ended, on the wire.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub(crate) enum Exit {

@@ -195,6 +195,201 @@ fn start_init(
     )
 }
 
+/// How a launch gets its init: a fresh `execve` of the binary, or a fork
+/// of the [`ForkServer`] started from it.
+#[derive(Clone, Copy)]
+enum Start<'a> {
+    Exec(&'a Path),
+    Fork(&'a ForkServer),
+}
+
+impl Start<'_> {
+    fn exe(&self) -> &Path {
+        match self {
+            Start::Exec(exe) => exe,
+            Start::Fork(f) => &f.exe,
+        }
+    }
+
+    fn init(
+        &self,
+        stdio: [std::os::fd::BorrowedFd<'_>; 3],
+        control: std::os::fd::BorrowedFd<'_>,
+    ) -> std::io::Result<SpawnedChild> {
+        match self {
+            Start::Exec(exe) => start_init(exe, stdio, control),
+            Start::Fork(f) => f.start_init(stdio, control),
+        }
+    }
+}
+
+/// The init role's fork server (`init::forkserver`), for a daemon that
+/// launches many sandboxes: started once from `exe` (the binary that would
+/// otherwise be executed for every launch), it forks each launcher as the
+/// daemon's own child, which saves the `execve` of the daemon's binary per
+/// launch. Launches through it are the same sandbox in every respect; only
+/// where the launcher's process image comes from differs.
+///
+/// Started at the first launch (or by [`ForkServer::warm`]); when it is
+/// gone (killed, crashed) the next launch starts a new one. Launches are
+/// served one at a time (a fork each: a tenth of a millisecond).
+pub struct ForkServer {
+    exe: PathBuf,
+    running: Mutex<Option<Running>>,
+}
+
+/// A started fork server: our end of its socket, and the process.
+struct Running {
+    sock: OwnedFd,
+    child: SpawnedChild,
+}
+
+impl Drop for Running {
+    /// Closing our end ends it (EOF); it is killed too, in case it is not
+    /// reading, and reaped.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Why a launch through the fork server did not happen.
+enum ForkError {
+    /// The fork server is gone (or answered nonsense): start another.
+    Gone(std::io::Error),
+    /// It answered that the fork failed (e.g. EAGAIN at the process limit).
+    Failed(std::io::Error),
+}
+
+impl ForkServer {
+    /// A fork server for `exe`; nothing is started yet.
+    pub fn new(exe: &Path) -> ForkServer {
+        ForkServer {
+            exe: exe.to_path_buf(),
+            running: Mutex::new(None),
+        }
+    }
+
+    /// Blocking. Starts the fork server now if it is not running, so the
+    /// first launch does not wait for it.
+    pub fn warm(&self) -> Result<(), SandboxError> {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if running.is_none() {
+            *running = Some(self.start().map_err(|source| SandboxError::Start {
+                exe: self.exe.clone(),
+                source,
+            })?);
+        }
+        Ok(())
+    }
+
+    /// The fork server's pid, when one runs (for tests and diagnostics).
+    pub fn pid(&self) -> Option<u32> {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running.as_ref().map(|r| r.child.id())
+    }
+
+    fn start(&self) -> std::io::Result<Running> {
+        use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+        use std::os::unix::ffi::OsStrExt;
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )?;
+        let null = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")?;
+        let invalid = |_| std::io::Error::from_raw_os_error(libc::EINVAL);
+        let argv0 = std::ffi::CString::new(self.exe.as_os_str().as_bytes()).map_err(invalid)?;
+        let arg1 = std::ffi::CString::new(init::FORKSERVER_ARG).map_err(invalid)?;
+        let child = sys::process::spawn_with_fds(
+            &self.exe,
+            &[argv0.as_c_str(), arg1.as_c_str()],
+            [null.as_fd(), null.as_fd(), null.as_fd()],
+            theirs.as_fd(),
+            init::CONTROL_FD,
+        )?;
+        Ok(Running { sock: ours, child })
+    }
+
+    /// Blocking. A launcher with `stdio` on its fds 0-2 and `control` on
+    /// fd 3, forked by the fork server (started or restarted as needed).
+    fn start_init(
+        &self,
+        stdio: [std::os::fd::BorrowedFd<'_>; 3],
+        control: std::os::fd::BorrowedFd<'_>,
+    ) -> std::io::Result<SpawnedChild> {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        // A fork server found gone is replaced once per launch.
+        let mut restarted = false;
+        loop {
+            let r = match running.as_mut() {
+                Some(r) => r,
+                None => running.insert(self.start()?),
+            };
+            match r.launch(stdio, control) {
+                Ok(child) => return Ok(child),
+                Err(ForkError::Failed(e)) => return Err(e),
+                Err(ForkError::Gone(e)) => {
+                    // Reaps it (Drop).
+                    *running = None;
+                    if restarted {
+                        return Err(e);
+                    }
+                    restarted = true;
+                }
+            }
+        }
+    }
+}
+
+impl Running {
+    fn launch(
+        &mut self,
+        stdio: [std::os::fd::BorrowedFd<'_>; 3],
+        control: std::os::fd::BorrowedFd<'_>,
+    ) -> Result<SpawnedChild, ForkError> {
+        use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+        use std::os::fd::AsRawFd;
+        let fds = [
+            stdio[0].as_raw_fd(),
+            stdio[1].as_raw_fd(),
+            stdio[2].as_raw_fd(),
+            control.as_raw_fd(),
+        ];
+        let iov = [std::io::IoSlice::new(init::LAUNCH)];
+        let cmsg = [ControlMessage::ScmRights(&fds)];
+        let gone = |e: Errno| ForkError::Gone(std::io::Error::from(e));
+        loop {
+            match sendmsg::<()>(
+                self.sock.as_raw_fd(),
+                &iov,
+                &cmsg,
+                MsgFlags::MSG_NOSIGNAL,
+                None,
+            ) {
+                Ok(_) => break,
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(gone(e)),
+            }
+        }
+        match control::recv::<control::ForkReply>(self.sock.as_fd()) {
+            Ok(Recv::Msg(control::ForkReply::Launched { pid }, _)) => {
+                // Ours by CLONE_PARENT; anything else is not a launcher.
+                SpawnedChild::adopt(pid).map_err(ForkError::Gone)
+            }
+            Ok(Recv::Msg(control::ForkReply::Failed { errno }, _)) => {
+                Err(ForkError::Failed(std::io::Error::from_raw_os_error(errno)))
+            }
+            Ok(Recv::Eof) => Err(gone(Errno::ECONNRESET)),
+            Err(e) => Err(gone(e)),
+        }
+    }
+}
+
 fn reap(child: &mut SpawnedChild) -> String {
     match child.wait() {
         Ok(st) => st.to_string(),
@@ -346,7 +541,28 @@ impl Sandbox {
         stdio: [OwnedFd; 3],
         hooks: Hooks,
     ) -> Result<Spawned, SandboxError> {
+        Self::launch(Start::Exec(exe), spec, stdio, hooks)
+    }
+
+    /// [`Sandbox::spawn_hooked`], the launcher forked by `forks` instead of
+    /// a fresh `execve` of its binary.
+    pub fn spawn_forked(
+        forks: &ForkServer,
+        spec: &SandboxSpec,
+        stdio: [OwnedFd; 3],
+        hooks: Hooks,
+    ) -> Result<Spawned, SandboxError> {
+        Self::launch(Start::Fork(forks), spec, stdio, hooks)
+    }
+
+    fn launch(
+        start: Start<'_>,
+        spec: &SandboxSpec,
+        stdio: [OwnedFd; 3],
+        hooks: Hooks,
+    ) -> Result<Spawned, SandboxError> {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+        let exe = start.exe();
         let Hooks { holder, connector } = hooks;
         // SEQPACKET: message boundaries and EOF when the other side is gone.
         // CLOEXEC on both ends: only the dup2'd fd 3 reaches the init.
@@ -364,15 +580,15 @@ impl Sandbox {
         let spec_msg = ToInit::Spec(Box::new(spec.clone()));
         let sent_early = control::send_now(ours.as_fd(), &spec_msg).map_err(control)?;
         let [stdin, stdout, stderr] = stdio;
-        let launcher = start_init(
-            exe,
-            [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()],
-            theirs.as_fd(),
-        )
-        .map_err(|source| SandboxError::Start {
-            exe: exe.to_path_buf(),
-            source,
-        })?;
+        let launcher = start
+            .init(
+                [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()],
+                theirs.as_fd(),
+            )
+            .map_err(|source| SandboxError::Start {
+                exe: exe.to_path_buf(),
+                source,
+            })?;
         // Drop our copies of their end and of the stdio fds.
         drop((stdin, stdout, stderr));
         drop(theirs);

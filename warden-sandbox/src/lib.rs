@@ -84,6 +84,8 @@ pub use init::{entry_if_requested as init_entry_if_requested, INIT_ARG};
 #[cfg(target_os = "linux")]
 pub use kernel::Kernel;
 #[cfg(target_os = "linux")]
-pub use launch::{snapshot_dir, ExitOutcome, Hooks, Sandbox, SandboxError, Snapshot, Spawned};
+pub use launch::{
+    snapshot_dir, ExitOutcome, ForkServer, Hooks, Sandbox, SandboxError, Snapshot, Spawned,
+};
 #[cfg(target_os = "linux")]
 pub use supervise::{FileAccess, FileAccesses, RefusedCall, RefusedCalls, Wake, WakeWaiter};

@@ -141,6 +141,9 @@ pub struct Daemon {
     pub native: std::sync::Mutex<Result<(), String>>,
     /// The Docker engine the Docker backend runs containers on.
     pub docker: backend::docker::Engine,
+    /// Forks each native sandbox's init from one long-lived copy of it
+    /// instead of executing `config.sandbox_exe` for every launch.
+    pub forks: warden_sandbox::ForkServer,
 }
 
 /// Refused peers: 10 `daemon.peer` records per second per reason, the rest
@@ -234,6 +237,8 @@ pub async fn run(
     // notifications.
     let desktop = desktop::Desktop::start(approvals.clone(), std::env::var(desktop::BUS_ENV).ok());
     let config_socket = config.socket.clone();
+    let config_sandbox_exe = config.sandbox_exe.clone();
+    let native_ok = native.is_ok();
     let daemon = Arc::new(Daemon {
         config,
         audit,
@@ -248,7 +253,19 @@ pub async fn run(
         peer_records: std::sync::Mutex::new(PeerLimit::new(10, u32::MAX, Instant::now())),
         native: std::sync::Mutex::new(native),
         docker: backend::docker::Engine::new(&config_socket, warden_core::paths::current_uid()),
+        forks: warden_sandbox::ForkServer::new(&config_sandbox_exe),
     });
+    // The fork server is started now, not by the first launch; a failure
+    // here is only logged (each launch starts it again if need be, and
+    // reports why it cannot).
+    if native_ok {
+        let d = daemon.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = d.forks.warm() {
+                tracing::warn!(error = %e, "the sandbox init's fork server did not start");
+            }
+        });
+    }
     // Containers an earlier run of this daemon could not remove.
     {
         let d = daemon.clone();

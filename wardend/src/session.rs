@@ -630,10 +630,7 @@ impl Daemon {
         };
         let watch = crate::stdio::Watch { taps, gate };
         let result = match &docker {
-            None => {
-                crate::backend::native::spawn(&self.config.sandbox_exe, &spec, stdio, hooks, watch)
-                    .await
-            }
+            None => crate::backend::native::spawn(self, &spec, stdio, hooks, watch).await,
             Some(_) => {
                 crate::backend::docker::spawn(
                     &self.docker,

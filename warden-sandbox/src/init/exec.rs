@@ -79,6 +79,100 @@ pub(super) fn fork(_role: &InitRole) -> Result<ForkResult, Errno> {
     unsafe { nix::unistd::fork() }
 }
 
+/// `clone3(CLONE_PARENT)` in the init role's fork server
+/// ([`super::forkserver`]): a `fork(2)` whose child is the child of our
+/// parent (the daemon), which can then wait for it, signal it and read its
+/// exit status as for the init it would otherwise have started itself.
+/// `Ok(None)` in the child, `Ok(Some(pid))` in the fork server. Falls back to
+/// `clone(2)` with the same flags where `clone3` is refused (ENOSYS: a
+/// seccomp filter of a service manager may do that to older system calls'
+/// callers).
+///
+/// Unlike glibc's `fork`, neither the `atfork` handlers nor glibc's own
+/// fix-ups of the child run, and the child's thread control block keeps the
+/// fork server's thread id. The child only runs the init role's code, which
+/// registers no handlers, takes no `pthread` lock that records its owner's
+/// id, and itself forks through glibc (whose child sets its own id again):
+/// nothing it does reads the stale id.
+pub(super) fn fork_for_parent(_role: &InitRole) -> Result<Option<Pid>, Errno> {
+    let mut args: libc::clone_args = {
+        // SAFETY: clone_args is plain integers; all-zero is "no option".
+        unsafe { std::mem::zeroed() }
+    };
+    // No exit signal of its own: with CLONE_PARENT the kernel gives the
+    // child ours (SIGCHLD, as the daemon started us), and clone3 refuses
+    // one (EINVAL).
+    args.flags = libc::CLONE_PARENT as u64;
+    // SAFETY: the init role is single-threaded (`InitRole`), so the copy the
+    // child gets holds no lock of another thread; with no stack given, the
+    // child continues on its copy of ours, as after fork(2). The struct
+    // outlives the call, and its size is the one passed.
+    let mut r = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut libc::clone_args,
+            std::mem::size_of::<libc::clone_args>(),
+        )
+    };
+    if r < 0 && Errno::last() == Errno::ENOSYS {
+        // SAFETY: as above; clone(2) with a null stack and no pointer
+        // arguments (their order differs between architectures; all zero).
+        r = unsafe {
+            libc::syscall(
+                libc::SYS_clone,
+                libc::CLONE_PARENT as libc::c_ulong,
+                0usize,
+                0usize,
+                0usize,
+                0usize,
+            )
+        };
+    }
+    match r {
+        r if r < 0 => Err(Errno::last()),
+        0 => Ok(None),
+        pid => Ok(Some(Pid::from_raw(pid as libc::pid_t))),
+    }
+}
+
+/// In a child of the fork server: places a launch's stdio on fds 0, 1 and
+/// 2 and its control socket on [`CONTROL_FD`] (over the fork server's own
+/// socket, `server`, whose copy the child must not keep), closes every
+/// other fd, and returns the control socket: the state a freshly started
+/// init is in after [`enter`].
+pub(super) fn take_launch_fds(
+    server: OwnedFd,
+    stdio: [OwnedFd; 3],
+    control: OwnedFd,
+) -> Result<OwnedFd, Errno> {
+    use std::os::fd::IntoRawFd;
+    // The fds move to their places; the originals above them are closed
+    // below by number, so no owner may close them again.
+    let server = server.into_raw_fd();
+    let stdio = stdio.map(IntoRawFd::into_raw_fd);
+    let control = control.into_raw_fd();
+    for (fd, target) in stdio.into_iter().zip(0..) {
+        // SAFETY: dup2 onto 0..=2, which the fork server holds open on
+        // /dev/null; the sources are fds received for this launch (above
+        // CONTROL_FD, as 0..=3 are taken), never one of the targets.
+        if unsafe { libc::dup2(fd, target) } < 0 {
+            return Err(Errno::last());
+        }
+    }
+    // SAFETY: as above; this replaces the fork server's socket at
+    // CONTROL_FD (`server`, given up above) in this child only.
+    if unsafe { libc::dup3(control, CONTROL_FD, libc::O_CLOEXEC) } < 0 {
+        return Err(Errno::last());
+    }
+    debug_assert_eq!(server, CONTROL_FD);
+    // SAFETY: every fd above CONTROL_FD in this child is one of the
+    // originals given up above or was the fork server's: nothing owns them.
+    unsafe { sys::process::close_from(CONTROL_FD as u32 + 1) }?;
+    // SAFETY: CONTROL_FD now holds the launch's control socket, owned by
+    // nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(CONTROL_FD) })
+}
+
 /// `_exit(2)`: ends a forked copy without running the destructors or
 /// `atexit` handlers of the process it was copied from.
 pub(super) fn exit_now(code: i32) -> ! {

@@ -26,8 +26,19 @@ pub fn recv_with_fds(
     buf: &mut [u8],
     nonblocking: bool,
 ) -> io::Result<(usize, Vec<OwnedFd>)> {
+    recv_with_up_to(sock, buf, nonblocking, MAX_FDS)
+}
+
+/// [`recv_with_fds`] taking up to `max` fds (the init role's fork server
+/// takes a launch's stdio and its control socket in one message).
+pub(crate) fn recv_with_up_to(
+    sock: BorrowedFd<'_>,
+    buf: &mut [u8],
+    nonblocking: bool,
+    max: usize,
+) -> io::Result<(usize, Vec<OwnedFd>)> {
     // SAFETY: CMSG_SPACE only computes a size.
-    let space = unsafe { libc::CMSG_SPACE((MAX_FDS * mem::size_of::<RawFd>()) as u32) } as usize;
+    let space = unsafe { libc::CMSG_SPACE((max * mem::size_of::<RawFd>()) as u32) } as usize;
     let mut cbuf = vec![0u8; space];
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr() as *mut libc::c_void,

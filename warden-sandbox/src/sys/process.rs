@@ -140,6 +140,25 @@ pub(crate) struct SpawnedChild {
 }
 
 impl SpawnedChild {
+    /// A child of ours that another process started for us with
+    /// `CLONE_PARENT` (the init role's fork server): checked to be our own
+    /// child, not yet reaped (`waitid` with `WNOWAIT` answers ECHILD for
+    /// any other pid, and leaves an exited one to [`SpawnedChild::wait`]).
+    pub(crate) fn adopt(pid: libc::pid_t) -> std::io::Result<SpawnedChild> {
+        use nix::sys::wait::{waitid, Id, WaitPidFlag};
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+        if pid <= 0 {
+            return Err(std::io::Error::from_raw_os_error(libc::ECHILD));
+        }
+        loop {
+            match waitid(Id::Pid(nix::unistd::Pid::from_raw(pid)), flags) {
+                Ok(_) => return Ok(SpawnedChild { pid, status: None }),
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
     pub(crate) fn id(&self) -> u32 {
         self.pid as u32
     }

@@ -1,5 +1,7 @@
 //! The native Linux backend: the sandbox of `warden-sandbox` (namespaces,
-//! seccomp, Landlock), started by re-executing `warden-sandbox-run`.
+//! seccomp, Landlock), its init forked by the daemon's fork server
+//! (`warden_sandbox::ForkServer`, a long-lived copy of the init role
+//! started from the daemon's own binary).
 
 use std::future::Future;
 use std::os::fd::OwnedFd;
@@ -26,7 +28,7 @@ pub struct Extras {
 /// Starts `spec` in a new sandbox with the server's stdio relayed to
 /// `stdio` (the client's).
 pub async fn spawn(
-    exe: &std::path::Path,
+    daemon: &Arc<crate::Daemon>,
     spec: &SandboxSpec,
     stdio: [OwnedFd; 3],
     hooks: warden_sandbox::Hooks,
@@ -35,10 +37,10 @@ pub async fn spawn(
     let (in_r, in_w) = pipe().map_err(DaemonError::StdioPipes)?;
     let (out_r, out_w) = pipe().map_err(DaemonError::StdioPipes)?;
     let (err_r, err_w) = pipe().map_err(DaemonError::StdioPipes)?;
-    let exe = exe.to_path_buf();
+    let d = daemon.clone();
     let spec2 = spec.clone();
     let spawned = tokio::task::spawn_blocking(move || {
-        Sandbox::spawn_hooked(&exe, &spec2, [in_r, out_w, err_w], hooks)
+        Sandbox::spawn_forked(&d.forks, &spec2, [in_r, out_w, err_w], hooks)
     })
     .await
     .map_err(DaemonError::LaunchTask)??;
