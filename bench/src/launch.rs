@@ -1,5 +1,5 @@
 //! `warden-bench launch-true [--runs N]` (issue 16): what one sandbox per
-//! tool call costs, spawn to exit of `/bin/true`, four ways in one run,
+//! tool call costs, spawn to exit of `/bin/true`, six ways in one run,
 //! interleaved so that machine noise hits each alike:
 //!
 //! - **direct**: `/bin/true` itself;
@@ -15,6 +15,11 @@
 //!   `audit: {files: off}`: no file access is observed, so the loader's
 //!   path-taking calls in the sandbox never leave the kernel (the default,
 //!   `denied`, sends each to the daemon's seccomp notifier and back);
+//! - **exec-server call**: a `tools/call` of `run_sandboxed` with `argv:
+//!   ["/bin/true"]` to a running `wardenctl exec-server --policy P` (the
+//!   same ceiling), timed from writing the request to reading its answer:
+//!   what an agent's tool call pays, without a shim process per call (the
+//!   exec-server speaks to the daemon itself);
 //! - **sandbox alone**: `warden-sandbox-run SPEC` (the debug driver:
 //!   `Sandbox::spawn` of a spec as the daemon builds one for that policy,
 //!   `audit_files: denied` as the policy's default), no daemon, no gRPC, no
@@ -23,8 +28,9 @@
 //! Each is timed from `spawn()` to `wait()` returning, stdio `/dev/null`.
 //! Reported: median and p90 of each, and the time each adds over direct.
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::{arg, bin, ms, stats, which, Daemon};
@@ -70,14 +76,16 @@ enum Way {
     Bwrap,
     Shim,
     ShimFilesOff,
+    ExecServer,
     SandboxAlone,
 }
 
-const WAYS: [Way; 5] = [
+const WAYS: [Way; 6] = [
     Way::Direct,
     Way::Bwrap,
     Way::Shim,
     Way::ShimFilesOff,
+    Way::ExecServer,
     Way::SandboxAlone,
 ];
 
@@ -88,12 +96,14 @@ impl Way {
             Way::Bwrap => "bwrap (flags below)",
             Way::Shim => "warden-shim → wardend (native sandbox)",
             Way::ShimFilesOff => "warden-shim → wardend, `audit.files: off`",
+            Way::ExecServer => "exec-server `run_sandboxed` call → wardend",
             Way::SandboxAlone => "sandbox alone (warden-sandbox-run, no daemon)",
         }
     }
 }
 
 struct Setup {
+    exec_server: std::cell::RefCell<ExecServer>,
     bwrap: PathBuf,
     shim: PathBuf,
     runner: PathBuf,
@@ -130,6 +140,7 @@ fn command(way: Way, s: &Setup) -> Command {
             c.arg(&s.spec);
             c
         }
+        Way::ExecServer => unreachable!("a call to the running exec-server, not a command"),
     };
     c.stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -137,7 +148,81 @@ fn command(way: Way, s: &Setup) -> Command {
     c
 }
 
+/// A running `wardenctl exec-server`, initialized, taking one call at a time.
+struct ExecServer {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+impl ExecServer {
+    fn start(socket: &Path, policy: &Path) -> ExecServer {
+        let mut child = Command::new(bin("wardenctl"))
+            .arg("--socket")
+            .arg(socket)
+            .arg("exec-server")
+            .arg("--policy")
+            .arg(policy)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start wardenctl exec-server");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut s = ExecServer {
+            child,
+            stdin,
+            stdout,
+            next_id: 1,
+        };
+        s.request(crate::INIT);
+        writeln!(
+            s.stdin,
+            r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+        )
+        .unwrap();
+        s
+    }
+
+    /// Sends one request line, returns its answer line.
+    fn request(&mut self, line: &str) -> String {
+        writeln!(self.stdin, "{line}").unwrap();
+        let mut answer = String::new();
+        self.stdout.read_line(&mut answer).unwrap();
+        answer
+    }
+
+    /// One `run_sandboxed` call of `/bin/true`: its round trip.
+    fn call_true(&mut self) -> Duration {
+        let id = self.next_id;
+        self.next_id += 1;
+        let req = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"run_sandboxed","arguments":{{"argv":["{TRUE}"]}}}}}}"#
+        );
+        let t0 = Instant::now();
+        let answer = self.request(&req);
+        let dt = t0.elapsed();
+        assert!(
+            answer.contains(&format!("\"id\":{id}")) && answer.contains("\"exit_code\":0"),
+            "exec-server call failed: {answer}"
+        );
+        dt
+    }
+}
+
+impl Drop for ExecServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn once(way: Way, s: &Setup) -> Duration {
+    if let Way::ExecServer = way {
+        return s.exec_server.borrow_mut().call_true();
+    }
     let mut c = command(way, s);
     let t0 = Instant::now();
     let status = c.status().expect("spawn");
@@ -204,6 +289,7 @@ pub fn main() {
     )
     .unwrap();
     let setup = Setup {
+        exec_server: std::cell::RefCell::new(ExecServer::start(&daemon.socket, &policy)),
         bwrap,
         shim: bin("warden-shim"),
         runner: bin("warden-sandbox-run"),
@@ -239,15 +325,17 @@ pub fn main() {
         println!("| {} | {} | {} | {added} |", w.label(), ms(m), ms(p90));
     }
     let added = |i: usize| st[i].0.saturating_sub(direct_m).as_secs_f64();
-    let (bw, shim, off, alone) = (added(1), added(2), added(3), added(4));
+    let (bw, shim, off, call, alone) = (added(1), added(2), added(3), added(4), added(5));
     println!(
-        "\nwarden-added / bwrap-added (median): {:.2}× through the daemon, {:.2}× with \
-         audit.files off, {:.2}× the sandbox alone (target: ≤ 1.5×); the daemon's share \
-         (shim − sandbox alone): {}; file watching's (default − audit.files off): {}",
+        "\nwarden-added / bwrap-added (median): {:.2}× an exec-server call, {:.2}× through \
+         the shim, {:.2}× through the shim with audit.files off, {:.2}× the sandbox alone \
+         (target: ≤ 1.5×); the daemon's share (shim − sandbox alone): {}; file watching's \
+         (default − audit.files off): {}",
+        call / bw,
         shim / bw,
         off / bw,
         alone / bw,
-        ms(st[2].0.saturating_sub(st[4].0)),
+        ms(st[2].0.saturating_sub(st[5].0)),
         ms(st[2].0.saturating_sub(st[3].0))
     );
     println!("\nbwrap {} /bin/true", BWRAP_ARGS.join(" "));

@@ -147,7 +147,7 @@ fn command_with(mode: Mode, socket: &Path, policy: Option<&Path>) -> Command {
     c
 }
 
-const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"warden-bench","version":"1"}}}"#;
+pub(crate) const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"warden-bench","version":"1"}}}"#;
 
 fn launch_once(mode: Mode, socket: &Path) -> Duration {
     first_byte(command(mode, socket))

@@ -643,6 +643,8 @@ pub const MAX_MARKS: usize = 4096;
 /// full the bytes go by uncopied and the offset is noted in [`Gaps`]; when
 /// the observer is gone the tap stops.
 pub struct Tap {
+    /// The pipe's write end. Declared before `_end`: fields drop in order,
+    /// so the pipe is closed before the observer is rung for its end.
     w: OwnedFd,
     /// The source is a socket: peeked, not teed.
     peek: bool,
@@ -659,6 +661,21 @@ pub struct Tap {
     unrung: u32,
     unrung_bytes: usize,
     unrung_since: Option<Instant>,
+    _end: RingAtEnd,
+}
+
+/// Rings a tap's observer when the tap is dropped, *after* its pipe was
+/// closed (the field after `Tap::w`): an observer woken before the close
+/// would find the pipe empty but open, wait again, and see the end only at
+/// its next look ([`crate::mcp`]'s 200 ms), holding up the session's end
+/// (and with it the client's exit status) that long.
+struct RingAtEnd(Arc<TapWake>);
+
+impl Drop for RingAtEnd {
+    fn drop(&mut self) {
+        // An observer waiting on the wake-up must look (and find EOF).
+        self.0.ring();
+    }
 }
 
 /// A tap rings its observer for moved copies at once, without waiting for
@@ -725,14 +742,6 @@ impl TapWake {
     }
 }
 
-impl Drop for Tap {
-    fn drop(&mut self) {
-        // The tap's end: an observer waiting on the wake-up must look (and
-        // find EOF).
-        self.wake.ring();
-    }
-}
-
 /// The capacity asked for a tap's pipe (the unprivileged maximum,
 /// `/proc/sys/fs/pipe-max-size`, by default).
 const TAP_PIPE: i32 = 1 << 20;
@@ -760,6 +769,7 @@ pub fn tap() -> io::Result<(Tap, TapReader)> {
             unrung: 0,
             unrung_bytes: 0,
             unrung_since: None,
+            _end: RingAtEnd(wake.clone()),
         },
         TapReader { fd: r, marks, wake },
     ))
@@ -1276,6 +1286,35 @@ fn step_lane(slot: &mut Option<Lane>, i: usize, done: &[Arc<AtomicBool>; 2]) -> 
 mod tests {
     use super::*;
     use std::io::{Read, Write};
+
+    /// A dropped tap rings its observer only once its pipe is closed: an
+    /// observer woken by that ring finds the end (EOF), never an empty open
+    /// pipe after which it would wait again until its next look (200 ms
+    /// later, holding up the session's end: one short session in eight
+    /// before the fix). A thread spins on the wake-up and reads the moment
+    /// it is rung, against a drop on this thread, many times over.
+    #[test]
+    fn a_dropped_tap_rings_after_its_pipe_is_closed() {
+        use futures::FutureExt;
+        for _ in 0..300 {
+            let (tap, reader) = tap().unwrap();
+            let watcher = std::thread::spawn(move || loop {
+                if reader.wake.rung().now_or_never().is_some() {
+                    let mut b = [0u8; 8];
+                    return nix::unistd::read(&reader.fd, &mut b);
+                }
+                std::hint::spin_loop();
+            });
+            // Let the watcher start spinning.
+            std::thread::yield_now();
+            drop(tap);
+            assert_eq!(
+                watcher.join().unwrap(),
+                Ok(0),
+                "rung before the end was readable"
+            );
+        }
+    }
 
     #[test]
     fn a_copy_has_its_time_before_its_mark_and_a_followed_one_needs_none() {
