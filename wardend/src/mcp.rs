@@ -157,6 +157,11 @@ pub struct Observer {
     /// Answers read before their request (by the direction the request
     /// goes), oldest first, at most [`MAX_EARLY`].
     early: [std::collections::VecDeque<Early>; 2],
+    /// Progress read before its request (by the direction the request
+    /// goes): token, count; oldest first, at most [`MAX_EARLY`]. The two
+    /// directions are read apart, so a server's first progress can be read
+    /// before the request that asked for it.
+    early_progress: [std::collections::VecDeque<(String, u64)>; 2],
     era: Option<Era>,
     /// Requests not followed because [`MAX_IN_FLIGHT`] were.
     pub dropped: u64,
@@ -393,8 +398,14 @@ impl Observer {
                     self.dropped += 1;
                     return;
                 }
+                let mut progress = 0;
                 if let Some(t) = &token {
                     self.tokens[dir.index()].insert(t.clone(), id.clone());
+                    // Its progress came first: counted now.
+                    let early = &mut self.early_progress[dir.index()];
+                    if let Some(k) = early.iter().position(|(e, _)| e == t) {
+                        progress = early.remove(k).map_or(0, |(_, n)| n);
+                    }
                 }
                 pending.insert(
                     id.clone(),
@@ -403,7 +414,7 @@ impl Observer {
                         tool,
                         started: now,
                         bytes,
-                        progress: 0,
+                        progress,
                         token,
                     },
                 );
@@ -497,10 +508,25 @@ impl Observer {
             // Progress flows back to whoever asked, naming its token.
             "notifications/progress" => {
                 let req_dir = dir.other();
-                let token = params.and_then(|p| p.get("progressToken")).map(id_key);
-                let id = token.and_then(|t| self.tokens[req_dir.index()].get(&t).cloned());
+                let Some(token) = params.and_then(|p| p.get("progressToken")).map(id_key) else {
+                    return;
+                };
+                let id = self.tokens[req_dir.index()].get(&token).cloned();
                 if let Some(p) = id.and_then(|id| self.pending[req_dir.index()].get_mut(&id)) {
                     p.progress += 1;
+                    return;
+                }
+                // Its request may still be on its way to the observer (read
+                // from the other tap): counted a while for it.
+                let early = &mut self.early_progress[req_dir.index()];
+                match early.iter_mut().find(|(t, _)| *t == token) {
+                    Some((_, n)) => *n += 1,
+                    None => {
+                        if early.len() >= MAX_EARLY {
+                            early.pop_front();
+                        }
+                        early.push_back((token, 1));
+                    }
                 }
             }
             // Cancellation comes from the side that asked.
@@ -1647,6 +1673,48 @@ mod tests {
             "{ev:?}"
         );
         assert!(o.finish(t).is_empty());
+    }
+
+    #[test]
+    fn progress_read_before_its_request_is_counted_when_the_request_comes() {
+        // The observer reads the two taps apart: the server's progress can
+        // be read before the request it is for (e2e `mcp`'s
+        // progress_reaches_the_client_while_the_call_runs counted 1 or 2 of
+        // 3 now and then before this was handled).
+        let mut o = Observer::new();
+        let t = Instant::now();
+        let progress = |n: u32| {
+            line(json!({"jsonrpc":"2.0","method":"notifications/progress",
+                        "params":{"progressToken":"tok","progress":n}}))
+        };
+        let ev = o.feed(Dir::ToClient, &[progress(1), progress(2)].concat(), t);
+        assert!(ev.is_empty(), "{ev:?}");
+        o.feed(
+            Dir::ToServer,
+            &line(json!({"jsonrpc":"2.0","id":5,"method":"tools/call",
+                         "params":{"name":"long","_meta":{"progressToken":"tok"}}})),
+            t,
+        );
+        let ev = o.feed(
+            Dir::ToClient,
+            &[
+                progress(3),
+                line(json!({"jsonrpc":"2.0","id":5,"result":{}})),
+            ]
+            .concat(),
+            t,
+        );
+        match &ev[..] {
+            [Event::End { progress, .. }] => assert_eq!(*progress, 3),
+            other => panic!("{other:?}"),
+        }
+        // Progress for a request never seen is kept only so long.
+        for i in 0..(MAX_EARLY + 10) {
+            let stray = line(json!({"jsonrpc":"2.0","method":"notifications/progress",
+                                    "params":{"progressToken":i,"progress":1}}));
+            o.feed(Dir::ToClient, &stray, t);
+        }
+        assert_eq!(o.early_progress[Dir::ToServer.index()].len(), MAX_EARLY);
     }
 
     #[test]
