@@ -43,8 +43,8 @@ pub mod net;
 pub mod pyclient;
 
 pub use pyclient::{
-    client_shim_args, python_sdk_client, run_client, run_python_sdk_client, sdk_python, ClientRun,
-    PyRun,
+    client_shim_args, python_sdk_client, python_sdk_client_in, run_client, run_python_sdk_client,
+    sdk_python, sdk_server, ClientRun, Era, PyRun, SdkServer,
 };
 
 /// The MCP protocol version the tests speak.

@@ -199,6 +199,174 @@ fn a_stream_that_is_not_json_rpc_passes_untouched_and_is_recorded_once() {
     );
 }
 
+/// A server that is not MCP at all (`cat`): whatever the client writes comes
+/// back, byte for byte, in both directions, and each direction is recorded
+/// once as not JSON-RPC, however many such lines pass.
+#[test]
+fn a_stream_that_is_not_json_rpc_passes_untouched_both_ways_and_is_recorded_once_each() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let policy = env.minimal_policy();
+    let mut c = env.mcp([
+        "--policy".as_ref(),
+        policy.as_os_str(),
+        "--".as_ref(),
+        "/bin/cat".as_ref(),
+    ]);
+    let mut long = vec![b'x'; 200 << 10];
+    long.push(b'\n');
+    let sent: Vec<u8> = [
+        &b"garbage that is not json\n"[..],
+        b"\x00\xff\xfe binary, not UTF-8\r\n",
+        b"{\"json\": \"but not JSON-RPC\"}\n",
+        b"[]\n",
+        &long,
+        b"{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": ",
+        b"\n",
+        b"a last line without its newline",
+    ]
+    .concat();
+    for piece in sent.chunks(4093) {
+        c.send_raw(piece);
+    }
+    c.close_stdin();
+    assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
+    let got = c.raw_stdout_bytes();
+    assert!(got == sent, "{} bytes back of {}", got.len(), sent.len());
+
+    let deadline = std::time::Instant::now() + EXIT_WAIT;
+    let recs = loop {
+        let ended = audit_records(&env)
+            .iter()
+            .any(|r| r["type"] == "session" && r["action"] == "exit");
+        if ended {
+            break mcp_records(&env, None);
+        }
+        assert!(std::time::Instant::now() < deadline, "no session.exit");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut directions: Vec<&str> = recs
+        .iter()
+        .filter(|r| r["action"] == "stream" && r["details"]["event"] == "malformed")
+        .map(|r| r["resource"].as_str().unwrap())
+        .collect();
+    directions.sort();
+    assert_eq!(directions, ["to-client", "to-server"], "{recs:#?}");
+    assert!(
+        recs.iter().all(|r| r["action"] == "stream"),
+        "nothing else: {recs:#?}"
+    );
+}
+
+/// A batch (one line, several messages) is followed message by message: each
+/// request has its records, its size a share of the line's, and a denial made
+/// while the server works through it names every call of the batch still
+/// unanswered. Through the gate as well, which passes an allowed batch and
+/// filters the `tools/list` answer inside the batch's answer.
+#[test]
+fn a_batch_is_followed_message_by_message_with_and_without_the_gate() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let secret = env.write("outside/secret.txt", "not for the server");
+    let batch = serde_json::to_vec(&json!([
+        {"jsonrpc": "2.0", "id": "b1", "method": "tools/call",
+         "params": {"name": "echo", "arguments": {"text": "one"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": "b2", "method": "tools/call",
+         "params": {"name": "read_file", "arguments": {"path": secret}}},
+        {"jsonrpc": "2.0", "id": "b3", "method": "tools/list"},
+    ]))
+    .unwrap();
+    for (name, mcp) in [
+        ("plain", ""),
+        ("gated", "mcp:\n  tools:\n    deny: [exec]\n"),
+    ] {
+        let policy = env.policy(
+            &format!("{name}.yaml"),
+            &format!("version: 1\nname: batch-{name}\n{mcp}"),
+        );
+        let mut c = env.fixture_session(&policy, &[], &[]);
+        c.initialize();
+        c.send_raw(&[&batch[..], b"\n"].concat());
+        let answer = c.wait_message("the batch's answer", Value::is_array);
+        let answers = answer.as_array().unwrap();
+        let ids: Vec<&Value> = answers.iter().map(|m| &m["id"]).collect();
+        assert_eq!(ids, [&json!("b1"), &json!("b2"), &json!("b3")], "{answer}");
+        assert_eq!(tool_result_text(&answers[0]["result"]), "one");
+        assert!(is_tool_error(&answers[1]["result"]), "{answer}");
+        let listed = answers[2]["result"]["tools"].to_string();
+        assert_eq!(listed.contains("\"exec\""), name == "plain", "{listed}");
+        c.close_stdin();
+        assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
+        c.assert_stdout_only_jsonrpc();
+    }
+    let deadline = std::time::Instant::now() + EXIT_WAIT;
+    let all = loop {
+        let all = audit_records(&env);
+        let exits = all
+            .iter()
+            .filter(|r| r["type"] == "session" && r["action"] == "exit")
+            .count();
+        if exits == 2 {
+            break all;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            audit_summary(&env)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let sessions: Vec<&str> = all
+        .iter()
+        .filter(|r| r["type"] == "session" && r["action"] == "start")
+        .map(|r| r["session"].as_str().unwrap())
+        .collect();
+    assert_eq!(sessions.len(), 2);
+    for session in sessions {
+        let recs: Vec<&Value> = all.iter().filter(|r| r["session"] == session).collect();
+        let of = |action: &str, id: &str| -> &Value {
+            recs.iter()
+                .find(|r| {
+                    r["type"] == "mcp"
+                        && r["action"] == action
+                        && r["details"]["id"] == format!("\"{id}\"")
+                })
+                .unwrap_or_else(|| panic!("no mcp.{action} of {id}: {recs:#?}"))
+        };
+        let share = (batch.len() / 4) as u64;
+        for (id, method, outcome) in [
+            ("b1", "tools/call", "result"),
+            ("b2", "tools/call", "tool-error"),
+            ("b3", "tools/list", "result"),
+        ] {
+            let req = of("request", id);
+            assert_eq!(req["resource"], method, "{req}");
+            assert_eq!(req["details"]["bytes"], share, "{req}");
+            let end = of("end", id);
+            assert_eq!(end["details"]["outcome"], outcome, "{end}");
+            assert_eq!(end["details"]["request_bytes"], share, "{end}");
+        }
+        // The server reads the secret with the three requests in flight;
+        // the candidates are the batch's two tool calls.
+        let denied: Vec<&&Value> = recs
+            .iter()
+            .filter(|r| r["type"] == "file" && r["decision"] == "deny")
+            .collect();
+        assert!(!denied.is_empty(), "{recs:#?}");
+        for d in denied {
+            let mut calls: Vec<&str> = d["details"]["calls"]
+                .as_array()
+                .unwrap_or_else(|| panic!("no candidates: {d}"))
+                .iter()
+                .map(|c| c.as_str().unwrap())
+                .collect();
+            calls.sort();
+            assert_eq!(calls, ["echo (id \"b1\")", "read_file (id \"b2\")"], "{d}");
+        }
+    }
+}
+
 #[test]
 fn a_request_still_in_flight_at_the_end_is_unanswered() {
     let env = TestEnv::new();
@@ -258,6 +426,8 @@ fn a_file_denial_during_a_tool_call_names_the_call_and_the_tool() {
         let r = c.call_tool("read_file", json!({"path": secret}));
         assert!(is_tool_error(&r) || r.to_string().contains("rror"), "{r}");
     }
+    // Another tool's call, which `logs --tool read_file` leaves out.
+    assert_eq!(c.tool_text("echo", json!({"text": "x"})), "x");
     c.close_stdin();
     assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
     let recs = audit_records(&env);
@@ -291,14 +461,15 @@ fn a_file_denial_during_a_tool_call_names_the_call_and_the_tool() {
     assert_eq!(end["details"]["tool"], "read_file");
     // `wardenctl logs --tool` and `--call`: the call's records and what was
     // done during it, nothing else.
+    assert!(
+        recs.iter()
+            .any(|r| r["type"] == "mcp" && r["details"]["tool"] == "echo"),
+        "{recs:#?}"
+    );
+    let call = end["details"]["id"].as_str().unwrap();
     for args in [
         vec!["logs", "--json", "--tool", "read_file"],
-        vec![
-            "logs",
-            "--json",
-            "--call",
-            end["details"]["id"].as_str().unwrap(),
-        ],
+        vec!["logs", "--json", "--call", call],
     ] {
         let out = run(&mut env.ctl(&args), Duration::from_secs(30));
         assert!(
@@ -323,6 +494,23 @@ fn a_file_denial_during_a_tool_call_names_the_call_and_the_tool() {
             got.iter().all(|r| r["details"]["tool"] == "read_file"),
             "{args:?}: {got:#?}"
         );
+        if args[2] == "--call" {
+            // That call's, not the other two's.
+            assert!(
+                got.iter().all(|r| {
+                    let key = if r["type"] == "mcp" { "id" } else { "call" };
+                    r["details"][key] == call
+                }),
+                "{got:#?}"
+            );
+        } else {
+            let calls: std::collections::BTreeSet<String> = got
+                .iter()
+                .filter(|r| r["type"] == "mcp")
+                .map(|r| r["details"]["id"].to_string())
+                .collect();
+            assert_eq!(calls.len(), 3, "every read_file call: {got:#?}");
+        }
     }
     // Records with no call in flight carry none (session.start, mcp itself).
     assert!(recs
