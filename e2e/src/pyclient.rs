@@ -47,7 +47,12 @@ pub const PY_SDK_CLIENT_TIMEOUT: Duration = Duration::from_secs(180);
 ///   `DIR/go-N` (what [`PY_SDK_SERVER`]'s `paced` waits for); with
 ///   `"cancel_after_progress": K`, the call is abandoned once K came (the
 ///   SDK then sends `notifications/cancelled`): `{"cancelled": true,
-///   "progress": COUNT}`.
+///   "progress": COUNT}`. With `"input": CONTENT`, what the server asks of
+///   the client during the call is accepted with CONTENT: in the 2025 era an
+///   `elicitation/create` request from the server (the SDK's
+///   `elicitation_callback`), in the 2026 era an `input_required` result,
+///   after which the call is made again with the responses and the
+///   request's state; the result has `"rounds"`, the requests made.
 /// - `{"op": "sleep", "s": SECONDS}`: `{}`.
 /// - `{"op": "parallel", "steps": [STEP...]}`: the steps at once (a task
 ///   each); a list of their results, in order.
@@ -61,6 +66,7 @@ import json, os, sys, tempfile
 
 import anyio
 import mcp.client.stdio as sdk_stdio
+import mcp.types as mtypes
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 try:
@@ -70,6 +76,13 @@ except ImportError:
 
 cfg = json.loads(sys.argv[1])
 obs = {"returncode": None}
+# What the step under way answers the server's questions with.
+answer = {"content": None}
+
+async def on_elicit(context, params):
+    if answer["content"] is None:
+        return mtypes.ErrorData(code=mtypes.INVALID_REQUEST, message="no input expected")
+    return mtypes.ElicitResult(action="accept", content=answer["content"])
 
 real_stop = getattr(sdk_stdio, "_stop_server_process", None)
 if real_stop is not None:
@@ -101,11 +114,27 @@ async def run_step(session, step):
                 scope.cancel()
         callback = on_progress if step.get("progress") else None
         r = None
+        rounds = 1
+        answer["content"] = step.get("input")
         try:
             with scope:
-                r = await session.call_tool(step["name"], step.get("arguments", {}), progress_callback=callback)
+                if "input" in step:
+                    extra = {"allow_input_required": True}
+                    r = await session.call_tool(step["name"], step.get("arguments", {}), progress_callback=callback, **extra)
+                    while getattr(r, "result_type", None) == "input_required":
+                        responses = {
+                            k: mtypes.ElicitResult(action="accept", content=step["input"])
+                            for k in (r.input_requests or {})
+                        }
+                        rounds += 1
+                        r = await session.call_tool(step["name"], step.get("arguments", {}), progress_callback=callback,
+                                                    input_responses=responses, request_state=r.request_state, **extra)
+                else:
+                    r = await session.call_tool(step["name"], step.get("arguments", {}), progress_callback=callback)
         except SdkError as e:
             return {"error": {"code": e.error.code, "message": e.error.message}, "progress": len(progress)}
+        finally:
+            answer["content"] = None
         if r is None:
             return {"cancelled": True, "progress": len(progress)}
         return {
@@ -113,6 +142,7 @@ async def run_step(session, step):
             "text": [c.text for c in r.content if c.type == "text"],
             "structuredContent": field(r, "structured_content", "structuredContent"),
             "progress": len(progress),
+            "rounds": rounds,
         }
     if op == "sleep":
         await anyio.sleep(step["s"])
@@ -136,7 +166,7 @@ async def main():
     with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as errlog:
         try:
             async with stdio_client(params, errlog=errlog) as (read, write):
-                async with ClientSession(read, write, message_handler=on_message) as session:
+                async with ClientSession(read, write, message_handler=on_message, elicitation_callback=on_elicit) as session:
                     if cfg.get("era", "2025") == "2026":
                         await session.discover()
                         out["server"] = session.server_info.name
@@ -373,6 +403,10 @@ pub fn run_python_sdk_client(
 ///   client's go-ahead, see [`PY_SDK_CLIENT`]'s `go_ahead`; a tool error
 ///   after 120 s); then `done after STEPS steps`. Abandoned by the client,
 ///   the SDK cancels it;
+/// - `confirm(text)`: asks the client first (a form with a boolean `ok`):
+///   in the 2025 era by an `elicitation/create` request to the client during
+///   the call, in the 2026 era by answering `input_required` (the client
+///   asks again with its response); then `confirmed TEXT`;
 /// - `read_file(path)`, `write_file(path, content)`: as their names say
 ///   (an error is a tool error, `isError`).
 ///
@@ -382,10 +416,15 @@ pub const PY_SDK_SERVER: &str = r#"
 import os
 
 import anyio
+import mcp_types
+from pydantic import BaseModel
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 app = MCPServer("warden-sdk-server")
+
+class Confirmation(BaseModel):
+    ok: bool
 
 @app.tool(description=os.environ.get("SDK_ECHO_DESCRIPTION", "Returns text unchanged"))
 def echo(text: str) -> str:
@@ -402,6 +441,21 @@ async def paced(steps: int, dir: str, ctx: Context) -> str:
         if not os.path.exists(go):
             raise ToolError("no %s within 120 s" % go)
     return "done after %d steps" % steps
+
+@app.tool(description="Asks the client to confirm first")
+async def confirm(text: str, ctx: Context):
+    question = "Really %s?" % text
+    if (ctx.protocol_version or "").startswith("2026"):
+        if ctx.input_responses is None:
+            form = mcp_types.ElicitRequestFormParams(
+                message=question, requested_schema=Confirmation.model_json_schema())
+            return mcp_types.InputRequiredResult(
+                input_requests={"ok": mcp_types.ElicitRequest(params=form)}, request_state="asked")
+    else:
+        r = await ctx.elicit(question, Confirmation)
+        if r.action != "accept":
+            raise ToolError("not confirmed")
+    return "confirmed %s" % text
 
 @app.tool(description="Reads a file as text")
 def read_file(path: str) -> str:

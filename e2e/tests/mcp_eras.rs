@@ -33,6 +33,7 @@ macro_rules! in_both_eras {
 
 in_both_eras!(
     calls_progress_cancellation_and_denials_have_their_records,
+    a_call_that_needs_the_clients_input_is_followed,
     the_gate_refuses_hides_and_explains,
 );
 
@@ -214,6 +215,57 @@ fn calls_progress_cancellation_and_denials_have_their_records(era: Era) {
     for d in denied {
         assert_eq!(d["details"]["call"], *read_id, "{d}");
         assert_eq!(d["details"]["tool"], "read_file", "{d}");
+    }
+}
+
+/// A call that needs the client's input before it can finish: in the 2025
+/// era the server asks during the call (`elicitation/create`, a request to
+/// the client, recorded `to-client`); in the 2026 era it answers
+/// `input_required` (recorded as that outcome) and the client calls again
+/// with its response, a request of its own.
+fn a_call_that_needs_the_clients_input_is_followed(era: Era) {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let Some(run) = run_steps(
+        &env,
+        era,
+        "input",
+        (&[], &[]),
+        "",
+        json!([
+            {"op": "call_tool", "name": "confirm", "arguments": {"text": "deploy"},
+             "input": {"ok": true}},
+        ]),
+    ) else {
+        return;
+    };
+    let r = &run.steps[0];
+    assert_eq!(r["text"], json!(["confirmed deploy"]), "{r}");
+    let all = after_the_session(&env);
+    let ends = ends_of(&all, "confirm");
+    let outcomes: Vec<&Value> = ends.iter().map(|e| &e["details"]["outcome"]).collect();
+    let to_client: Vec<&Value> = mcp(&all, "end")
+        .into_iter()
+        .filter(|r| r["details"]["direction"] == "to-client")
+        .collect();
+    match era {
+        Era::Handshake2025 => {
+            assert_eq!(r["rounds"], 1, "{r}");
+            assert_eq!(outcomes, [&json!("result")], "{ends:#?}");
+            assert_eq!(to_client.len(), 1, "{all:#?}");
+            assert_eq!(to_client[0]["resource"], "elicitation/create");
+            assert_eq!(to_client[0]["details"]["outcome"], "result");
+        }
+        Era::Stateless2026 => {
+            assert_eq!(r["rounds"], 2, "{r}");
+            assert_eq!(
+                outcomes,
+                [&json!("input-required"), &json!("result")],
+                "{ends:#?}"
+            );
+            assert_ne!(ends[0]["details"]["id"], ends[1]["details"]["id"]);
+            assert!(to_client.is_empty(), "{to_client:#?}");
+        }
     }
 }
 
