@@ -689,12 +689,27 @@ impl Drop for Daemon {
 
 /// Runs a command to completion with a timeout (killing it after), capturing output.
 pub fn run(cmd: &mut Command, timeout: Duration) -> Output {
+    run_with_stdin(cmd, None, timeout)
+}
+
+/// [`run`] with `input` written to the command's stdin (a pipe, closed after
+/// it), or stdin `/dev/null` without.
+pub fn run_with_stdin(cmd: &mut Command, input: Option<Vec<u8>>, timeout: Duration) -> Output {
     let mut child = cmd
-        .stdin(Stdio::null())
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
+    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+    }
     let stdout = drain(child.stdout.take().expect("piped"));
     let stderr = drain(child.stderr.take().expect("piped"));
     let status = wait_timeout(&mut child, timeout).unwrap_or_else(|| {

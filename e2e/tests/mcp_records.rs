@@ -519,6 +519,87 @@ fn a_file_denial_during_a_tool_call_names_the_call_and_the_tool() {
         .all(|r| r["details"].get("tool").is_none()));
 }
 
+/// The network and refused-call records made during a tool call carry it
+/// too: a direct connection transparent egress refuses, a CONNECT the
+/// proxy refuses, and a system call the sandbox refuses and records.
+#[test]
+fn network_and_syscall_records_during_a_tool_call_name_the_call_and_the_tool() {
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    // `network.mode: both` (the default): proxy variables and transparent egress.
+    let policy = env.policy(
+        "net.yaml",
+        "version: 1\nname: net\nnetwork:\n  allow: [\"allowed.test:443\"]\n",
+    );
+    let mut c = env.fixture_session(&policy, &[], &[]);
+    c.initialize();
+    // An address no name of the allowlist stands for (TEST-NET-3).
+    let direct = c.tool_json(
+        "tcp_exchange",
+        json!({"addr": "203.0.113.9:80", "data": "x", "timeout_ms": 2000}),
+    );
+    assert_eq!(direct["connected"], false, "{direct}");
+    let proxy = c.tool_json("getenv", json!({"name": "HTTP_PROXY"}));
+    let port = proxy
+        .as_str()
+        .and_then(|u| u.rsplit(':').next())
+        .map(|p| p.trim_end_matches('/').to_owned())
+        .unwrap_or_else(|| panic!("no HTTP_PROXY: {proxy}"));
+    let refused = c.tool_json(
+        "tcp_exchange",
+        json!({"addr": format!("127.0.0.1:{port}"),
+               "data": "CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\n",
+               "timeout_ms": 5000}),
+    );
+    assert!(
+        refused["reply"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("HTTP/1.1 403")),
+        "{refused}"
+    );
+    let unshare = c.tool_text("unshare_user", json!({}));
+    assert_eq!(unshare, "EPERM");
+    c.close_stdin();
+    assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
+
+    let recs = audit_records(&env);
+    let ids = |tool: &str| -> Vec<Value> {
+        recs.iter()
+            .filter(|r| r["type"] == "mcp" && r["action"] == "end" && r["details"]["tool"] == tool)
+            .map(|r| r["details"]["id"].clone())
+            .collect()
+    };
+    let (tcp, unshare) = (ids("tcp_exchange"), ids("unshare_user"));
+    assert_eq!((tcp.len(), unshare.len()), (2, 1), "{recs:#?}");
+    let one = |what: &str, is: &dyn Fn(&Value) -> bool| -> Value {
+        let found: Vec<&Value> = recs.iter().filter(|r| is(r)).collect();
+        assert_eq!(found.len(), 1, "{what}: {recs:#?}");
+        found[0].clone()
+    };
+    let direct = one("transparent refusal", &|r| {
+        r["type"] == "network" && r["action"] == "connect" && r["resource"] == "203.0.113.9:80"
+    });
+    let proxied = one("proxy refusal", &|r| {
+        r["type"] == "network"
+            && r["action"] == "connect"
+            && r["resource"]
+                .as_str()
+                .is_some_and(|h| h.starts_with("evil.test"))
+    });
+    let syscall = one("refused call", &|r| {
+        r["type"] == "policy" && r["action"] == "syscall"
+    });
+    for (rec, id, tool) in [
+        (&direct, &tcp[0], "tcp_exchange"),
+        (&proxied, &tcp[1], "tcp_exchange"),
+        (&syscall, &unshare[0], "unshare_user"),
+    ] {
+        assert_eq!(rec["decision"], "deny", "{rec}");
+        assert_eq!(rec["details"]["call"], *id, "{rec}");
+        assert_eq!(rec["details"]["tool"], tool, "{rec}");
+    }
+}
+
 #[test]
 fn a_file_denial_with_two_calls_in_flight_names_both() {
     let env = TestEnv::new();
@@ -698,6 +779,56 @@ fn an_approval_raised_during_a_tool_call_names_the_tool() {
         assert_eq!(recs[0]["details"]["tool"], "read_file", "{}", recs[0]);
         assert_eq!(recs[0]["details"]["call"], "2", "{}", recs[0]);
     }
+}
+
+/// The prompt on the shim's terminal says which tool asked: the shim under a
+/// pseudo-terminal, its MCP channel pipes (as a client has them), a held
+/// read during a `tools/call` of `read_file`, answered at the prompt.
+#[test]
+fn the_terminal_prompt_names_the_tool_that_asked() {
+    use std::io::Write;
+    let env = TestEnv::new();
+    let _daemon = env.start_daemon();
+    let secret = env.write("outside/notes.txt", "held, then read");
+    let policy = env.policy("approve.yaml", "version: 1\nname: held\napprove: true\n");
+    let args: Vec<std::ffi::OsString> = vec![
+        "--approve".into(),
+        "--approve-timeout".into(),
+        "60s".into(),
+        "--policy".into(),
+        policy.into(),
+        "--".into(),
+        fixture().into(),
+    ];
+    let (mut cmd, transcript) = approvals::shim_under_pty(&env, "o", false, &args);
+    let requests = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+               "params": {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
+                          "clientInfo": {"name": "e2e", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "read_file", "arguments": {"path": secret}}}),
+    ];
+    let mut input = Vec::new();
+    for r in requests {
+        writeln!(input, "{r}").unwrap();
+    }
+    // EOF after the call: the server answers it, then ends.
+    let out = run_with_stdin(&mut cmd, Some(input), Duration::from_secs(110));
+    let tty = std::fs::read_to_string(&transcript).unwrap_or_default();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\ntty:\n{tty}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        tty.contains("held (tool `read_file`) wants to read"),
+        "tty:\n{tty}"
+    );
+    // The MCP channel carries the server's bytes only: the answer, read.
+    assert_only_jsonrpc_lines(&out.stdout);
+    assert!(stdout.contains("held, then read"), "{stdout}");
 }
 
 #[test]

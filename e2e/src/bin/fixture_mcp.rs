@@ -12,8 +12,8 @@
 //!   which carry its argv) on the host by scanning `/proc/*/cmdline`.
 //!
 //! Tools: `echo`, `big`, `read_file`, `write_file`, `list_dir`, `getenv`, `stderr`,
-//! `exit`, `kill_self`, `spawn_child`, `sleep`, `whoami`, `tcp_exchange`, `progress`
-//! (see [`tools`]).
+//! `exit`, `kill_self`, `spawn_child`, `sleep`, `whoami`, `tcp_exchange`, `progress`,
+//! `unshare_user` (see [`tools`]).
 //!
 //! A batch (a JSON array of messages on one line) is answered as JSON-RPC 2.0 says:
 //! one array of the answers to its requests, in order, or nothing when it held only
@@ -319,6 +319,12 @@ fn tools() -> Vec<Value> {
             &[],
         ),
         tool(
+            "unshare_user",
+            "Calls unshare(CLONE_NEWUSER) (a call the sandbox refuses and records); returns `ok` or the errno's name",
+            json!({}),
+            &[],
+        ),
+        tool(
             "progress",
             "Sends `steps` progress notifications (to the request's progressToken), each \
              followed by a wait until the file `dir`/go-N exists (at most 120 s: a tool \
@@ -448,6 +454,12 @@ fn call_tool(params: &Value) -> CallResult {
                 Err(e) => tool_error(e.to_string()),
             },
         ),
+        "unshare_user" => Ok(text(
+            match nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER) {
+                Ok(()) => "ok".to_string(),
+                Err(e) => format!("{e:?}"),
+            },
+        )),
         "progress" => {
             let steps = u64::try_from(arg_i64(args, "steps")?)
                 .map_err(|_| (-32602, "steps must not be negative".to_string()))?;
