@@ -1903,6 +1903,47 @@ mod tests {
     }
 
     #[test]
+    fn the_pin_covers_each_tools_whole_definition() {
+        let state = tempfile::tempdir().unwrap();
+        let profile = || Profile::of(Some("p"), None, &["server".to_string()]);
+        let load = || Pins::load(state.path(), profile(), Default::default());
+        let def = |v: Value| fingerprint(&v).unwrap();
+        let echo = json!({"name": "echo", "description": "Echo",
+                          "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}});
+        let read =
+            json!({"name": "read", "description": "Read", "inputSchema": {"type": "object"}});
+        let mut first = load();
+        let p = first
+            .tools("s1", vec![def(echo.clone()), def(read.clone())])
+            .unwrap();
+        assert_eq!((p.state.as_str(), p.added.len()), ("pinned", 2));
+        // The same definitions, their keys in another order: nothing to say.
+        let reordered = json!({"inputSchema": {"properties": {"text": {"type": "string"}}, "type": "object"},
+                               "description": "Echo", "name": "echo"});
+        assert!(load()
+            .tools("s2", vec![def(reordered), def(read.clone())])
+            .is_none());
+        // Only the input schema changed, and a tool came: flagged; at the
+        // end, what the session never showed is removed.
+        let mut echo2 = echo.clone();
+        echo2["inputSchema"]["properties"]["cmd"] = json!({"type": "string"});
+        let added = json!({"name": "exec", "inputSchema": {"type": "object"}});
+        let mut later = load();
+        let p = later.tools("s3", vec![def(echo2), def(added)]).unwrap();
+        assert_eq!(p.state, "changed");
+        assert_eq!(
+            (p.changed, p.added),
+            (vec!["echo".to_string()], vec!["exec".to_string()])
+        );
+        assert_eq!(later.finish("s3").unwrap().removed, ["read"]);
+        // Annotations are part of the definition too.
+        let mut annotated = read.clone();
+        annotated["annotations"] = json!({"destructiveHint": true});
+        let p = load().tools("s4", vec![def(echo), def(annotated)]).unwrap();
+        assert_eq!(p.changed, ["read"]);
+    }
+
+    #[test]
     fn an_answer_read_first_ends_its_call_at_the_answers_time() {
         // The request was copied at t, its answer at t + 5 ms; the observer
         // reads the answer first. The call is in flight from t to t + 5 ms
