@@ -27,9 +27,6 @@ fn end_of<'a>(recs: &'a [Value], tool: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no mcp.end of {tool}: {recs:#?}"))
 }
 
-/// Through the real shim, with server-everything and a real client (the
-/// official Python SDK): echo, get-sum, a long-running call with progress
-/// and an unknown tool each have their records.
 /// The file denials of a path ending in `name`.
 fn denials_of<'a>(recs: &'a [Value], name: &str) -> Vec<&'a Value> {
     recs.iter()
@@ -38,6 +35,9 @@ fn denials_of<'a>(recs: &'a [Value], name: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// Through the real shim, with server-everything and a real client (the
+/// official Python SDK): echo, get-sum, a long-running call with progress
+/// and an unknown tool each have their records.
 #[test]
 fn server_everything_calls_each_have_their_records() {
     let Some(deps) = require_test_deps() else {
