@@ -1,13 +1,16 @@
-//! What the approval tests (`tests/approvals.rs`, `tests/approvals_desktop.rs`)
-//! ask of a daemon: its pending approvals, answers through `wardenctl
-//! approve`, and the `approval.*` records.
+//! What the approval tests (`tests/approvals.rs`, `tests/approvals_desktop.rs`,
+//! `tests/mcp_records.rs`) ask of a daemon: its pending approvals, answers
+//! through `wardenctl approve`, and the `approval.*` records; and the shim
+//! under a pseudo-terminal, where it prompts.
 
-use std::process::Output;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::{audit_records, run, TestEnv};
+use crate::{audit_records, bin, run, TestEnv};
 
 /// `wardenctl ARGS` with this env (30 s at most).
 pub fn ctl(env: &TestEnv, args: &[&str]) -> Output {
@@ -56,4 +59,76 @@ pub fn approval_records(env: &TestEnv, action: &str, n: usize) -> Vec<Value> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Runs the shim with a pseudo-terminal as its controlling terminal (stdin
+/// and stdout stay the test's pipes: the MCP channel). The Python parent
+/// records everything written to the terminal in `transcript` and, when the
+/// prompt asks, types `answer`. With `raw`, the terminal is put in raw mode
+/// first (as a full-screen client would), and nothing is typed.
+pub const PTY_DRIVER: &str = r#"
+import os, pty, sys, termios, fcntl, tty, time, select
+transcript, answer, raw = sys.argv[1], sys.argv[2], sys.argv[3] == "raw"
+argv = sys.argv[4:]
+master, slave = pty.openpty()
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+    if raw:
+        tty.setraw(slave)
+    os.close(master)
+    os.close(slave)
+    os.execv(argv[0], argv)
+os.close(slave)
+seen = b""
+answered = False
+status = None
+# The master reads EIO while no process holds the terminal open (before
+# the shim opens /dev/tty): poll until the shim has exited.
+with open(transcript, "wb") as out:
+    while status is None:
+        r, _, _ = select.select([master], [], [], 0.05)
+        chunk = b""
+        if r:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                time.sleep(0.05)
+        if chunk:
+            out.write(chunk)
+            out.flush()
+            seen += chunk
+            if not answered and not raw and b"(default)? " in seen:
+                os.write(master, answer.encode() + b"\n")
+                answered = True
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = st
+sys.exit(os.waitstatus_to_exitcode(status))
+"#;
+
+/// `warden-shim --socket S SHIM_ARGS...` under [`PTY_DRIVER`], typing
+/// `answer` at the prompt (nothing with `raw`): the command to spawn (its
+/// stdin and stdout, which the caller sets, are the shim's MCP channel) and
+/// the transcript of the terminal.
+pub fn shim_under_pty(
+    env: &TestEnv,
+    answer: &str,
+    raw: bool,
+    shim_args: &[OsString],
+) -> (Command, PathBuf) {
+    let transcript = env.root.join(format!("tty-{answer}-{raw}.log"));
+    let mut cmd = Command::new("/usr/bin/python3");
+    cmd.arg("-c")
+        .arg(PTY_DRIVER)
+        .arg(&transcript)
+        .arg(answer)
+        .arg(if raw { "raw" } else { "cooked" })
+        .arg(bin("warden-shim"))
+        .arg("--socket")
+        .arg(&env.socket)
+        .args(shim_args);
+    env.apply_env(&mut cmd);
+    (cmd, transcript)
 }

@@ -43,8 +43,8 @@ pub mod net;
 pub mod pyclient;
 
 pub use pyclient::{
-    client_shim_args, python_sdk_client, run_client, run_python_sdk_client, sdk_python, ClientRun,
-    PyRun,
+    client_shim_args, python_sdk_client, python_sdk_client_in, run_client, run_python_sdk_client,
+    sdk_python, sdk_server, ClientRun, Era, PyRun, SdkServer,
 };
 
 /// The MCP protocol version the tests speak.
@@ -689,12 +689,27 @@ impl Drop for Daemon {
 
 /// Runs a command to completion with a timeout (killing it after), capturing output.
 pub fn run(cmd: &mut Command, timeout: Duration) -> Output {
+    run_with_stdin(cmd, None, timeout)
+}
+
+/// [`run`] with `input` written to the command's stdin (a pipe, closed after
+/// it), or stdin `/dev/null` without.
+pub fn run_with_stdin(cmd: &mut Command, input: Option<Vec<u8>>, timeout: Duration) -> Output {
     let mut child = cmd
-        .stdin(Stdio::null())
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
+    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+    }
     let stdout = drain(child.stdout.take().expect("piped"));
     let stderr = drain(child.stderr.take().expect("piped"));
     let status = wait_timeout(&mut child, timeout).unwrap_or_else(|| {
@@ -879,18 +894,35 @@ impl McpClient {
 
     /// Sends a request and returns the whole response message (`result` or `error`).
     pub fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next_id;
+        let id = self.send_request(method, params);
+        self.wait_response(&id)
+    }
+
+    /// Sends a request without waiting for its response; returns its id.
+    pub fn send_request(&mut self, method: &str, params: Value) -> Value {
+        let id = json!(self.next_id);
         self.next_id += 1;
         let mut message = json!({"jsonrpc": "2.0", "id": id, "method": method});
         if !params.is_null() {
             message["params"] = params;
         }
         self.send(&message);
-        self.wait_response(&json!(id))
+        id
     }
 
     /// Waits for the response with this id.
     pub fn wait_response(&mut self, id: &Value) -> Value {
+        self.wait_message(&format!("the response to request {id}"), |m| {
+            let is_response = m.get("method").is_none()
+                && (m.get("result").is_some() || m.get("error").is_some());
+            is_response && m.get("id") == Some(id)
+        })
+    }
+
+    /// Waits for the next message from the server for which `is` holds
+    /// (`what` names it in the panic of a timeout); the others read on the
+    /// way go to [`McpClient::other_messages`].
+    pub fn wait_message(&mut self, what: &str, is: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + self.timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -903,22 +935,20 @@ impl McpClient {
                             self.stderr()
                         )
                     });
-                    let is_response = message.get("method").is_none()
-                        && (message.get("result").is_some() || message.get("error").is_some());
-                    if is_response && message.get("id") == Some(id) {
+                    if is(&message) {
                         return message;
                     }
                     self.other_messages.push(message);
                 }
                 Err(RecvTimeoutError::Timeout) => panic!(
-                    "no response to request {id} within {:?}; stderr:\n{}",
+                    "no {what} within {:?}; stderr:\n{}",
                     self.timeout,
                     self.stderr()
                 ),
                 Err(RecvTimeoutError::Disconnected) => {
                     let status = self.try_status();
                     panic!(
-                        "stdout closed before the response to request {id} (exit: {status:?}); stderr:\n{}",
+                        "stdout closed before {what} (exit: {status:?}); stderr:\n{}",
                         self.stderr()
                     )
                 }

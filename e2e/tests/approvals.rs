@@ -470,69 +470,20 @@ fn bad_answers_and_bad_timeouts() {
     assert_eq!(stdout, "403\n");
 }
 
-/// Runs the shim with a pseudo-terminal as its controlling terminal (stdin
-/// and stdout stay the test's pipes: the MCP channel). The Python parent
-/// records everything written to the terminal in `transcript` and, when the
-/// prompt asks, types `answer`. With `raw`, the terminal is put in raw mode
-/// first (as a full-screen client would), and nothing is typed.
-const PTY_DRIVER: &str = r#"
-import os, pty, sys, termios, fcntl, tty, time, select
-transcript, answer, raw = sys.argv[1], sys.argv[2], sys.argv[3] == "raw"
-argv = sys.argv[4:]
-master, slave = pty.openpty()
-pid = os.fork()
-if pid == 0:
-    os.setsid()
-    fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
-    if raw:
-        tty.setraw(slave)
-    os.close(master)
-    os.close(slave)
-    os.execv(argv[0], argv)
-os.close(slave)
-seen = b""
-answered = False
-status = None
-# The master reads EIO while no process holds the terminal open (before
-# the shim opens /dev/tty): poll until the shim has exited.
-with open(transcript, "wb") as out:
-    while status is None:
-        r, _, _ = select.select([master], [], [], 0.05)
-        chunk = b""
-        if r:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:
-                time.sleep(0.05)
-        if chunk:
-            out.write(chunk)
-            out.flush()
-            seen += chunk
-            if not answered and not raw and b"(default)? " in seen:
-                os.write(master, answer.encode() + b"\n")
-                answered = True
-        done, st = os.waitpid(pid, os.WNOHANG)
-        if done:
-            status = st
-sys.exit(os.waitstatus_to_exitcode(status))
-"#;
-
 impl World {
     fn under_pty(&self, policy: &Path, script: &str, answer: &str, raw: bool) -> (Child, PathBuf) {
-        let transcript = self.env.root.join(format!("tty-{answer}-{raw}.log"));
-        let mut cmd = std::process::Command::new("/usr/bin/python3");
-        cmd.arg("-c")
-            .arg(PTY_DRIVER)
-            .arg(&transcript)
-            .arg(answer)
-            .arg(if raw { "raw" } else { "cooked" })
-            .arg(warden_e2e::bin("warden-shim"))
-            .arg("--socket")
-            .arg(&self.env.socket)
-            .args(["--approve", "--approve-timeout", "60s", "--policy"])
-            .arg(policy)
-            .args(["--", "/bin/sh", "-c", script]);
-        self.env.apply_env(&mut cmd);
+        let args: Vec<OsString> = vec![
+            "--approve".into(),
+            "--approve-timeout".into(),
+            "60s".into(),
+            "--policy".into(),
+            policy.into(),
+            "--".into(),
+            "/bin/sh".into(),
+            "-c".into(),
+            script.into(),
+        ];
+        let (mut cmd, transcript) = approvals::shim_under_pty(&self.env, answer, raw, &args);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

@@ -56,7 +56,14 @@ fn exec_server_with(
         policy.display().to_string(),
     ];
     args.extend(extra.iter().map(|a| a.to_string()));
-    let mut run = run_python_sdk_client(env, python, &bin("wardenctl"), &args, &json!(sdk_steps));
+    let mut run = run_python_sdk_client(
+        env,
+        python,
+        &bin("wardenctl"),
+        &args,
+        Era::Handshake2025,
+        &json!(sdk_steps),
+    );
     let listed = run.steps.remove(0);
     Run {
         tools: listed["definitions"]

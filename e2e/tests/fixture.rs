@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{json, Value};
 use warden_e2e::*;
 
 fn direct(args: &[&str]) -> McpClient {
@@ -85,6 +85,49 @@ fn big_and_files() {
         c.tool_json("getenv", json!({"name": "WARDEN_E2E_SURELY_UNSET"})),
         json!(null)
     );
+}
+
+#[test]
+fn batches_and_progress() {
+    let env = TestEnv::new();
+    let mut c = direct(&[]);
+    c.initialize();
+    // A batch is answered by one batch, in order; its notifications by nothing.
+    c.send_raw(
+        br#"[{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"echo","arguments":{"text":"one"}}},{"jsonrpc":"2.0","method":"notifications/initialized"},{"jsonrpc":"2.0","id":"b","method":"ping"}]
+"#,
+    );
+    let batch = c.wait_message("the batch's answer", Value::is_array);
+    let ids: Vec<&Value> = batch.as_array().unwrap().iter().map(|m| &m["id"]).collect();
+    assert_eq!(ids, [&json!("a"), &json!("b")], "{batch}");
+    assert_eq!(tool_result_text(&batch[0]["result"]), "one");
+    c.send_raw(b"[{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}]\n");
+    assert_eq!(c.call("ping", json!({})), json!({}));
+    assert!(
+        !c.other_messages.iter().any(Value::is_array),
+        "{:?}",
+        c.other_messages
+    );
+    // progress: one notification per step, each waiting for its go-ahead.
+    let go = env.mkdir("go");
+    let id = c.send_request(
+        "tools/call",
+        json!({"name": "progress", "arguments": {"steps": 2, "dir": go},
+               "_meta": {"progressToken": 9}}),
+    );
+    for n in 1..=2 {
+        let p = c.wait_message("progress", |m| m["method"] == "notifications/progress");
+        assert_eq!(
+            p["params"],
+            json!({"progressToken": 9, "progress": n, "total": 2})
+        );
+        std::fs::write(go.join(format!("go-{n}")), "").unwrap();
+    }
+    let r = c.wait_response(&id);
+    assert_eq!(tool_result_text(&r["result"]), "done after 2 steps");
+    c.close_stdin();
+    assert_eq!(c.wait_code(Duration::from_secs(5)), 0);
+    c.assert_stdout_only_jsonrpc();
 }
 
 #[test]

@@ -299,6 +299,10 @@ fn with_pin_enforce_a_changed_tool_is_withheld_until_a_person_accepts_it() {
             .contains("Warden withholds the tool `echo`"),
         "{r}"
     );
+    // `wardenctl ps` says what differs and what is withheld.
+    let ps = env.sessions();
+    assert_eq!(ps[0]["tools_unpinned"], json!(["echo (changed)"]), "{ps:?}");
+    assert_eq!(ps[0]["tools_withheld"], json!(["echo"]), "{ps:?}");
     let p = wait_pending(&env, 1);
     assert_eq!(p.len(), 1, "{p:?}");
     assert_eq!(p[0]["kind"], "tool", "{}", p[0]);
@@ -326,6 +330,10 @@ fn with_pin_enforce_a_changed_tool_is_withheld_until_a_person_accepts_it() {
     let tools = c.call("tools/list", json!({}));
     assert!(tools.to_string().contains("id_rsa"), "{tools}");
     assert_eq!(c.tool_text("echo", json!({"text": "now"})), "now");
+    // Accepted for the session: no longer withheld, still not the pin's.
+    let ps = env.sessions();
+    assert_eq!(ps[0]["tools_withheld"], json!([]), "{ps:?}");
+    assert_eq!(ps[0]["tools_unpinned"], json!(["echo (changed)"]), "{ps:?}");
     c.close_stdin();
     assert_eq!(c.wait_code(EXIT_WAIT), 0, "stderr:\n{}", c.stderr());
     c.assert_stdout_only_jsonrpc();

@@ -985,6 +985,7 @@ impl warden_sandbox::supervise::Connector for Dialer {
         _pid: u32,
         to: std::net::SocketAddr,
         why: warden_sandbox::supervise::Unreachable,
+        _at: std::time::Instant,
     ) {
         self.refused.lock().unwrap().push((to, why));
     }

@@ -134,6 +134,10 @@ struct SessionRow {
     backend_skipped: Vec<String>,
     /// The `tools/call` requests in flight ("TOOL (id ID)").
     tool_calls: Vec<String>,
+    /// Tool definitions that differ from the profile's pin ("TOOL
+    /// (changed)"), and those `mcp.pin: enforce` withholds now.
+    tools_unpinned: Vec<String>,
+    tools_withheld: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -268,6 +272,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         backend: s.backend,
                         backend_skipped: s.backend_skipped,
                         tool_calls: s.tool_calls,
+                        tools_unpinned: s.tools_unpinned,
+                        tools_withheld: s.tools_withheld,
                     })
                     .collect();
                 if cli.json {
@@ -369,6 +375,26 @@ fn human_bytes(b: u64) -> String {
     }
 }
 
+/// `ps`'s TOOL PIN cell: the definitions that differ from the pin, and what
+/// is withheld (`wardenctl approve` can release it).
+fn tool_pin(r: &SessionRow) -> String {
+    let mut parts = Vec::new();
+    if !r.tools_unpinned.is_empty() {
+        parts.push(format!("differs: {}", r.tools_unpinned.join(", ")));
+    }
+    if !r.tools_withheld.is_empty() {
+        parts.push(format!(
+            "withheld: {} (`wardenctl approve`)",
+            r.tools_withheld.join(", ")
+        ));
+    }
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        cell(&parts.join("; "))
+    }
+}
+
 fn print_ps(rows: &[SessionRow]) {
     let header = [
         "ID",
@@ -382,6 +408,7 @@ fn print_ps(rows: &[SessionRow]) {
         "NET",
         "LAST DENIAL / APPROVALS",
         "TOOL CALLS",
+        "TOOL PIN",
         "COMMAND",
     ];
     let cells: Vec<Vec<String>> = rows
@@ -429,6 +456,7 @@ fn print_ps(rows: &[SessionRow]) {
                 } else {
                     cell(&r.tool_calls.join(", "))
                 },
+                tool_pin(r),
                 cell(&r.command.join(" ")),
             ]
         })

@@ -284,6 +284,50 @@ struct ToolDef {
     name: Option<Value>,
 }
 
+/// What the gate reads of a request's or notification's params for the
+/// 2026-07-28 revision: its `_meta` (the protocol version every request
+/// carries; the subscription a notification belongs to), a
+/// `subscriptions/listen`'s or an acknowledgement's `notifications`, a
+/// cancellation's `requestId`.
+#[derive(Deserialize, Default)]
+struct Params2026 {
+    #[serde(rename = "_meta")]
+    meta: Option<Meta2026>,
+    notifications: Option<Filter2026>,
+    #[serde(rename = "requestId")]
+    request_id: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct Meta2026 {
+    #[serde(rename = "io.modelcontextprotocol/protocolVersion")]
+    version: Option<Value>,
+    #[serde(rename = "io.modelcontextprotocol/subscriptionId")]
+    subscription: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct Filter2026 {
+    #[serde(rename = "toolsListChanged")]
+    tools: Option<bool>,
+}
+
+fn params_2026(m: &Msg) -> Params2026 {
+    m.params
+        .and_then(|p| serde_json::from_str(p.get()).ok())
+        .unwrap_or_default()
+}
+
+/// A client's `subscriptions/listen` stream that asked for
+/// `notifications/tools/list_changed` (2026-07-28): where the gate may tell
+/// the client a withheld tool is offered again, once the server has
+/// acknowledged it.
+struct Subscription {
+    key: String,
+    id: Value,
+    acknowledged: bool,
+}
+
 /// One session's gate.
 pub struct Gate {
     policy: McpPolicy,
@@ -296,6 +340,13 @@ pub struct Gate {
     enforce: Option<(Arc<Enforce>, Ask)>,
     /// `mcp.explain_denials`.
     explain: Option<Explain>,
+    /// The client speaks the 2026-07-28 revision (its first request was
+    /// `server/discover`, or a request carried its protocol version in
+    /// `_meta`): a list change is told only on its subscriptions.
+    stateless: bool,
+    /// Its `subscriptions/listen` streams for tool list changes (with
+    /// `mcp.pin: enforce`), at most [`MAX_LISTS`].
+    subscriptions: Vec<Subscription>,
 }
 
 /// What explaining denials needs: the session's denials, and the tool calls
@@ -351,6 +402,8 @@ impl Gate {
             events: Vec::new(),
             enforce: None,
             explain: None,
+            stateless: false,
+            subscriptions: Vec::new(),
         }
     }
 
@@ -380,7 +433,11 @@ impl Gate {
     }
 
     /// After [`Gate::wake_fd`] rang: the notification to send the client,
-    /// if the list changed.
+    /// if the list changed. In the 2026-07-28 revision a server tells list
+    /// changes only on the client's `subscriptions/listen` streams that
+    /// asked for them (each notification naming its stream), after the
+    /// acknowledgement: one on each such stream, and none without one (the
+    /// client sees the tool when it lists again).
     pub fn woken(&mut self) -> Option<Vec<u8>> {
         let (e, _) = self.enforce.as_ref()?;
         let _ = e.wake.read();
@@ -388,10 +445,97 @@ impl Gate {
         if !std::mem::take(&mut st.list_changed) {
             return None;
         }
-        Some(line_of(&serde_json::json!({
-            "jsonrpc": "2.0",
-            "method": "notifications/tools/list_changed",
-        })))
+        if !self.stateless {
+            return Some(line_of(&serde_json::json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/tools/list_changed",
+            })));
+        }
+        let lines: Vec<u8> = self
+            .subscriptions
+            .iter()
+            .filter(|s| s.acknowledged)
+            .flat_map(|s| {
+                line_of(&serde_json::json!({
+                    "jsonrpc": "2.0",
+                    "method": "notifications/tools/list_changed",
+                    "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": s.id}},
+                }))
+            })
+            .collect();
+        (!lines.is_empty()).then_some(lines)
+    }
+
+    /// A client message, for the 2026-07-28 revision's list changes (with
+    /// `mcp.pin: enforce` only): the era, and the client's subscriptions.
+    fn follow_client_2026(&mut self, method: &str, m: &Msg) {
+        if self.enforce.is_none() {
+            return;
+        }
+        let p = params_2026(m);
+        if method == "server/discover" || p.meta.as_ref().is_some_and(|m| m.version.is_some()) {
+            self.stateless = true;
+        }
+        match method {
+            "subscriptions/listen" => {
+                let id =
+                    m.id.and_then(|id| serde_json::from_str::<Value>(id.get()).ok());
+                let wants = p.notifications.and_then(|n| n.tools) == Some(true);
+                if let (Some(id), true) = (id, wants) {
+                    if self.subscriptions.len() >= MAX_LISTS {
+                        self.subscriptions.remove(0);
+                    }
+                    self.subscriptions.push(Subscription {
+                        key: id_key(&id),
+                        id,
+                        acknowledged: false,
+                    });
+                }
+            }
+            "notifications/cancelled" => {
+                if let Some(id) = p.request_id {
+                    let key = id_key(&id);
+                    self.subscriptions.retain(|s| s.key != key);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A server message, for the client's subscriptions: acknowledged (for
+    /// tool list changes, else it will carry none), or ended (its
+    /// response, or the server's cancellation).
+    fn follow_server_2026(&mut self, m: &Msg) {
+        let p = params_2026(m);
+        let ended = match m.method.as_deref() {
+            Some("notifications/subscriptions/acknowledged") => {
+                let Some(id) = p.meta.and_then(|m| m.subscription) else {
+                    return;
+                };
+                let key = id_key(&id);
+                let tools = p.notifications.and_then(|n| n.tools) == Some(true);
+                for s in self.subscriptions.iter_mut().filter(|s| s.key == key) {
+                    s.acknowledged = tools;
+                }
+                if tools {
+                    return;
+                }
+                key
+            }
+            Some("notifications/cancelled") => match p.request_id {
+                Some(id) => id_key(&id),
+                None => return,
+            },
+            Some(_) => return,
+            None => match m
+                .id
+                .and_then(|id| serde_json::from_str::<Value>(id.get()).ok())
+            {
+                Some(id) => id_key(&id),
+                None => return,
+            },
+        };
+        self.subscriptions.retain(|s| s.key != ended);
     }
 
     /// The stream ended: pinned tools the server's answers never showed.
@@ -585,6 +729,7 @@ impl Gate {
             // A response to the server's own request (sampling...).
             return Check::Pass;
         };
+        self.follow_client_2026(method, m);
         let id =
             m.id.and_then(|id| serde_json::from_str::<Value>(id.get()).ok());
         match method {
@@ -680,7 +825,10 @@ impl Gate {
     /// A line from the server (without its `\n`): None to pass it as it
     /// came, else the line to send instead (without `\n`).
     pub fn from_server(&mut self, line: &[u8]) -> Option<Vec<u8>> {
-        if self.listed.is_empty() && self.explain.as_ref().is_none_or(|e| e.calls.is_empty()) {
+        if self.listed.is_empty()
+            && self.explain.as_ref().is_none_or(|e| e.calls.is_empty())
+            && self.subscriptions.is_empty()
+        {
             return None;
         }
         let text = std::str::from_utf8(line).ok()?;
@@ -705,6 +853,9 @@ impl Gate {
     /// `tools/list` and loses tools, else None.
     fn answer(&mut self, text: &str) -> Option<String> {
         let m = serde_json::from_str::<Msg>(text).ok()?;
+        if !self.subscriptions.is_empty() {
+            self.follow_server_2026(&m);
+        }
         if m.method.is_some() {
             return None;
         }
@@ -909,6 +1060,7 @@ fn line_of(v: &Value) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mcp::Pins;
     use serde_json::json;
 
     fn gate(allow: Option<&[&str]>, deny: &[&str]) -> Gate {
@@ -921,6 +1073,92 @@ mod tests {
 
     fn reply(v: &Verdict) -> Value {
         serde_json::from_slice(v.reply.as_deref().expect("a reply")).unwrap()
+    }
+
+    /// A gate with `mcp.pin: enforce` whose pin (in `state`) has `echo`
+    /// and `read` as first seen, and the tools it asks about.
+    fn enforcing(state: &std::path::Path) -> (Gate, Arc<Enforce>, Arc<Mutex<Vec<ToolAsk>>>) {
+        let profile = || crate::mcp::Profile::of(Some("p"), None, &[]);
+        let first = |name: &str| fingerprint(&json!({"name": name, "description": "first"}));
+        let mut pin = Pins::load(state, profile(), McpPolicy::default());
+        pin.tools("s0", vec![first("echo").unwrap(), first("read").unwrap()]);
+        let enforce = Enforce::new(Pins::load(state, profile(), McpPolicy::default())).unwrap();
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let a = asked.clone();
+        let policy = McpPolicy {
+            pin: warden_core::policy::PinMode::Enforce,
+            ..McpPolicy::default()
+        };
+        let gate = Gate::new(policy).with_pin(
+            enforce.clone(),
+            Box::new(move |ask| a.lock().unwrap().push(ask)),
+        );
+        (gate, enforce, asked)
+    }
+
+    /// Both tools changed since the pin, in an answer to `tools/list` 2.
+    const CHANGED: &[u8] = br#"{"jsonrpc":"2.0","id":2,"result":{"tools":[{"name":"echo","description":"now"},{"name":"read","description":"now"}]}}"#;
+
+    fn lines(b: &[u8]) -> Vec<Value> {
+        b.split(|&c| c == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn an_accepted_tool_is_announced_as_the_era_says() {
+        // 2025: a list_changed notification, as a server sends it.
+        let state = tempfile::tempdir().unwrap();
+        let (mut g, enforce, asked) = enforcing(state.path());
+        g.from_client(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#);
+        g.from_client(br#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
+        let cut = g.from_server(CHANGED).expect("withheld");
+        assert_eq!(lines(&cut)[0]["result"]["tools"], json!([]));
+        let ask = asked.lock().unwrap()[0].clone();
+        enforce.accept("s", &ask, false);
+        assert_eq!(
+            lines(&g.woken().unwrap()),
+            [json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})]
+        );
+
+        // 2026-07-28: only on the client's subscription that asked for it,
+        // once the server acknowledged it, naming it.
+        let state = tempfile::tempdir().unwrap();
+        let (mut g, enforce, asked) = enforcing(state.path());
+        let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#;
+        for line in [
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{{{meta}}}}}"#),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":"sub","method":"subscriptions/listen","params":{{{meta},"notifications":{{"toolsListChanged":true}}}}}}"#
+            ),
+            format!(r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{{{meta}}}}}"#),
+        ] {
+            assert!(g.from_client(line.as_bytes()).forward, "{line}");
+        }
+        g.from_server(CHANGED).expect("withheld");
+        let asks = asked.lock().unwrap().clone();
+        assert_eq!(asks.len(), 2);
+        // Not acknowledged yet: nothing may be sent on it.
+        enforce.accept("s", &asks[0], false);
+        assert_eq!(g.woken(), None);
+        let ack = br#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":"sub"},"notifications":{"toolsListChanged":true}}}"#;
+        assert_eq!(g.from_server(ack), None, "passed as it came");
+        enforce.accept("s", &asks[1], false);
+        assert_eq!(
+            lines(&g.woken().unwrap()),
+            [
+                json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+                    "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": "sub"}}})
+            ]
+        );
+        // The server ends the stream: nothing more on it.
+        g.from_server(
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"sub"}}"#,
+        );
+        enforce.accept("s", &asks[1], false);
+        assert_eq!(g.woken(), None);
+        assert!(g.subscriptions.is_empty());
     }
 
     #[test]

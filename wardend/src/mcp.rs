@@ -80,6 +80,10 @@ pub enum Outcome {
         /// A `tools/call` result with `isError: true`.
         tool_error: bool,
     },
+    /// A result with `resultType: "input_required"` (2026-07-28): the
+    /// server needs the client's input first; the client asks again with a
+    /// new request carrying it.
+    InputRequired,
     Error {
         code: i64,
         message: String,
@@ -157,6 +161,11 @@ pub struct Observer {
     /// Answers read before their request (by the direction the request
     /// goes), oldest first, at most [`MAX_EARLY`].
     early: [std::collections::VecDeque<Early>; 2],
+    /// Progress read before its request (by the direction the request
+    /// goes): token, count; oldest first, at most [`MAX_EARLY`]. The two
+    /// directions are read apart, so a server's first progress can be read
+    /// before the request that asked for it.
+    early_progress: [std::collections::VecDeque<(String, u64)>; 2],
     era: Option<Era>,
     /// Requests not followed because [`MAX_IN_FLIGHT`] were.
     pub dropped: u64,
@@ -393,8 +402,14 @@ impl Observer {
                     self.dropped += 1;
                     return;
                 }
+                let mut progress = 0;
                 if let Some(t) = &token {
                     self.tokens[dir.index()].insert(t.clone(), id.clone());
+                    // Its progress came first: counted now.
+                    let early = &mut self.early_progress[dir.index()];
+                    if let Some(k) = early.iter().position(|(e, _)| e == t) {
+                        progress = early.remove(k).map_or(0, |(_, n)| n);
+                    }
                 }
                 pending.insert(
                     id.clone(),
@@ -403,7 +418,7 @@ impl Observer {
                         tool,
                         started: now,
                         bytes,
-                        progress: 0,
+                        progress,
                         token,
                     },
                 );
@@ -450,6 +465,12 @@ impl Observer {
                             .unwrap_or_default()
                             .to_owned(),
                     },
+                    (Some(r), None)
+                        if r.get("resultType").and_then(Value::as_str)
+                            == Some("input_required") =>
+                    {
+                        Outcome::InputRequired
+                    }
                     (Some(r), None) => Outcome::Result {
                         tool_error: r.get("isError").and_then(Value::as_bool) == Some(true),
                     },
@@ -497,26 +518,54 @@ impl Observer {
             // Progress flows back to whoever asked, naming its token.
             "notifications/progress" => {
                 let req_dir = dir.other();
-                let token = params.and_then(|p| p.get("progressToken")).map(id_key);
-                let id = token.and_then(|t| self.tokens[req_dir.index()].get(&t).cloned());
+                let Some(token) = params.and_then(|p| p.get("progressToken")).map(id_key) else {
+                    return;
+                };
+                let id = self.tokens[req_dir.index()].get(&token).cloned();
                 if let Some(p) = id.and_then(|id| self.pending[req_dir.index()].get_mut(&id)) {
                     p.progress += 1;
+                    return;
+                }
+                // Its request may still be on its way to the observer (read
+                // from the other tap): counted a while for it.
+                let early = &mut self.early_progress[req_dir.index()];
+                match early.iter_mut().find(|(t, _)| *t == token) {
+                    Some((_, n)) => *n += 1,
+                    None => {
+                        if early.len() >= MAX_EARLY {
+                            early.pop_front();
+                        }
+                        early.push_back((token, 1));
+                    }
                 }
             }
-            // Cancellation comes from the side that asked.
+            // Cancellation comes from the side that asked; and on stdio in
+            // the 2026-07-28 revision, from the server to end a client's
+            // `subscriptions/listen` stream (its only use that way).
             "notifications/cancelled" => {
-                let id = params.and_then(|p| p.get("requestId")).map(id_key);
+                let Some(id) = params.and_then(|p| p.get("requestId")).map(id_key) else {
+                    return;
+                };
                 let reason = params
                     .and_then(|p| p.get("reason"))
                     .and_then(Value::as_str)
                     .map(str::to_owned);
-                if let Some((id, p)) =
-                    id.and_then(|id| self.pending[dir.index()].remove(&id).map(|p| (id, p)))
+                let req_dir = if self.pending[dir.index()].contains_key(&id) {
+                    dir
+                } else if dir == Dir::ToClient
+                    && self.pending[Dir::ToServer.index()]
+                        .get(&id)
+                        .is_some_and(|p| p.method == "subscriptions/listen")
                 {
+                    Dir::ToServer
+                } else {
+                    return;
+                };
+                if let Some(p) = self.pending[req_dir.index()].remove(&id) {
                     if let Some(t) = &p.token {
-                        self.tokens[dir.index()].remove(t);
+                        self.tokens[req_dir.index()].remove(t);
                     }
-                    out.push(end(dir, id, p, Outcome::Cancelled { reason }, 0, now));
+                    out.push(end(req_dir, id, p, Outcome::Cancelled { reason }, 0, now));
                 }
             }
             _ => out.push(Event::Notification {
@@ -709,7 +758,7 @@ pub fn watch(
     session: String,
     readers: [TapReader; 2],
     in_flight: InFlight,
-    profile: Profile,
+    (profile, pin_note): (Profile, PinNote),
     mcp: warden_core::policy::McpPolicy,
     arguments: Option<Redact>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
@@ -717,7 +766,16 @@ pub fn watch(
     let fds = [(a.fd, a.marks, a.wake), (b.fd, b.marks, b.wake)];
     // A task, not a thread: an idle session costs no thread for it.
     Ok(tokio::spawn(async move {
-        run(&daemon, &session, fds, &in_flight, profile, mcp, arguments).await
+        run(
+            &daemon,
+            &session,
+            fds,
+            &in_flight,
+            (profile, pin_note),
+            mcp,
+            arguments,
+        )
+        .await
     }))
 }
 
@@ -750,6 +808,71 @@ impl Profile {
             key: hex::encode(h.finalize())[..16].to_owned(),
         }
     }
+}
+
+/// What `wardenctl ps` shows of a session's tool definitions against its
+/// profile's pin: those that differ (its `mcp.pin` records with `state:
+/// changed`, less those accepted into the pin since) and, with `mcp.pin:
+/// enforce`, those withheld now.
+#[derive(Default)]
+pub struct PinView {
+    /// Tool → `added`, `changed` or `removed`.
+    differ: std::collections::BTreeMap<String, &'static str>,
+    enforce: Option<Arc<crate::gate::Enforce>>,
+}
+
+/// A session's [`PinView`], kept by its observer or its gate.
+pub type PinNote = Arc<std::sync::Mutex<PinView>>;
+
+impl PinView {
+    /// An `mcp.pin` record of the session, as it is written.
+    pub fn note(&mut self, rec: &event::McpPin) {
+        match rec.state.as_str() {
+            "changed" => {
+                for (tools, what) in [
+                    (&rec.added, "added"),
+                    (&rec.changed, "changed"),
+                    (&rec.removed, "removed"),
+                ] {
+                    for t in tools {
+                        self.differ.insert(t.clone(), what);
+                    }
+                }
+            }
+            "accepted" => {
+                for t in rec.added.iter().chain(&rec.changed) {
+                    self.differ.remove(t);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The session's `mcp.pin: enforce` state, whose withheld tools are shown.
+    pub(crate) fn enforced_by(&mut self, enforce: Arc<crate::gate::Enforce>) {
+        self.enforce = Some(enforce);
+    }
+
+    /// The tools that differ from the pin ("TOOL (changed)"...), and those
+    /// withheld now.
+    pub fn shown(&self) -> (Vec<String>, Vec<String>) {
+        (
+            self.differ
+                .iter()
+                .map(|(t, what)| format!("{t} ({what})"))
+                .collect(),
+            self.enforce
+                .as_ref()
+                .map(|e| e.withheld())
+                .unwrap_or_default(),
+        )
+    }
+}
+
+/// Notes `rec` in `note`, then records it.
+pub(crate) fn record_pin(daemon: &Daemon, note: &PinNote, rec: event::McpPin) {
+    note.lock().unwrap_or_else(|p| p.into_inner()).note(&rec);
+    daemon.audit.record(rec);
 }
 
 /// The tool definitions pinned for a profile, and what this session saw.
@@ -1071,6 +1194,7 @@ struct Sink<'a> {
     in_second: u32,
     suppressed: u64,
     pins: Option<Pins>,
+    pin_note: PinNote,
 }
 
 impl Sink<'_> {
@@ -1097,7 +1221,7 @@ impl Sink<'_> {
                 // Pin records are never rate-limited away.
                 let pins = self.pins.as_mut();
                 if let Some(p) = pins.and_then(|p| p.tools(self.session, tools)) {
-                    self.daemon.audit.record(p);
+                    record_pin(self.daemon, &self.pin_note, p);
                 }
                 continue;
             }
@@ -1159,6 +1283,13 @@ fn record(session: &str, e: Event) -> Option<warden_audit::Record> {
                 Outcome::Error { code, .. } => {
                     ("error", Some(code), format!("JSON-RPC error {code}"))
                 }
+                Outcome::InputRequired => (
+                    "input-required",
+                    None,
+                    "the server asked for the client's input first (resultType input_required); \
+                     the client asks again with a new request"
+                        .into(),
+                ),
                 Outcome::Cancelled { reason } => (
                     "cancelled",
                     None,
@@ -1275,7 +1406,7 @@ async fn run(
     session: &str,
     readers: [TapFd; 2],
     in_flight: &InFlight,
-    profile: Profile,
+    (profile, pin_note): (Profile, PinNote),
     mcp: warden_core::policy::McpPolicy,
     arguments: Option<Redact>,
 ) {
@@ -1293,6 +1424,7 @@ async fn run(
         // server's answers before they are filtered); `off` keeps none.
         pins: (mcp.pin == warden_core::policy::PinMode::Flag)
             .then(|| Pins::load(&daemon.config.state_dir, profile, mcp)),
+        pin_note,
     };
     let dirs = [Dir::ToServer, Dir::ToClient];
     let mut open = [true, true];
@@ -1411,7 +1543,7 @@ async fn run(
     let events = obs.finish(Instant::now());
     sink.events(events);
     if let Some(p) = sink.pins.as_mut().and_then(|p| p.finish(session)) {
-        daemon.audit.record(p);
+        record_pin(daemon, &sink.pin_note, p);
     }
     {
         let mut log = in_flight.lock().unwrap_or_else(|p| p.into_inner());
@@ -1647,6 +1779,168 @@ mod tests {
             "{ev:?}"
         );
         assert!(o.finish(t).is_empty());
+    }
+
+    #[test]
+    fn progress_read_before_its_request_is_counted_when_the_request_comes() {
+        // The observer reads the two taps apart: the server's progress can
+        // be read before the request it is for (e2e `mcp`'s
+        // progress_reaches_the_client_while_the_call_runs counted 1 or 2 of
+        // 3 now and then before this was handled).
+        let mut o = Observer::new();
+        let t = Instant::now();
+        let progress = |n: u32| {
+            line(json!({"jsonrpc":"2.0","method":"notifications/progress",
+                        "params":{"progressToken":"tok","progress":n}}))
+        };
+        let ev = o.feed(Dir::ToClient, &[progress(1), progress(2)].concat(), t);
+        assert!(ev.is_empty(), "{ev:?}");
+        o.feed(
+            Dir::ToServer,
+            &line(json!({"jsonrpc":"2.0","id":5,"method":"tools/call",
+                         "params":{"name":"long","_meta":{"progressToken":"tok"}}})),
+            t,
+        );
+        let ev = o.feed(
+            Dir::ToClient,
+            &[
+                progress(3),
+                line(json!({"jsonrpc":"2.0","id":5,"result":{}})),
+            ]
+            .concat(),
+            t,
+        );
+        match &ev[..] {
+            [Event::End { progress, .. }] => assert_eq!(*progress, 3),
+            other => panic!("{other:?}"),
+        }
+        // Progress for a request never seen is kept only so long.
+        for i in 0..(MAX_EARLY + 10) {
+            let stray = line(json!({"jsonrpc":"2.0","method":"notifications/progress",
+                                    "params":{"progressToken":i,"progress":1}}));
+            o.feed(Dir::ToClient, &stray, t);
+        }
+        assert_eq!(o.early_progress[Dir::ToServer.index()].len(), MAX_EARLY);
+    }
+
+    #[test]
+    fn the_2026_revisions_results_and_cancellations_are_followed() {
+        let mut o = Observer::new();
+        let t = Instant::now();
+        let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                          "io.modelcontextprotocol/clientCapabilities": {}});
+        let ev = o.feed(
+            Dir::ToServer,
+            &[
+                line(json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":meta}})),
+                line(json!({"jsonrpc":"2.0","id":2,"method":"tools/call",
+                            "params":{"name":"deploy","arguments":{},"_meta":meta}})),
+                line(json!({"jsonrpc":"2.0","id":3,"method":"subscriptions/listen",
+                            "params":{"_meta":meta,"notifications":{"toolsListChanged":true}}})),
+            ]
+            .concat(),
+            t,
+        );
+        assert_eq!(ev.len(), 3, "{ev:?}");
+        assert_eq!(o.era(), Some(Era::Stateless2026));
+        // The call needs the client's input: it ends so (the client asks
+        // again, with a request of its own).
+        let ev = o.feed(
+            Dir::ToClient,
+            &[
+                line(
+                    json!({"jsonrpc":"2.0","id":1,"result":{"resultType":"complete",
+                            "supportedVersions":["2026-07-28"],"capabilities":{}}}),
+                ),
+                line(
+                    json!({"jsonrpc":"2.0","id":2,"result":{"resultType":"input_required",
+                            "inputRequests":{"confirm":{"method":"elicitation/create","params":{}}},
+                            "requestState":"opaque"}}),
+                ),
+                // The server ends the client's subscription stream.
+                line(json!({"jsonrpc":"2.0","method":"notifications/cancelled",
+                            "params":{"requestId":3,"reason":"shutting down"}})),
+            ]
+            .concat(),
+            t,
+        );
+        assert_eq!(
+            ends(&ev),
+            [
+                (
+                    "server/discover".into(),
+                    None,
+                    Outcome::Result { tool_error: false }
+                ),
+                (
+                    "tools/call".into(),
+                    Some("deploy".into()),
+                    Outcome::InputRequired
+                ),
+                (
+                    "subscriptions/listen".into(),
+                    None,
+                    Outcome::Cancelled {
+                        reason: Some("shutting down".into())
+                    }
+                ),
+            ]
+        );
+        // A server's cancellation of anything else of the client's is not
+        // one (only the client cancels its requests).
+        o.feed(
+            Dir::ToServer,
+            &line(json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"x"}})),
+            t,
+        );
+        let ev = o.feed(
+            Dir::ToClient,
+            &line(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}})),
+            t,
+        );
+        assert!(ends(&ev).is_empty(), "{ev:?}");
+        assert_eq!(o.tool_calls(), [("j:4".to_string(), "x".to_string())]);
+    }
+
+    #[test]
+    fn the_pin_covers_each_tools_whole_definition() {
+        let state = tempfile::tempdir().unwrap();
+        let profile = || Profile::of(Some("p"), None, &["server".to_string()]);
+        let load = || Pins::load(state.path(), profile(), Default::default());
+        let def = |v: Value| fingerprint(&v).unwrap();
+        let echo = json!({"name": "echo", "description": "Echo",
+                          "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}});
+        let read =
+            json!({"name": "read", "description": "Read", "inputSchema": {"type": "object"}});
+        let mut first = load();
+        let p = first
+            .tools("s1", vec![def(echo.clone()), def(read.clone())])
+            .unwrap();
+        assert_eq!((p.state.as_str(), p.added.len()), ("pinned", 2));
+        // The same definitions, their keys in another order: nothing to say.
+        let reordered = json!({"inputSchema": {"properties": {"text": {"type": "string"}}, "type": "object"},
+                               "description": "Echo", "name": "echo"});
+        assert!(load()
+            .tools("s2", vec![def(reordered), def(read.clone())])
+            .is_none());
+        // Only the input schema changed, and a tool came: flagged; at the
+        // end, what the session never showed is removed.
+        let mut echo2 = echo.clone();
+        echo2["inputSchema"]["properties"]["cmd"] = json!({"type": "string"});
+        let added = json!({"name": "exec", "inputSchema": {"type": "object"}});
+        let mut later = load();
+        let p = later.tools("s3", vec![def(echo2), def(added)]).unwrap();
+        assert_eq!(p.state, "changed");
+        assert_eq!(
+            (p.changed, p.added),
+            (vec!["echo".to_string()], vec!["exec".to_string()])
+        );
+        assert_eq!(later.finish("s3").unwrap().removed, ["read"]);
+        // Annotations are part of the definition too.
+        let mut annotated = read.clone();
+        annotated["annotations"] = json!({"destructiveHint": true});
+        let p = load().tools("s4", vec![def(echo), def(annotated)]).unwrap();
+        assert_eq!(p.changed, ["read"]);
     }
 
     #[test]

@@ -90,6 +90,8 @@ pub struct Session {
     mcp_watch: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The tool calls in flight, as the observer sees them.
     pub(crate) tool_calls: crate::mcp::InFlight,
+    /// Its tool definitions against the profile's pin.
+    pin_note: crate::mcp::PinNote,
     cause: Mutex<Option<EndCause>>,
     end: Notify,
     ended: AtomicBool,
@@ -117,6 +119,11 @@ impl Session {
     }
 
     pub fn to_proto(&self) -> pb::Session {
+        let (tools_unpinned, tools_withheld) = self
+            .pin_note
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .shown();
         pb::Session {
             id: self.id.clone(),
             name: self.name.clone(),
@@ -155,6 +162,8 @@ impl Session {
                 .iter()
                 .map(|c| format!("{} (id {})", c.tool, c.id))
                 .collect(),
+            tools_unpinned,
+            tools_withheld,
             backend: self.backend.backend.to_string(),
             backend_skipped: self
                 .backend
@@ -521,6 +530,7 @@ impl Daemon {
         // The session's tool calls, as the MCP observer follows them; the
         // approvals name the one they were raised during.
         let tool_calls = crate::mcp::InFlight::default();
+        let pin_note = crate::mcp::PinNote::default();
         let approve = approve.map(|cfg| crate::approvals::SessionConfig {
             calls: Some(tool_calls.clone()),
             ..cfg
@@ -589,7 +599,7 @@ impl Daemon {
                     id.clone(),
                     [ri, ro],
                     tool_calls.clone(),
-                    profile,
+                    (profile, pin_note.clone()),
                     policy.mcp.clone(),
                     policy.audit.mcp_arguments.then(|| {
                         // The values passed from the client: what the
@@ -620,7 +630,7 @@ impl Daemon {
         // start fails the launch).
         let gate = match policy.mcp.gates() {
             false => None,
-            true => match self.gate(&id, &policy, tool_approvals, denials.clone()) {
+            true => match self.gate(&id, &policy, tool_approvals, denials.clone(), &pin_note) {
                 Ok(g) => Some(g),
                 Err(e) => {
                     self.audit_exit(&id, started, None, None, &e.to_string());
@@ -754,6 +764,7 @@ impl Daemon {
             transparent: transparent.as_ref().map(|(t, _)| t.clone()),
             mcp_watch: Mutex::new(mcp_watch),
             tool_calls,
+            pin_note,
             cause: Mutex::new(None),
             end: Notify::new(),
             ended: AtomicBool::new(false),
@@ -955,6 +966,7 @@ impl Daemon {
         policy: &warden_core::policy::CompiledPolicy,
         tool_approvals: Option<crate::approvals::SessionConfig>,
         denials: Option<Arc<crate::explain::Denials>>,
+        pin_note: &crate::mcp::PinNote,
     ) -> Result<crate::stdio::GateRun, DaemonError> {
         use crate::approvals::{Kind, Outcome, Request, Scope};
         use crate::gate::{Enforce, Gate, GateEvent, ToolAsk};
@@ -970,13 +982,19 @@ impl Daemon {
             );
             let pins = crate::mcp::Pins::load(&self.config.state_dir, profile, policy.mcp.clone());
             let enforce = Enforce::new(pins).map_err(DaemonError::StdioPipes)?;
+            pin_note
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .enforced_by(enforce.clone());
             if !self.approvals.enabled(id) {
                 self.approvals.open_session(cfg);
             }
             let (daemon, session, e) = (self.clone(), id.to_owned(), enforce.clone());
+            let note = pin_note.clone();
             let handle = tokio::runtime::Handle::current();
             let ask = move |a: ToolAsk| {
                 let (daemon, session, e) = (daemon.clone(), session.clone(), e.clone());
+                let note = note.clone();
                 handle.spawn(async move {
                     let req = Request {
                         kind: Kind::Tool,
@@ -986,7 +1004,7 @@ impl Daemon {
                     match daemon.approvals.ask(&session, req, None).await {
                         Outcome::Allowed { scope, .. } => {
                             if let Some(p) = e.accept(&session, &a, scope == Scope::Always) {
-                                daemon.audit.record(p);
+                                crate::mcp::record_pin(&daemon, &note, p);
                             }
                         }
                         Outcome::Denied => e.declined(&a),
@@ -997,9 +1015,13 @@ impl Daemon {
         }
         let daemon = self.clone();
         let session = id.to_owned();
+        let note = pin_note.clone();
         Ok(crate::stdio::GateRun {
             gate,
             report: Box::new(move |e: GateEvent| {
+                if let GateEvent::Pin(p) = &e {
+                    note.lock().unwrap_or_else(|p| p.into_inner()).note(p);
+                }
                 daemon.audit.record(e.record(&session));
             }),
         })

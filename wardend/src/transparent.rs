@@ -285,7 +285,7 @@ impl Connector for Transparent {
         }
     }
 
-    fn refused(&self, _pid: u32, to: SocketAddr, why: Unreachable) {
+    fn refused(&self, _pid: u32, to: SocketAddr, why: Unreachable, at: std::time::Instant) {
         self.counters
             .count_denied(&format!("{to}: not a name of the allowlist"));
         if self.records.fetch_add(1, Ordering::Relaxed) >= MAX_RECORDS {
@@ -295,7 +295,9 @@ impl Connector for Transparent {
             std::net::IpAddr::V6(a) => format!("[{a}]"),
             a => a.to_string(),
         };
-        self.daemon.audit.record(self.daemon.during_call(
+        // The tool call in flight when it was refused (not now: the caller
+        // had its answer before this runs, and may have ended its call).
+        self.daemon.audit.record(self.daemon.during_call_at(
             &self.session,
             event::NetworkConnect {
                 session: self.session.clone(),
@@ -312,6 +314,7 @@ impl Connector for Transparent {
                 code: "not-allowed".into(),
                 approval: None,
             },
+            at,
         ));
     }
 }

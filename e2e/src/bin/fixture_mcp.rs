@@ -12,8 +12,12 @@
 //!   which carry its argv) on the host by scanning `/proc/*/cmdline`.
 //!
 //! Tools: `echo`, `big`, `read_file`, `write_file`, `list_dir`, `getenv`, `stderr`,
-//! `exit`, `kill_self`, `spawn_child`, `sleep`, `whoami`, `tcp_exchange` (see
-//! [`tools`]).
+//! `exit`, `kill_self`, `spawn_child`, `sleep`, `whoami`, `tcp_exchange`, `progress`,
+//! `unshare_user` (see [`tools`]).
+//!
+//! A batch (a JSON array of messages on one line) is answered as JSON-RPC 2.0 says:
+//! one array of the answers to its requests, in order, or nothing when it held only
+//! notifications.
 //!
 //! No `unsafe`, so no `fork` and no hand-written signal handler:
 //! - Without `--ignore-sigterm`, SIGTERM is caught by `signal-hook` (its handler only
@@ -175,6 +179,21 @@ fn handle_line(text: &[u8]) -> Option<Value> {
             ));
         }
     };
+    match message {
+        Value::Array(batch) if !batch.is_empty() => {
+            let replies: Vec<Value> = batch.into_iter().filter_map(handle_message).collect();
+            (!replies.is_empty()).then_some(Value::Array(replies))
+        }
+        Value::Array(_) => Some(error_reply(
+            Value::Null,
+            -32600,
+            "invalid request: empty batch",
+        )),
+        message => handle_message(message),
+    }
+}
+
+fn handle_message(message: Value) -> Option<Value> {
     let Some(object) = message.as_object() else {
         return Some(error_reply(Value::Null, -32600, "invalid request"));
     };
@@ -300,6 +319,20 @@ fn tools() -> Vec<Value> {
             &[],
         ),
         tool(
+            "unshare_user",
+            "Calls unshare(CLONE_NEWUSER) (a call the sandbox refuses and records); returns `ok` or the errno's name",
+            json!({}),
+            &[],
+        ),
+        tool(
+            "progress",
+            "Sends `steps` progress notifications (to the request's progressToken), each \
+             followed by a wait until the file `dir`/go-N exists (at most 120 s: a tool \
+             error then), then replies",
+            json!({"steps": i, "dir": s}),
+            &["steps", "dir"],
+        ),
+        tool(
             "tcp_exchange",
             "Connects to addr (IP:PORT), sends data (text, or hex when hex is true), then reads until the peer closes or timeout_ms (5000) passes without data; returns {connected, error, reply, reply_hex}, or with fail_as_error a tool error when the connect fails",
             json!({"addr": s, "data": s, "hex": b, "timeout_ms": i, "fail_as_error": b}),
@@ -421,6 +454,37 @@ fn call_tool(params: &Value) -> CallResult {
                 Err(e) => tool_error(e.to_string()),
             },
         ),
+        "unshare_user" => Ok(text(
+            match nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER) {
+                Ok(()) => "ok".to_string(),
+                Err(e) => format!("{e:?}"),
+            },
+        )),
+        "progress" => {
+            let steps = u64::try_from(arg_i64(args, "steps")?)
+                .map_err(|_| (-32602, "steps must not be negative".to_string()))?;
+            let dir = std::path::Path::new(arg_str(args, "dir")?);
+            let token = params.get("_meta").and_then(|m| m.get("progressToken"));
+            for n in 1..=steps {
+                if let Some(token) = token {
+                    send(&json!({
+                        "jsonrpc": "2.0", "method": "notifications/progress",
+                        "params": {"progressToken": token, "progress": n, "total": steps},
+                    }));
+                }
+                // The client's go-ahead: it comes only once the notification
+                // reached it, so a relay that held it back holds the call up.
+                let go = dir.join(format!("go-{n}"));
+                let deadline = std::time::Instant::now() + Duration::from_secs(120);
+                while !go.exists() {
+                    if std::time::Instant::now() > deadline {
+                        return Ok(tool_error(format!("no {} within 120 s", go.display())));
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            Ok(text(format!("done after {steps} steps")))
+        }
         "sleep" => {
             let ms = u64::try_from(arg_i64(args, "ms")?)
                 .map_err(|_| (-32602, "ms must not be negative".to_string()))?;

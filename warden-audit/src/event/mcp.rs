@@ -68,8 +68,10 @@ pub struct McpEnd {
     pub direction: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
-    /// `result`, `tool-error` (a result with `isError: true`), `error`,
-    /// `cancelled` or `unanswered` (the session ended first).
+    /// `result`, `tool-error` (a result with `isError: true`),
+    /// `input-required` (a 2026-07-28 result asking the client for input
+    /// first), `error`, `cancelled` or `unanswered` (the session ended
+    /// first).
     pub outcome: String,
     /// The JSON-RPC error code, for `error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -52,8 +52,10 @@ pub trait Connector: Send + Sync {
     /// hand over a socket or refuse.
     fn connect(&self, call: HeldConnect);
     /// A connection refused at once, and why (after the caller was
-    /// answered).
-    fn refused(&self, pid: u32, to: SocketAddr, why: Unreachable);
+    /// answered); `at`: when it was refused, taken before the caller was
+    /// answered (what the caller did next, e.g. end the tool call it made
+    /// the connection for, comes after it).
+    fn refused(&self, pid: u32, to: SocketAddr, why: Unreachable, at: std::time::Instant);
     /// A connection about to be refused at once, before the caller is
     /// answered: for what must know of a refusal before the caller can act
     /// on it. Runs on the notifier's path: quick, never waiting.
@@ -387,15 +389,89 @@ pub(crate) fn handle(
         Judged::Connected => respond(listener.as_fd(), n.id, libc::EISCONN),
         Judged::Held(call) => connector.connect(call),
         Judged::Refused(errno, to, why) => {
+            let at = std::time::Instant::now();
             connector.refusing(to, why);
             respond(listener.as_fd(), n.id, errno);
-            connector.refused(n.pid, to, why);
+            connector.refused(n.pid, to, why, at);
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    use super::*;
+
+    /// Notes when it was told of a refusal, and the time the refusal came
+    /// with.
+    #[derive(Default)]
+    struct Timed {
+        refusing: Mutex<Option<Instant>>,
+        at: Mutex<Option<Instant>>,
+    }
+
+    impl Connector for Timed {
+        fn reaches(&self, _: Ipv4Addr) -> bool {
+            false
+        }
+        fn connect(&self, _: HeldConnect) {}
+        fn refusing(&self, _: SocketAddr, _: Unreachable) {
+            *self.refusing.lock().unwrap() = Some(Instant::now());
+        }
+        fn refused(&self, _: u32, _: SocketAddr, _: Unreachable, at: Instant) {
+            *self.at.lock().unwrap() = Some(at);
+        }
+    }
+
+    #[test]
+    fn a_refusal_is_timed_before_its_caller_is_answered() {
+        // A connect to an outside address, as the notifier hands it over
+        // (the address read from the caller's memory: here, ours). Before
+        // the time came with it, the daemon timed the record after the
+        // caller had its answer, so the record could name the tool call
+        // after the one the connect was made during.
+        let sa = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: 443u16.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes([93, 184, 215, 14]),
+            },
+            sin_zero: [0; 8],
+        };
+        let n = libc::seccomp_notif {
+            id: 1,
+            pid: std::process::id(),
+            flags: 0,
+            data: libc::seccomp_data {
+                nr: libc::SYS_connect as i32,
+                arch: 0,
+                instruction_pointer: 0,
+                args: [
+                    u64::MAX,
+                    std::ptr::addr_of!(sa) as u64,
+                    std::mem::size_of::<libc::sockaddr_in>() as u64,
+                    0,
+                    0,
+                    0,
+                ],
+            },
+        };
+        // Not a listener: the answer goes nowhere (its error is ignored).
+        let listener = Arc::new(OwnedFd::from(std::fs::File::open("/dev/null").unwrap()));
+        let timed = Arc::new(Timed::default());
+        let connector: Arc<dyn Connector> = timed.clone();
+        handle(&listener, &n, &connector);
+        let refusing = timed
+            .refusing
+            .lock()
+            .unwrap()
+            .expect("told before the answer");
+        let at = timed.at.lock().unwrap().expect("told after the answer");
+        assert!(at <= refusing, "{at:?} after {refusing:?}");
+    }
+
     #[test]
     fn the_synthetic_range_is_198_18_slash_15() {
         use super::synthetic;
