@@ -296,6 +296,15 @@ impl AuditStore {
         Ok(rec)
     }
 
+    /// Returns once every record up to `seq` (from [`AuditStore::append`]
+    /// without `durable`) is on disk: the second half of a durable append,
+    /// for a caller with other work to do while the fsync is due (a
+    /// `session.start` whose sandbox is built meanwhile, its server released
+    /// only after this returns).
+    pub fn sync_through(&self, seq: u64) -> io::Result<()> {
+        self.shared.sync_through(seq)
+    }
+
     /// Appends and logs (rather than returns) a failure: for records whose
     /// loss must not stop the daemon.
     pub fn record(&self, rec: impl Into<Record>) {

@@ -18,6 +18,10 @@ pub(crate) enum ToInit {
     /// First and only once, instead of a spec: make a listing of this host
     /// directory (`init::snapshot`) and exit.
     Snapshot(std::path::PathBuf),
+    /// Second, to PID 1: the server may be started now (the daemon's
+    /// audit-before-execute: its `session.start` is on disk). PID 1 builds
+    /// the sandbox meanwhile and waits for this before it forks the server.
+    Go,
     /// Forward this signal to the server process.
     Signal(i32),
     /// SIGTERM every process in the sandbox except PID 1.

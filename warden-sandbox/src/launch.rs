@@ -53,6 +53,10 @@ impl From<Exit> for ExitOutcome {
 /// child's own message.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
+    /// The launch's gate refused to release the server (the daemon could not
+    /// make its record durable): nothing was executed.
+    #[error("the server was not started: {0}")]
+    Release(#[source] std::io::Error),
     #[error("cannot start the sandbox init {}: {source}", exe.display())]
     Start {
         exe: PathBuf,
@@ -339,7 +343,7 @@ impl ForkServer {
                     if restarted {
                         return Err(e);
                     }
-                    restarted = true;
+                    restarted = true
                 }
             }
         }
@@ -541,18 +545,25 @@ impl Sandbox {
         stdio: [OwnedFd; 3],
         hooks: Hooks,
     ) -> Result<Spawned, SandboxError> {
-        Self::launch(Start::Exec(exe), spec, stdio, hooks)
+        Self::launch(Start::Exec(exe), spec, stdio, hooks, None)
     }
 
     /// [`Sandbox::spawn_hooked`], the launcher forked by `forks` instead of
-    /// a fresh `execve` of its binary.
+    /// a fresh `execve` of its binary, and the server released by `gate`:
+    /// the sandbox is built while `gate` runs (on this thread, after the init
+    /// has its spec), and PID 1 forks the server only once it returned `Ok`
+    /// (an `Err` ends the launch before anything ran:
+    /// [`SandboxError::Release`]). The daemon's gate waits for its
+    /// `session.start` to be on disk, so the fsync and the sandbox's
+    /// construction overlap while the record still precedes the server.
     pub fn spawn_forked(
         forks: &ForkServer,
         spec: &SandboxSpec,
         stdio: [OwnedFd; 3],
         hooks: Hooks,
+        gate: impl FnOnce() -> std::io::Result<()>,
     ) -> Result<Spawned, SandboxError> {
-        Self::launch(Start::Fork(forks), spec, stdio, hooks)
+        Self::launch(Start::Fork(forks), spec, stdio, hooks, Some(Box::new(gate)))
     }
 
     fn launch(
@@ -560,6 +571,7 @@ impl Sandbox {
         spec: &SandboxSpec,
         stdio: [OwnedFd; 3],
         hooks: Hooks,
+        gate: Option<Box<dyn FnOnce() -> std::io::Result<()> + '_>>,
     ) -> Result<Spawned, SandboxError> {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
         let exe = start.exe();
@@ -629,6 +641,20 @@ impl Sandbox {
                 control(e)
             };
             return Err(fail(&mut launcher, err));
+        }
+        // The sandbox is being built; the server is released once the gate
+        // lets it (the daemon's record on disk), and not at all if it fails.
+        if let Some(gate) = gate {
+            if let Err(e) = gate() {
+                return Err(fail(&mut launcher, SandboxError::Release(e)));
+            }
+        }
+        match control::send(ours.as_fd(), &ToInit::Go, None) {
+            // EPIPE: the init is gone already, most likely after reporting
+            // why (a setup failure comes before the release): what it sent
+            // is still queued for the loop below, which ends at its EOF.
+            Ok(()) | Err(Errno::EPIPE | Errno::ECONNRESET) => {}
+            Err(e) => return Err(fail(&mut launcher, control(e))),
         }
 
         // Launched (from the launcher) and Started/Failed (from PID 1) may arrive in

@@ -69,7 +69,7 @@ fn run(forks: Option<&ForkServer>, dir: &Path, script: &str) -> (ExitOutcome, St
     let (fds, out) = stdio();
     let spec = spec(dir, script);
     let spawned = match forks {
-        Some(f) => Sandbox::spawn_forked(f, &spec, fds, Hooks::default()),
+        Some(f) => Sandbox::spawn_forked(f, &spec, fds, Hooks::default(), || Ok(())),
         None => Sandbox::spawn_hooked(&runner(), &spec, fds, Hooks::default()),
     }
     .unwrap();
@@ -134,6 +134,7 @@ fn one_fork_server_serves_many_launches_and_its_launchers_are_our_children() {
             &spec(dir.path(), &format!("sleep 0.2; exit {code}")),
             fds,
             Hooks::default(),
+            || Ok(()),
         )
         .unwrap();
         // PID 1's parent is the launcher, whose parent is this process,
@@ -197,8 +198,13 @@ fn a_binary_without_the_role_is_an_error_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let forks = ForkServer::new(Path::new("/bin/true"));
     let (fds, _out) = stdio();
-    let err = match Sandbox::spawn_forked(&forks, &spec(dir.path(), "true"), fds, Hooks::default())
-    {
+    let err = match Sandbox::spawn_forked(
+        &forks,
+        &spec(dir.path(), "true"),
+        fds,
+        Hooks::default(),
+        || Ok(()),
+    ) {
         Err(e) => e,
         Ok(_) => panic!("/bin/true is no fork server"),
     };
@@ -213,4 +219,91 @@ fn dropping_the_fork_server_ends_it() {
     let pid = forks.pid().unwrap();
     drop(forks);
     assert!(!Path::new(&format!("/proc/{pid}")).exists());
+}
+
+/// A spec whose server leaves a marker in a write grant (`dir/out`). No
+/// seccomp layer: with user notification the server's `execve` would wait
+/// for the caller's notifier, which the launch starts only after the gate,
+/// and so hide whether PID 1 itself waits for the release.
+fn marker_spec(dir: &Path) -> (SandboxSpec, PathBuf) {
+    let out = dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let marker = out.join("ran");
+    let mut spec = spec(dir, &format!("echo ran > {}", marker.display()));
+    spec.write = vec![out];
+    spec.layers = Layers::NONE;
+    (spec, marker)
+}
+
+#[test]
+fn the_server_starts_only_once_the_gate_releases_it() {
+    if !userns_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (spec, marker) = marker_spec(dir.path());
+    let forks = ForkServer::new(&runner());
+    let (fds, _out) = stdio();
+    let spawned = Sandbox::spawn_forked(&forks, &spec, fds, Hooks::default(), || {
+        // The sandbox is being built meanwhile; its server must not run
+        // until this returns (without the gate it would have written the
+        // marker long before the time is up).
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        assert!(!marker.exists(), "the server ran before it was released");
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(spawned.sandbox.wait().unwrap(), ExitOutcome::Code(0));
+    assert!(marker.exists(), "released, the server ran");
+}
+
+#[test]
+fn a_gate_that_fails_ends_the_launch_before_the_server_runs() {
+    if !userns_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (spec, marker) = marker_spec(dir.path());
+    let forks = ForkServer::new(&runner());
+    let (fds, out) = stdio();
+    let err = match Sandbox::spawn_forked(&forks, &spec, fds, Hooks::default(), || {
+        // Failing late: a sandbox that did not wait would have run by now.
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        Err(std::io::Error::from_raw_os_error(libc::EIO))
+    }) {
+        Err(e) => e,
+        Ok(_) => panic!("a refused release started the sandbox"),
+    };
+    assert!(matches!(err, SandboxError::Release(_)), "{err:?}");
+    assert!(err.to_string().contains("not started"), "{err}");
+    // Nothing of the sandbox holds its stdout any more, and nothing ran.
+    let mut rest = String::new();
+    std::fs::File::from(out).read_to_string(&mut rest).unwrap();
+    assert!(
+        !marker.exists(),
+        "the server ran although its release failed"
+    );
+}
+
+#[test]
+fn a_setup_failure_before_the_release_is_reported_as_itself() {
+    if !userns_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec(dir.path(), "true");
+    spec.cwd = "/nonexistent-inside".into();
+    let forks = ForkServer::new(&runner());
+    let (fds, _out) = stdio();
+    // The gate takes its time: the sandbox has failed and exited before the
+    // release is sent, which then finds the socket closed.
+    let err = match Sandbox::spawn_forked(&forks, &spec, fds, Hooks::default(), || {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        Ok(())
+    }) {
+        Err(e) => e,
+        Ok(_) => panic!("a sandbox without its cwd started"),
+    };
+    assert!(matches!(err, SandboxError::Setup { .. }), "{err:?}");
+    assert!(err.to_string().contains("nonexistent-inside"), "{err}");
 }

@@ -138,6 +138,9 @@ fn sandbox_code(e: &SandboxError) -> Code {
         | SandboxError::InitDied { .. }
         | SandboxError::Control(_)
         | SandboxError::Protocol(_) => Code::FailedPrecondition,
+        // The daemon's own record could not be made durable: as for
+        // `DaemonError::Audit`.
+        SandboxError::Release(_) => Code::Internal,
     }
 }
 

@@ -505,8 +505,15 @@ impl Daemon {
                 ),
             },
         };
-        // Audit-before-execute: the start record is on disk before the server runs.
-        self.audit.append(start, true).map_err(DaemonError::Audit)?;
+        // Audit-before-execute: the start record is on disk before the server
+        // runs. Written now; the fsync it waits for overlaps with building the
+        // native sandbox, whose server is released only once it is done (the
+        // launch's gate); the Docker backend waits for it before it starts.
+        let start_seq = self
+            .audit
+            .append(start, false)
+            .map_err(DaemonError::Audit)?
+            .seq;
 
         let started = Instant::now();
         // In a delegated cgroup subtree every session gets its own cgroup, with
@@ -640,8 +647,22 @@ impl Daemon {
         };
         let watch = crate::stdio::Watch { taps, gate };
         let result = match &docker {
-            None => crate::backend::native::spawn(self, &spec, stdio, hooks, watch).await,
+            None => {
+                let audit = self.audit.clone();
+                let durable = move || audit.sync_through(start_seq);
+                crate::backend::native::spawn(self, &spec, stdio, hooks, watch, durable).await
+            }
             Some(_) => {
+                let audit = self.audit.clone();
+                match tokio::task::spawn_blocking(move || audit.sync_through(start_seq)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        return Err(self.start_failed(&id, &spec, started, DaemonError::Audit(e)))
+                    }
+                    Err(e) => {
+                        return Err(self.start_failed(&id, &spec, started, DaemonError::Task(e)))
+                    }
+                }
                 crate::backend::docker::spawn(
                     &self.docker,
                     &self.config.state_dir,
@@ -656,14 +677,7 @@ impl Daemon {
         };
         let launched = match result {
             Ok(v) => v,
-            Err(e) => {
-                if let Some(dir) = spec.cgroup.clone() {
-                    tokio::spawn(crate::cgroup::remove_session(dir));
-                }
-                self.approvals.close_session(&id, "session-ended");
-                self.audit_exit(&id, started, None, None, &e.to_string());
-                return Err(e);
-            }
+            Err(e) => return Err(self.start_failed(&id, &spec, started, e)),
         };
         let Launched {
             process,
@@ -793,6 +807,23 @@ impl Daemon {
                 .await;
         });
         Ok(())
+    }
+
+    /// A launch that failed after `session.start` was written: its cgroup
+    /// goes, its approvals close, and `session.exit` says why.
+    fn start_failed(
+        &self,
+        id: &str,
+        spec: &warden_sandbox::spec::SandboxSpec,
+        started: Instant,
+        e: DaemonError,
+    ) -> DaemonError {
+        if let Some(dir) = spec.cgroup.clone() {
+            tokio::spawn(crate::cgroup::remove_session(dir));
+        }
+        self.approvals.close_session(id, "session-ended");
+        self.audit_exit(id, started, None, None, &e.to_string());
+        e
     }
 
     /// Ends a process that started but whose session cannot go on, and its

@@ -169,6 +169,20 @@ pub(super) fn pid1(
     )
     .map_err(|e| Failure::os("status socketpair", e))?;
 
+    // Nothing runs before the daemon says so: its record of the session is
+    // on disk by then (audit-before-execute), written while we built all of
+    // the above. EOF: the daemon gave up on the launch.
+    match control::recv::<ToInit>(sock) {
+        Ok(Recv::Msg(ToInit::Go, _)) => {}
+        Ok(Recv::Eof) => return Err(Failure::msg("wait for the daemon", "the daemon went away")),
+        Ok(Recv::Msg(other, _)) => {
+            return Err(Failure::msg(
+                "wait for the daemon",
+                format!("unexpected message {other:?} before Go"),
+            ))
+        }
+        Err(e) => return Err(Failure::os("wait for the daemon", e)),
+    }
     // The child only makes raw syscalls before execve/_exit.
     let (server, rd) = exec::spawn_server(
         role,
@@ -278,7 +292,7 @@ fn supervise(sock: BorrowedFd<'_>, sfd: &nix::sys::signalfd::SignalFd, server: P
                     // the namespace except the init itself.
                     let _ = sys::process::kill(-1, libc::SIGTERM);
                 }
-                Ok(Recv::Msg(ToInit::Spec(_) | ToInit::Snapshot(_), _)) => {}
+                Ok(Recv::Msg(ToInit::Spec(_) | ToInit::Snapshot(_) | ToInit::Go, _)) => {}
                 Ok(Recv::Eof) | Err(_) => {
                     // The daemon is gone: nobody may control this sandbox any more.
                     return kill_all_and_wait(server);

@@ -26,13 +26,16 @@ pub struct Extras {
 }
 
 /// Starts `spec` in a new sandbox with the server's stdio relayed to
-/// `stdio` (the client's).
+/// `stdio` (the client's); its server is started only once `release`
+/// returned `Ok` (the daemon's `session.start` on disk), the sandbox built
+/// meanwhile.
 pub async fn spawn(
     daemon: &Arc<crate::Daemon>,
     spec: &SandboxSpec,
     stdio: [OwnedFd; 3],
     hooks: warden_sandbox::Hooks,
     watch: crate::stdio::Watch,
+    release: impl FnOnce() -> std::io::Result<()> + Send + 'static,
 ) -> Result<Launched, DaemonError> {
     let (in_r, in_w) = pipe().map_err(DaemonError::StdioPipes)?;
     let (out_r, out_w) = pipe().map_err(DaemonError::StdioPipes)?;
@@ -40,10 +43,15 @@ pub async fn spawn(
     let d = daemon.clone();
     let spec2 = spec.clone();
     let spawned = tokio::task::spawn_blocking(move || {
-        Sandbox::spawn_forked(&d.forks, &spec2, [in_r, out_w, err_w], hooks)
+        Sandbox::spawn_forked(&d.forks, &spec2, [in_r, out_w, err_w], hooks, release)
     })
     .await
-    .map_err(DaemonError::LaunchTask)??;
+    .map_err(DaemonError::LaunchTask)?
+    .map_err(|e| match e {
+        // The gate's own error: the record could not be made durable.
+        warden_sandbox::SandboxError::Release(io) => DaemonError::Audit(io),
+        e => e.into(),
+    })?;
     let Spawned {
         sandbox,
         refused,
