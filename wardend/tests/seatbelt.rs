@@ -147,6 +147,7 @@ fn ctx(root: &Path) -> SeatbeltContext {
         scratch: root.join("scratch"),
         runtime_dirs: vec![root.join("runtime")],
         runtime_exec: vec![],
+        protect: vec![],
     }
 }
 
