@@ -1544,6 +1544,53 @@ mod tests {
         assert_eq!(pump.bytes(), data.len() as u64);
     }
 
+    /// How every stream is tapped where there is no `tee` (off Linux): a
+    /// pump copies each buffer it read into its tap before writing it on.
+    /// Runs here too.
+    #[test]
+    fn a_tapped_pump_copies_what_it_moves_into_the_tap_byte_exact() {
+        let (src_r, src_w) = pipe().unwrap();
+        let (dst_r, dst_w) = pipe().unwrap();
+        let (t, reader) = tap().unwrap();
+        let mut pump = Pump::start_tapped("t", src_r, dst_w, Some(t)).unwrap();
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 13 % 251) as u8).collect();
+        let writer = {
+            let data = data.clone();
+            std::thread::spawn(move || {
+                let mut f = std::fs::File::from(src_w);
+                for chunk in data.chunks(7_000) {
+                    f.write_all(chunk).unwrap();
+                }
+            })
+        };
+        // The observer reads the tap as the bytes go by (it never blocks
+        // the pump: a full tap would be a gap, not a wait).
+        let observer = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                match nix::unistd::read(&reader.fd, &mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(Errno::EAGAIN) => std::thread::sleep(Duration::from_millis(1)),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            let log = reader.marks.lock().unwrap();
+            assert!(!log.has_gap(), "the tap kept up: no gap");
+            got
+        });
+        let mut out = Vec::new();
+        std::fs::File::from(dst_r).read_to_end(&mut out).unwrap();
+        writer.join().unwrap();
+        assert!(pump.wait_for(Duration::from_secs(5)));
+        assert!(out == data);
+        assert_eq!(pump.bytes(), data.len() as u64);
+        // The pump ended and dropped its tap: the observer sees EOF.
+        let copied = observer.join().unwrap();
+        assert!(copied == data);
+    }
+
     #[test]
     fn cancel_stops_an_idle_pump() {
         let (src_r, _src_w) = pipe().unwrap();

@@ -263,20 +263,32 @@ impl Process for Group {
         Box::pin(async move {
             let g = self.clone();
             let r = tokio::task::spawn_blocking(move || {
-                let watched = wait_exit(g.pid);
-                if watched.is_ok() {
-                    // The leader is a zombie: the group's id is still its.
-                    let _ = g.signal_all(Signal::SIGKILL);
-                }
-                let mut reaped = g.reaped.lock().unwrap_or_else(|p| p.into_inner());
-                let status = loop {
+                let reap = || loop {
                     match waitpid(Pid::from_raw(g.pid as i32), None) {
                         Err(Errno::EINTR) => continue,
                         other => break other,
                     }
                 };
-                *reaped = true;
-                drop(reaped);
+                // ESRCH: our child, which only we reap, is gone from the
+                // process table's live part: a zombie already.
+                let status = match wait_exit(g.pid) {
+                    Ok(()) | Err(Errno::ESRCH) => {
+                        // The leader is a zombie: the group's id is still its.
+                        let _ = g.signal_all(Signal::SIGKILL);
+                        let mut reaped = g.reaped.lock().unwrap_or_else(|p| p.into_inner());
+                        let status = reap();
+                        *reaped = true;
+                        status
+                    }
+                    Err(e) => {
+                        // Cannot watch without reaping: reap (not holding
+                        // the lock a kill waits on), and signal nothing after.
+                        tracing::warn!(pid = g.pid, error = %e, "kqueue cannot watch the server; what is left of its group is not killed at its exit");
+                        let status = reap();
+                        *g.reaped.lock().unwrap_or_else(|p| p.into_inner()) = true;
+                        status
+                    }
+                };
                 g.scratch.lock().unwrap_or_else(|p| p.into_inner()).take();
                 match status {
                     Ok(WaitStatus::Exited(_, code)) => Ok(ExitOutcome::Code(code)),
