@@ -181,6 +181,7 @@ pub fn check(fd: OwnedFd) -> Result<Activated, ActivationError> {
         .ok_or(ActivationError::NoPath { what: "no address" })?;
     let path = match unix.path() {
         Some(p) => p.to_path_buf(),
+        #[cfg(any(target_os = "linux", target_os = "android"))]
         None if unix.as_abstract().is_some() => {
             return Err(ActivationError::NoPath {
                 what: "an abstract socket",

@@ -873,7 +873,9 @@ pub fn policy_editor() -> PolicyEditor {
 
 /// Asks the session's approvals about the opens its sandbox would deny
 /// (`warden_sandbox::supervise::hold`). Called on a notifier thread: never
-/// blocks there; the question is asked on the daemon's event loop.
+/// blocks there; the question is asked on the daemon's event loop. Linux
+/// only: the native sandbox's notifier holds the opens.
+#[cfg(target_os = "linux")]
 pub struct FileApprover {
     pub broker: Arc<Broker>,
     pub session: String,
@@ -883,6 +885,7 @@ pub struct FileApprover {
     pub warden_paths: Vec<PathBuf>,
 }
 
+#[cfg(target_os = "linux")]
 impl warden_sandbox::supervise::FileHolder for FileApprover {
     fn hold(&self, call: warden_sandbox::supervise::HeldOpen) {
         let req = Request {

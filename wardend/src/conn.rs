@@ -97,7 +97,7 @@ pub type OnRefused = Arc<dyn Fn(&ConnInfo, &crate::peer::Refusal) + Send + Sync>
 pub fn incoming(
     listener: UnixListener,
     uid: u32,
-    own: crate::peer::Namespaces,
+    own: crate::peer::Own,
     refused: OnRefused,
 ) -> mpsc::Receiver<io::Result<Conn>> {
     let (tx, rx) = mpsc::channel(64);
@@ -134,16 +134,15 @@ pub fn incoming(
 async fn sniff(
     stream: UnixStream,
     uid: u32,
-    own: crate::peer::Namespaces,
+    own: crate::peer::Own,
     on_refused: OnRefused,
 ) -> io::Result<Option<Conn>> {
     let cred = stream.peer_cred()?;
     // Another uid cannot even be inspected (its /proc/PID/ns is not ours to
     // read); the uid check refuses it, and audits it, on every call.
     let (pid, refusal) = if cred.uid() == uid {
-        let peer = crate::peer::inspect(&stream, cred.pid());
-        let refusal = crate::peer::judge(&own, &peer).map(Arc::new);
-        (peer.pid.or(cred.pid()), refusal)
+        let (pid, refusal) = crate::peer::check(&own, &stream, cred.pid());
+        (pid, refusal.map(Arc::new))
     } else {
         (cred.pid(), None)
     };

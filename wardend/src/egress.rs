@@ -23,8 +23,14 @@ pub const PROXY_PORT: u16 = 3128;
 /// nothing bypasses the proxy, and Node's built-in fetch honours the variables
 /// only with `NODE_USE_ENV_PROXY=1`.
 pub fn proxy_env() -> Vec<(&'static str, String)> {
-    let http = format!("http://127.0.0.1:{PROXY_PORT}");
-    let socks = format!("socks5h://127.0.0.1:{PROXY_PORT}");
+    proxy_env_at(PROXY_PORT)
+}
+
+/// [`proxy_env`] for a proxy on `127.0.0.1:port` (Seatbelt's, on the
+/// host's loopback at a port the daemon was given).
+pub fn proxy_env_at(port: u16) -> Vec<(&'static str, String)> {
+    let http = format!("http://127.0.0.1:{port}");
+    let socks = format!("socks5h://127.0.0.1:{port}");
     vec![
         ("HTTP_PROXY", http.clone()),
         ("HTTPS_PROXY", http.clone()),

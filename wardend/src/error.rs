@@ -9,6 +9,7 @@
 use tonic::{Code, Status};
 use warden_audit::store::SnapshotError;
 use warden_core::policy::PolicyError;
+#[cfg(target_os = "linux")]
 use warden_sandbox::launch::SandboxError;
 
 #[derive(Debug, thiserror::Error)]
@@ -35,9 +36,11 @@ pub enum DaemonError {
     #[error("cannot write the audit record, so the server was not started: {0}")]
     Audit(#[source] std::io::Error),
     /// The sandbox could not be started, or not signalled.
+    #[cfg(target_os = "linux")]
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
     /// The daemon's side of a sandbox: the session's cgroup.
+    #[cfg(target_os = "linux")]
     #[error("cannot create the session's cgroup: {0}")]
     Cgroup(#[source] std::io::Error),
     /// The daemon's side of a sandbox: serving the egress proxy on its listener.
@@ -53,6 +56,10 @@ pub enum DaemonError {
     /// docker command's own error, or the egress hand-over).
     #[error("docker: {0}")]
     Docker(String),
+    /// The Seatbelt backend could not start or control its process (the
+    /// profile, `sandbox-exec`, the process group).
+    #[error("seatbelt: {0}")]
+    Seatbelt(String),
     #[error("wardend is shutting down")]
     ShuttingDown,
     #[error("too many sessions: {0}")]
@@ -93,15 +100,17 @@ impl DaemonError {
             | DaemonError::NoStdio
             | DaemonError::AmbiguousSession(_) => Code::InvalidArgument,
             DaemonError::NoSuchSession(_) => Code::NotFound,
+            #[cfg(target_os = "linux")]
             DaemonError::Sandbox(e) => sandbox_code(e),
-            DaemonError::Cgroup(_) | DaemonError::Proxy(_) | DaemonError::NoProxyListener => {
-                Code::FailedPrecondition
-            }
+            #[cfg(target_os = "linux")]
+            DaemonError::Cgroup(_) => Code::FailedPrecondition,
+            DaemonError::Proxy(_) | DaemonError::NoProxyListener => Code::FailedPrecondition,
             DaemonError::ShuttingDown => Code::Unavailable,
             DaemonError::TooManySessions(_) => Code::ResourceExhausted,
-            DaemonError::RootDaemon | DaemonError::Backend(_) | DaemonError::Docker(_) => {
-                Code::FailedPrecondition
-            }
+            DaemonError::RootDaemon
+            | DaemonError::Backend(_)
+            | DaemonError::Docker(_)
+            | DaemonError::Seatbelt(_) => Code::FailedPrecondition,
             DaemonError::Audit(_)
             | DaemonError::NoCredentials
             | DaemonError::StdioPipes(_)
@@ -129,6 +138,7 @@ impl DaemonError {
 /// request that does not hold (no user namespaces, a stage the kernel refused,
 /// a program that cannot be executed, an init that died); named one by one so
 /// that a new kind of failure is placed here on purpose.
+#[cfg(target_os = "linux")]
 fn sandbox_code(e: &SandboxError) -> Code {
     match e {
         SandboxError::Start { .. }
@@ -151,6 +161,7 @@ impl From<DaemonError> for Status {
 }
 
 #[cfg(test)]
+#[cfg(target_os = "linux")]
 mod tests {
     use super::*;
 

@@ -13,8 +13,9 @@
 //!   call's latency is the server's), and which the recorder judges in
 //!   batches. For those the gate waits, bounded, until the notifier has
 //!   queued every access it answered by the time the error came
-//!   ([`warden_sandbox::supervise::Queued`]) and a drain of the recorder that
-//!   began after that found its queues empty ([`Denials::judged`]).
+//!   ([`Progress`]: the native sandbox's `supervise::Queued`) and a drain of
+//!   the recorder that began after that found its queues empty
+//!   ([`Denials::judged`]).
 //!
 //! Only what is recorded as denied counts: an access the kernel refused
 //! without a notification (a Landlock-only layer) is not seen here either.
@@ -23,8 +24,20 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use warden_sandbox::supervise::Queued;
-use warden_sandbox::Wake;
+/// How far the notifier has queued the file accesses it answered (the
+/// native sandbox's `warden_sandbox::supervise::Queued`, `recorder.rs`).
+pub trait Progress: Send + Sync {
+    /// Accesses answered so far.
+    fn answered(&self) -> u64;
+    /// Accesses queued so far (or lost).
+    fn queued(&self) -> u64;
+}
+
+/// Rings the session's recorder for a drain now (the native sandbox's
+/// `warden_sandbox::Wake`, `recorder.rs`).
+pub trait Ring: Send + Sync {
+    fn ring(&self);
+}
 
 /// Denials kept at once (the oldest go first).
 const KEEP: usize = 256;
@@ -61,9 +74,9 @@ struct State {
 /// The session's recorder, as far as the gate waits for it.
 struct Recorder {
     /// How far the notifier has queued the file accesses it answered.
-    progress: Option<Arc<Queued>>,
+    progress: Option<Arc<dyn Progress>>,
     /// Rings the recorder for a drain now.
-    wake: Option<Arc<Wake>>,
+    wake: Option<Arc<dyn Ring>>,
     /// The start of the last drain that found every queue empty.
     judged: Option<Instant>,
     /// The queues are closed and drained: nothing more will come.
@@ -93,7 +106,7 @@ impl Denials {
     }
 
     /// The session's recorder runs: error answers wait for it.
-    pub fn recorder(&self, progress: Option<Arc<Queued>>, wake: Option<Arc<Wake>>) {
+    pub fn recorder(&self, progress: Option<Arc<dyn Progress>>, wake: Option<Arc<dyn Ring>>) {
         self.lock().recorder = Some(Recorder {
             progress,
             wake,

@@ -24,8 +24,6 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Mutex};
 
-use nix::sys::eventfd::{EfdFlags, EventFd};
-
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -72,7 +70,7 @@ pub struct Enforce {
     state: Mutex<PinGate>,
     /// Rung when a tool was accepted: the gate then tells the client the
     /// list changed.
-    wake: EventFd,
+    wake: crate::wake::Wake,
 }
 
 struct PinGate {
@@ -105,7 +103,7 @@ impl Enforce {
                 asked: HashMap::new(),
                 list_changed: false,
             }),
-            wake: EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?,
+            wake: crate::wake::Wake::new()?,
         }))
     }
 
@@ -154,7 +152,7 @@ impl Enforce {
             }
         });
         drop(st);
-        let _ = self.wake.write(1);
+        self.wake.ring();
         record
     }
 
@@ -440,7 +438,7 @@ impl Gate {
     /// client sees the tool when it lists again).
     pub fn woken(&mut self) -> Option<Vec<u8>> {
         let (e, _) = self.enforce.as_ref()?;
-        let _ = e.wake.read();
+        e.wake.clear();
         let mut st = e.lock();
         if !std::mem::take(&mut st.list_changed) {
             return None;

@@ -23,7 +23,9 @@
 //!   the session's listener, the audit store and the `ps` counters.
 //! - [`cgroup`]: limits through a delegated cgroup v2 subtree (a cgroup per
 //!   session), when the daemon runs in one; [`limits`]: otherwise, the memory
-//!   limit by sampling the sandbox's resident memory.
+//!   limit by sampling the sandbox's resident memory (procfs; off Linux,
+//!   [`ps`]: a process group's or tree's memory and CPU time from `ps`).
+//! - [`wake`]: a pollable wake-up (an eventfd on Linux, a pipe elsewhere).
 //! - [`syscalls`]: refused system calls → rate-limited `policy.syscall` records;
 //!   [`files`]: observed file accesses → `file` records; [`recorder`]: drains
 //!   both queues of every session on the event loop (no thread per session);
@@ -35,8 +37,13 @@
 //!   answers and what they grant; [`desktop`]: the desktop notifications
 //!   that ask them on the session bus.
 //! - [`backend`]: which sandbox backend runs a session (`backend:`,
-//!   `--backend`), and the macOS Seatbelt profile generator
-//!   (`backend::seatbelt`), pure and not yet launched.
+//!   `--backend`), per platform: the native Linux sandbox, Docker, macOS
+//!   Seatbelt (`backend::seatbelt`: the profile generator, and the launcher
+//!   on macOS).
+//!
+//! Off Linux the native sandbox's modules (`cgroup`, `features`, `files`,
+//! `limits`, `recorder`, `syscalls`, `transparent`, `backend::native`) are
+//! not built; everything else is.
 //! - [`logs`]: the `Logs` stream (stored records, then live ones).
 //! - [`error`]: errors, with their sources, and their one mapping to gRPC
 //!   statuses.
@@ -45,26 +52,55 @@
 pub mod activation;
 pub mod approvals;
 pub mod backend;
-pub mod cgroup;
 pub mod conn;
 pub mod desktop;
 pub mod egress;
 pub mod error;
 pub mod explain;
-pub mod features;
-pub mod files;
 pub mod gate;
-pub mod limits;
 pub mod logs;
 pub mod mcp;
 pub mod peer;
+pub mod ps;
 pub mod ratelimit;
-pub mod recorder;
 pub mod service;
 pub mod session;
 pub mod stdio;
+pub mod wake;
+
+// What only the native Linux sandbox has: its kernel probe, the delegated
+// cgroup, sampling through procfs, the seccomp notifier's records and
+// transparent egress. Off Linux none of it is built; the daemon there runs
+// Docker and, on macOS, Seatbelt (`backend/`), or refuses.
+#[cfg(target_os = "linux")]
+pub mod cgroup;
+#[cfg(target_os = "linux")]
+pub mod features;
+#[cfg(target_os = "linux")]
+pub mod files;
+#[cfg(target_os = "linux")]
+pub mod limits;
+#[cfg(target_os = "linux")]
+pub mod recorder;
+#[cfg(target_os = "linux")]
 pub mod syscalls;
+#[cfg(target_os = "linux")]
 pub mod transparent;
+
+/// Off Linux there is no procfs: a process tree's memory and CPU time come
+/// from `ps` ([`ps`]).
+#[cfg(not(target_os = "linux"))]
+pub use ps as limits;
+
+/// Off Linux there is no kernel probe: `wardend --features` and `wardenctl
+/// status` list no kernel features (only the backends).
+#[cfg(not(target_os = "linux"))]
+pub mod features {
+    /// No kernel features off Linux.
+    pub fn report_now() -> Vec<warden_proto::v1::KernelFeature> {
+        Vec::new()
+    }
+}
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -124,26 +160,15 @@ pub struct Daemon {
     pub uid: u32,
     pub started: Instant,
     pub shutting_down: AtomicBool,
-    /// The delegated cgroup v2 subtree the daemon manages, or why there is none.
-    pub cgroup: Result<cgroup::Delegation, String>,
-    /// What the kernel offers, probed once at start: every session's
-    /// sandbox layers are decided from it (`session::plan`), `wardenctl
-    /// status` shows it.
-    pub kernel: warden_sandbox::Kernel,
-    /// What protects write grants on this kernel (judged once at start from
-    /// [`Daemon::kernel`] and the test setting [`features::PRETEND_MISSING_VAR`]).
-    pub write_protection: features::WriteProtection,
+    /// What the native sandbox knows of this host, probed once at start:
+    /// the kernel, the delegated cgroup, the write-grant protections, and
+    /// whether a user namespace can be made (`backend::native::Host`).
+    #[cfg(target_os = "linux")]
+    pub native: backend::native::Host,
     /// `daemon.peer` refusals: a refused peer may reconnect in a loop.
     pub peer_records: std::sync::Mutex<PeerLimit>,
-    /// Whether the native Linux sandbox can start here, tried at start
-    /// (a real user namespace, `backend::native_trial`); tried again while
-    /// it fails, so a fix (an AppArmor profile loaded) needs no restart.
-    pub native: std::sync::Mutex<Result<(), String>>,
     /// The Docker engine the Docker backend runs containers on.
     pub docker: backend::docker::Engine,
-    /// Forks each native sandbox's init from one long-lived copy of it
-    /// instead of executing `config.sandbox_exe` for every launch.
-    pub forks: warden_sandbox::ForkServer,
 }
 
 /// Refused peers: 10 `daemon.peer` records per second per reason, the rest
@@ -187,40 +212,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
     ready: impl FnOnce() + Send,
 ) -> anyhow::Result<()> {
-    let uid = warden_core::paths::current_uid();
-    let cgroup =
-        cgroup::locate(uid).and_then(|dir| cgroup::take_over(&dir).map_err(|e| e.to_string()));
-    match &cgroup {
-        Ok(d) => tracing::info!(
-            cgroup = %d.root.display(),
-            controllers = ?d.controllers,
-            "using the delegated cgroup subtree"
-        ),
-        Err(why) => tracing::info!(%why, "no delegated cgroup: limits use the fallbacks"),
-    }
-    let kernel = warden_sandbox::Kernel::probe();
-    tracing::info!(
-        release = %kernel.release,
-        landlock_abi = ?kernel.landlock_abi(),
-        user_notif = kernel.user_notif,
-        addfd_send = kernel.addfd_send,
-        wait_killable_recv = kernel.wait_killable_recv,
-        sync_wake_up = kernel.sync_wake_up,
-        "probed the kernel"
-    );
-    let pretend = std::env::var(features::PRETEND_MISSING_VAR).ok();
-    let write_protection = features::WriteProtection::judge(&kernel, pretend.as_deref());
-    if write_protection.pretended {
-        tracing::warn!(
-            var = features::PRETEND_MISSING_VAR,
-            missing = ?write_protection.missing(),
-            "treating protections as unavailable (a test setting)"
-        );
-    }
-    let native = backend::native_trial(&kernel, &config.sandbox_exe);
-    if let Err(why) = &native {
-        tracing::warn!(%why, "the native sandbox is unavailable: sessions need another backend");
-    }
+    #[cfg(target_os = "linux")]
+    let native = backend::native::Host::probe(warden_core::paths::current_uid(), &config);
     // Every peer must share these (a sandboxed process never does).
     let own_ns = peer::own().map_err(|e| {
         anyhow::anyhow!("cannot read the daemon's own namespaces in /proc/self/ns: {e}")
@@ -237,8 +230,6 @@ pub async fn run(
     // notifications.
     let desktop = desktop::Desktop::start(approvals.clone(), std::env::var(desktop::BUS_ENV).ok());
     let config_socket = config.socket.clone();
-    let config_sandbox_exe = config.sandbox_exe.clone();
-    let native_ok = native.is_ok();
     let daemon = Arc::new(Daemon {
         config,
         audit,
@@ -247,21 +238,19 @@ pub async fn run(
         uid: warden_core::paths::current_uid(),
         started: Instant::now(),
         shutting_down: AtomicBool::new(false),
-        cgroup,
-        kernel,
-        write_protection,
+        #[cfg(target_os = "linux")]
+        native,
         peer_records: std::sync::Mutex::new(PeerLimit::new(10, u32::MAX, Instant::now())),
-        native: std::sync::Mutex::new(native),
         docker: backend::docker::Engine::new(&config_socket, warden_core::paths::current_uid()),
-        forks: warden_sandbox::ForkServer::new(&config_sandbox_exe),
     });
     // The fork server is started now, not by the first launch; a failure
     // here is only logged (each launch starts it again if need be, and
     // reports why it cannot).
-    if native_ok {
+    #[cfg(target_os = "linux")]
+    if daemon.native.trial_ok() {
         let d = daemon.clone();
         tokio::task::spawn_blocking(move || {
-            if let Err(e) = d.forks.warm() {
+            if let Err(e) = d.native.forks.warm() {
                 tracing::warn!(error = %e, "the sandbox init's fork server did not start");
             }
         });

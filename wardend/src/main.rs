@@ -63,6 +63,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // The native sandbox's init role (Linux): the daemon re-executes itself.
+    #[cfg(target_os = "linux")]
     warden_sandbox::init_entry_if_requested();
     let activation = wardend::activation::take(|k| std::env::var(k).ok());
     forget_activation_vars();

@@ -16,13 +16,24 @@
 //! shows `Pid: -1` and is refused. On older kernels the `SO_PEERCRED` pid is
 //! used as is, which a peer that exits right after connecting could race with
 //! pid reuse (documented in `docs/security-model.md`).
+//!
+//! Off Linux there are no namespaces to compare, and no sandbox of Warden's
+//! can reach the socket: Seatbelt's profile allows no Unix socket and no
+//! file access to it (no grant may hold it, `policy::reserved`), and a
+//! container never has it. There the uid check is the check ([`check`]
+//! refuses no peer of the daemon's uid).
 
 use std::fmt;
-use std::fs;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::AsFd;
+#[cfg(target_os = "linux")]
+use std::{
+    fs,
+    os::fd::{AsRawFd, OwnedFd},
+    os::unix::fs::MetadataExt,
+};
 
+#[cfg(target_os = "linux")]
 use nix::sys::socket::{getsockopt, sockopt};
 use warden_audit::event::PeerNamespaces;
 
@@ -48,6 +59,7 @@ pub struct Namespaces {
     pub pid: NsId,
 }
 
+#[cfg(target_os = "linux")]
 fn ns_of(pid: &str, kind: &str) -> io::Result<NsId> {
     let md = fs::metadata(format!("/proc/{pid}/ns/{kind}"))?;
     Ok(NsId {
@@ -56,6 +68,7 @@ fn ns_of(pid: &str, kind: &str) -> io::Result<NsId> {
     })
 }
 
+#[cfg(target_os = "linux")]
 fn namespaces_of(pid: &str) -> io::Result<Namespaces> {
     Ok(Namespaces {
         user: ns_of(pid, "user")?,
@@ -63,9 +76,46 @@ fn namespaces_of(pid: &str) -> io::Result<Namespaces> {
     })
 }
 
+/// What every peer of the daemon's uid must share with it: its user and
+/// pid namespaces.
+#[cfg(target_os = "linux")]
+pub type Own = Namespaces;
+
+/// Off Linux: nothing beyond the uid (see the module's docs).
+#[cfg(not(target_os = "linux"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Own;
+
 /// The daemon's own namespaces.
-pub fn own() -> io::Result<Namespaces> {
+#[cfg(target_os = "linux")]
+pub fn own() -> io::Result<Own> {
     namespaces_of("self")
+}
+
+/// Off Linux: nothing to read.
+#[cfg(not(target_os = "linux"))]
+pub fn own() -> io::Result<Own> {
+    Ok(Own)
+}
+
+/// The peer at the other end of `sock` (`cred_pid`: its `SO_PEERCRED`
+/// pid), of the daemon's uid: its pid as far as known, and why it is
+/// refused, if it is ([`inspect`], [`judge`]).
+#[cfg(target_os = "linux")]
+pub fn check(own: &Own, sock: &impl AsFd, cred_pid: Option<i32>) -> (Option<i32>, Option<Refusal>) {
+    let peer = inspect(sock, cred_pid);
+    let refusal = judge(own, &peer);
+    (peer.pid.or(cred_pid), refusal)
+}
+
+/// Off Linux: the peer is of the daemon's uid, which is the whole check.
+#[cfg(not(target_os = "linux"))]
+pub fn check(
+    _own: &Own,
+    _sock: &impl AsFd,
+    cred_pid: Option<i32>,
+) -> (Option<i32>, Option<Refusal>) {
+    (cred_pid, None)
 }
 
 /// How the peer process was identified.
@@ -109,6 +159,7 @@ pub struct Refusal {
 
 /// The pid a pidfd refers to, from `/proc/self/fdinfo`: `None` if the
 /// process has exited or is not visible in the daemon's pid namespace.
+#[cfg(target_os = "linux")]
 fn pidfd_pid(fd: &OwnedFd) -> io::Result<Option<i32>> {
     let info = fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))?;
     let pid = info
@@ -121,6 +172,7 @@ fn pidfd_pid(fd: &OwnedFd) -> io::Result<Option<i32>> {
 
 /// Looks at the process at the other end of `sock`. `cred_pid` is the
 /// `SO_PEERCRED` pid, used when the kernel has no `SO_PEERPIDFD`.
+#[cfg(target_os = "linux")]
 pub fn inspect(sock: &impl AsFd, cred_pid: Option<i32>) -> PeerNs {
     match getsockopt(sock, sockopt::PeerPidfd) {
         Ok(pidfd) => {
@@ -212,6 +264,7 @@ pub fn judge(own: &Namespaces, peer: &PeerNs) -> Option<Refusal> {
 }
 
 #[cfg(test)]
+#[cfg(target_os = "linux")]
 mod tests {
     use super::*;
 

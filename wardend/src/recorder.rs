@@ -191,6 +191,21 @@ impl Queues {
     }
 }
 
+impl crate::explain::Progress for warden_sandbox::supervise::Queued {
+    fn answered(&self) -> u64 {
+        warden_sandbox::supervise::Queued::answered(self)
+    }
+    fn queued(&self) -> u64 {
+        warden_sandbox::supervise::Queued::queued(self)
+    }
+}
+
+impl crate::explain::Ring for Wake {
+    fn ring(&self) {
+        Wake::ring(self)
+    }
+}
+
 /// Starts recording a new sandbox's refused calls and observed file
 /// accesses (the channels [`Sandbox::spawn`] returned with it) until the
 /// sandbox is gone; the handle ends when every record is written. `None`
@@ -209,8 +224,12 @@ pub fn start(
     }
     if let Some(d) = &denials {
         d.recorder(
-            files.as_ref().map(FileAccesses::progress),
-            sandbox.recorder_wake(),
+            files
+                .as_ref()
+                .map(|f| f.progress() as Arc<dyn crate::explain::Progress>),
+            sandbox
+                .recorder_wake()
+                .map(|w| w as Arc<dyn crate::explain::Ring>),
         );
     }
     let now = Instant::now();

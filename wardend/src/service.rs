@@ -380,7 +380,10 @@ impl Warden for Service {
             audit_path: d.audit.path().display().to_string(),
             sessions: d.sessions.len() as u32,
             uptime_ms: d.started.elapsed().as_millis() as u64,
-            features: crate::features::report(&d.kernel, &d.cgroup, &d.write_protection),
+            #[cfg(target_os = "linux")]
+            features: d.native.features(),
+            #[cfg(not(target_os = "linux"))]
+            features: Vec::new(),
             backends,
         }))
     }

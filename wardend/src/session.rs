@@ -15,15 +15,14 @@ use warden_audit::event;
 use warden_core::policy::Backend;
 use warden_core::policy::{self, CompiledPolicy, PolicyInput};
 use warden_proto::v1 as pb;
-use warden_sandbox::launch::ExitOutcome;
 use warden_sandbox::spec::SandboxSpec;
 
-use crate::backend::{Launched, Process};
+use crate::backend::{ExitOutcome, Fitted, Launched, Process};
 use crate::error::DaemonError;
 use crate::stdio::Relay;
 use crate::Daemon;
 
-mod plan;
+pub(crate) mod plan;
 pub use plan::{env_get, DEFAULT_PIDS, TMP_SIZE_MB};
 
 /// Grace between SIGTERM to the tree and SIGKILL (DESIGN.md §5 "Limits").
@@ -74,7 +73,8 @@ pub struct Session {
     pub memory_limit: Option<u64>,
     /// Bytes relayed on stdin, stdout, stderr.
     pub stdio: [Arc<std::sync::atomic::AtomicU64>; 3],
-    /// The session's cgroup in the daemon's delegated subtree.
+    /// The session's cgroup in the daemon's delegated subtree (native
+    /// sandbox only).
     pub cgroup: Option<PathBuf>,
     /// The server's process tree, as its backend runs it.
     process: Arc<dyn Process>,
@@ -85,6 +85,7 @@ pub struct Session {
     /// The sandbox's resolver (transparent egress), ended with the session.
     resolver_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Transparent egress, whose relayed connections end with the session.
+    #[cfg(target_os = "linux")]
     transparent: Option<Arc<crate::transparent::Transparent>>,
     /// The MCP stream's observer (`mcp.rs`), joined before `session.exit`.
     mcp_watch: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -204,8 +205,9 @@ pub struct Prepared {
     /// A `wardenctl trace` session: its peak footprint is sampled.
     trace: bool,
     backend: crate::backend::Choice,
-    /// The Docker backend's image and what it runs differently.
-    docker: Option<crate::backend::docker::Fitted>,
+    /// What the backend made of the policy (Docker's image, what Docker or
+    /// Seatbelt run differently).
+    fitted: Fitted,
 }
 
 /// File descriptors an idle session holds in the daemon (stdio, sandbox
@@ -240,13 +242,24 @@ pub fn capacity(live: usize, max: usize, open: u64, limit: u64) -> Result<(), St
 
 /// The daemon's open file descriptors.
 fn open_fds() -> u64 {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64)
+    // Linux's procfs; elsewhere (macOS, the BSDs) the fd file system.
+    const FD_DIR: &str = if cfg!(target_os = "linux") {
+        "/proc/self/fd"
+    } else {
+        "/dev/fd"
+    };
+    std::fs::read_dir(FD_DIR).map_or(0, |d| d.count() as u64)
+}
+
+/// An rlimit value (unsigned on Linux and macOS, signed on FreeBSD) as u64.
+fn rlim_u64(v: impl TryInto<u64>) -> u64 {
+    v.try_into().unwrap_or(u64::MAX)
 }
 
 /// The soft `RLIMIT_NOFILE`.
 fn nofile_limit() -> u64 {
     nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-        .map_or(1024, |(soft, _)| soft)
+        .map_or(1024, |(soft, _)| rlim_u64(soft))
 }
 
 impl Daemon {
@@ -365,22 +378,33 @@ impl Daemon {
         // Before anything is fitted to this host: the backend that runs it.
         let backend = self.choose_backend(&req.backend, policy.backend)?;
         policy.backend = backend.backend;
-        let host = plan::Host {
-            uid: self.uid,
-            gid: warden_core::paths::current_gid(),
-            cgroup: &self.cgroup,
-            write_protection: &self.write_protection,
-            kernel: &self.kernel,
-        };
-        let docker = match backend.backend {
-            Backend::Docker => Some(crate::backend::docker::fit(
+        #[cfg(target_os = "linux")]
+        let host = self
+            .native
+            .plan(self.uid, warden_core::paths::current_gid());
+        // What the backend cannot enforce is refused here, for that backend
+        // (`auto` never moves on for it).
+        let fitted = match backend.backend {
+            Backend::Docker => Fitted::Docker(crate::backend::docker::fit(
                 &mut policy,
                 &req.env,
                 req.trace,
             )?),
+            Backend::Macos => Fitted::Seatbelt(crate::backend::seatbelt::fit(
+                &mut policy,
+                req.trace,
+                req.approve,
+            )?),
+            #[cfg(target_os = "linux")]
             _ => {
                 plan::fit(&mut policy, &host)?;
-                None
+                Fitted::Native
+            }
+            #[cfg(not(target_os = "linux"))]
+            other => {
+                return Err(DaemonError::Backend(format!(
+                    "no launcher for `{other}` in this build"
+                )))
             }
         };
         let warden_paths = self.warden_paths(policy.source.as_deref());
@@ -389,29 +413,23 @@ impl Daemon {
             warden_core::policy::PinMode::Enforce => Some(plan::approval_config(id, req, &policy)?),
             _ => None,
         };
-        let (mut spec, mut env_names) =
-            plan::spec(id, &policy, &req.env, ctx.home, &host, warden_paths);
-        if req.trace {
-            env_names = plan::trace(
-                &mut policy,
-                &mut spec,
-                &req.env,
-                Path::new(&req.cwd),
-                req.trace_allow_writes,
-                &plan::host_top_dirs(),
-                &req.command
-                    .iter()
-                    .map(PathBuf::from)
-                    .filter(|p| p.is_absolute())
-                    .collect::<Vec<_>>(),
-                &self.kernel,
-            );
-        }
-        if approve.is_some() {
-            // Opens the sandbox would deny are held for a person.
-            spec.hold_files = true;
-            spec.layers = host.kernel.layers(&spec);
-        }
+        #[cfg(not(target_os = "linux"))]
+        let (spec, env_names) = plan::base_spec(
+            id,
+            &policy,
+            &req.env,
+            ctx.home,
+            self.uid,
+            warden_core::paths::current_gid(),
+            warden_paths,
+        );
+        #[cfg(target_os = "linux")]
+        let (spec, env_names) = {
+            let (mut spec, mut env_names) =
+                plan::spec(id, &policy, &req.env, ctx.home, &host, warden_paths);
+            self.plan_native(req, &host, &mut policy, &mut spec, &mut env_names, &approve);
+            (spec, env_names)
+        };
         Ok(Prepared {
             id: id.to_string(),
             policy,
@@ -422,8 +440,43 @@ impl Daemon {
             tool_approvals,
             trace: req.trace,
             backend,
-            docker,
+            fitted,
         })
+    }
+
+    /// The native sandbox's part of the plan: a trace's sandbox, and the
+    /// held opens of approvals.
+    #[cfg(target_os = "linux")]
+    fn plan_native(
+        &self,
+        req: &pb::SpawnRequest,
+        host: &plan::Host,
+        policy: &mut CompiledPolicy,
+        spec: &mut SandboxSpec,
+        env_names: &mut Vec<String>,
+        approve: &Option<crate::approvals::SessionConfig>,
+    ) {
+        if req.trace {
+            *env_names = plan::trace(
+                policy,
+                spec,
+                &req.env,
+                Path::new(&req.cwd),
+                req.trace_allow_writes,
+                &plan::host_top_dirs(),
+                &req.command
+                    .iter()
+                    .map(PathBuf::from)
+                    .filter(|p| p.is_absolute())
+                    .collect::<Vec<_>>(),
+                host.kernel,
+            );
+        }
+        if approve.is_some() {
+            // Opens the sandbox would deny are held for a person.
+            spec.hold_files = true;
+            spec.layers = host.kernel.layers(spec);
+        }
     }
 
     /// Audits `session.start` (fsynced), starts the sandbox and the stdio
@@ -434,6 +487,7 @@ impl Daemon {
         stdio: [OwnedFd; 3],
         events: mpsc::Sender<Result<pb::SpawnEvent, tonic::Status>>,
     ) -> Result<(), DaemonError> {
+        #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
         let Prepared {
             id,
             policy,
@@ -444,28 +498,31 @@ impl Daemon {
             tool_approvals,
             trace,
             backend,
-            docker,
+            fitted,
         } = p;
-        let native = docker.is_none();
-        let limits = if native {
-            describe_limits(&policy, self.cgroup.as_ref().ok())
-        } else {
-            crate::backend::docker::describe_limits(&policy)
+        let limits = match &fitted {
+            #[cfg(target_os = "linux")]
+            Fitted::Native => describe_limits(&policy, self.native.cgroup.as_ref().ok()),
+            Fitted::Docker(_) => crate::backend::docker::describe_limits(&policy),
+            Fitted::Seatbelt(_) => crate::backend::seatbelt::describe_limits(&policy),
         };
         // Paths inside write grants that the sandbox binds read-only because
         // the host runs or trusts them (those that exist now).
-        let protected: Vec<PathBuf> = if native {
-            let plan = warden_sandbox::protected::plan(&spec);
-            plan.protect
-                .iter()
-                .filter(|p| {
-                    std::fs::symlink_metadata(p)
-                        .is_ok_and(|m| !(m.is_dir() && plan.unless_dir.contains(p)))
-                })
-                .cloned()
-                .collect()
-        } else {
-            crate::backend::docker::protected_now(&spec)
+        let protected: Vec<PathBuf> = match &fitted {
+            Fitted::Docker(_) => crate::backend::docker::protected_now(&spec),
+            // The native sandbox binds them; Seatbelt's profile denies
+            // writes to them (and to those that do not exist yet).
+            _ => {
+                let plan = warden_sandbox::protected::plan(&spec);
+                plan.protect
+                    .iter()
+                    .filter(|p| {
+                        std::fs::symlink_metadata(p)
+                            .is_ok_and(|m| !(m.is_dir() && plan.unless_dir.contains(p)))
+                    })
+                    .cloned()
+                    .collect()
+            }
         };
         let start = event::SessionStart {
             session: id.clone(),
@@ -494,15 +551,21 @@ impl Daemon {
                 version: client.version.clone(),
             },
             // What the spec's layers apply, as the sandbox is given them.
-            sandbox: match &docker {
-                None => plan::sandbox_facts(&spec, &policy, &self.write_protection, &backend),
-                Some(d) => crate::backend::docker::sandbox_facts(
+            sandbox: match &fitted {
+                #[cfg(target_os = "linux")]
+                Fitted::Native => {
+                    plan::sandbox_facts(&spec, &policy, &self.native.write_protection, &backend)
+                }
+                Fitted::Docker(d) => crate::backend::docker::sandbox_facts(
                     &policy,
                     &backend,
                     d,
                     &id,
                     self.docker.available().ok(),
                 ),
+                Fitted::Seatbelt(f) => {
+                    crate::backend::seatbelt::sandbox_facts(&policy, &backend, f)
+                }
             },
         };
         // Audit-before-execute: the start record is on disk before the server
@@ -519,7 +582,8 @@ impl Daemon {
         // In a delegated cgroup subtree every session gets its own cgroup, with
         // the limits its controllers enforce. Delegated but unusable: refuse
         // (a limit may rely on it).
-        if let (true, Ok(d)) = (native, &self.cgroup) {
+        #[cfg(target_os = "linux")]
+        if let (Fitted::Native, Ok(d)) = (&fitted, &self.native.cgroup) {
             let l = crate::cgroup::SessionLimits {
                 memory_bytes: policy.limits.memory_mb.map(|m| m << 20),
                 pids: policy.limits.pids,
@@ -547,9 +611,12 @@ impl Daemon {
             ..cfg
         });
         // Approvals are on before the server runs: its first opens may be held.
+        if let Some(cfg) = approve.clone() {
+            self.approvals.open_session(cfg);
+        }
+        #[cfg(target_os = "linux")]
         let holder: Option<Arc<dyn warden_sandbox::supervise::FileHolder>> =
-            approve.clone().map(|cfg| {
-                self.approvals.open_session(cfg);
+            approve.as_ref().map(|_| {
                 Arc::new(crate::approvals::FileApprover {
                     broker: self.approvals.clone(),
                     session: id.clone(),
@@ -567,6 +634,7 @@ impl Daemon {
             .mcp
             .explain_denials
             .then(crate::explain::Denials::new);
+        #[cfg(target_os = "linux")]
         let transparent = policy.network.transparent().then(|| {
             crate::transparent::Transparent::new(
                 self.clone(),
@@ -576,6 +644,7 @@ impl Daemon {
                 denials.clone(),
             )
         });
+        #[cfg(target_os = "linux")]
         let hooks = warden_sandbox::Hooks {
             holder,
             connector: transparent
@@ -646,29 +715,48 @@ impl Daemon {
             },
         };
         let watch = crate::stdio::Watch { taps, gate };
-        let result = match &docker {
-            None => {
+        // The native sandbox is built while the record's fsync runs and
+        // released by it; the other backends start their server as soon as
+        // they are asked, so the record is on disk first.
+        let synced = match &fitted {
+            #[cfg(target_os = "linux")]
+            Fitted::Native => Ok(()),
+            _ => {
+                let audit = self.audit.clone();
+                match tokio::task::spawn_blocking(move || audit.sync_through(start_seq)).await {
+                    Ok(r) => r.map_err(DaemonError::Audit),
+                    Err(e) => Err(DaemonError::Task(e)),
+                }
+            }
+        };
+        let result = match (synced, &fitted) {
+            (Err(e), _) => Err(e),
+            #[cfg(target_os = "linux")]
+            (Ok(()), Fitted::Native) => {
                 let audit = self.audit.clone();
                 let durable = move || audit.sync_through(start_seq);
                 crate::backend::native::spawn(self, &spec, stdio, hooks, watch, durable).await
             }
-            Some(_) => {
-                let audit = self.audit.clone();
-                match tokio::task::spawn_blocking(move || audit.sync_through(start_seq)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        return Err(self.start_failed(&id, &spec, started, DaemonError::Audit(e)))
-                    }
-                    Err(e) => {
-                        return Err(self.start_failed(&id, &spec, started, DaemonError::Task(e)))
-                    }
-                }
+            (Ok(()), Fitted::Docker(d)) => {
                 crate::backend::docker::spawn(
                     &self.docker,
                     &self.config.state_dir,
                     &id,
                     &spec,
                     &policy,
+                    d,
+                    stdio,
+                    watch,
+                )
+                .await
+            }
+            (Ok(()), Fitted::Seatbelt(f)) => {
+                crate::backend::seatbelt::spawn(
+                    &self.config.state_dir,
+                    &id,
+                    &spec,
+                    &policy,
+                    f,
                     stdio,
                     watch,
                 )
@@ -677,19 +765,24 @@ impl Daemon {
         };
         let launched = match result {
             Ok(v) => v,
-            Err(e) => return Err(self.start_failed(&id, &spec, started, e)),
+            Err(e) => return Err(self.start_failed(&id, spec.cgroup.clone(), started, e)),
         };
         let Launched {
             process,
             relay,
             egress,
-            native: extras,
+            #[cfg(target_os = "linux")]
+                native: extras,
         } = launched;
+        #[cfg(target_os = "linux")]
         let (sandbox, refused, files, resolver) = match extras {
             Some(x) => (Some(x.sandbox), x.refused, x.files, x.resolver),
             None => (None, None, None, None),
         };
         // The sandbox's resolver, served until the session ends.
+        #[cfg(not(target_os = "linux"))]
+        let resolver_task = None;
+        #[cfg(target_os = "linux")]
         let resolver_task = match (&transparent, resolver) {
             (Some((t, _)), Some(fd)) => match t.serve_resolver(fd) {
                 Ok(task) => Some(task),
@@ -710,18 +803,23 @@ impl Daemon {
             }) as Arc<dyn warden_proxy::Approver>
         });
         // The egress proxy, on the listener made inside the sandbox's network
-        // namespace (the native sandbox's PID 1, the container's bridge).
-        let proxy = match crate::egress::Proxy::start(
-            egress,
-            policy.network.clone(),
-            self.clone(),
-            &id,
-            net.clone(),
-            approver.clone(),
-            denials.clone(),
-        ) {
-            Ok(p) => p,
-            Err(e) => {
+        // namespace (the native sandbox's PID 1, the container's bridge) or
+        // on the host's loopback for Seatbelt. None only for a server with
+        // no network at all.
+        let proxy = match egress.map(|egress| {
+            crate::egress::Proxy::start(
+                egress,
+                policy.network.clone(),
+                self.clone(),
+                &id,
+                net.clone(),
+                approver.clone(),
+                denials.clone(),
+            )
+        }) {
+            None => None,
+            Some(Ok(p)) => Some(p),
+            Some(Err(e)) => {
                 let e = DaemonError::Proxy(e);
                 self.abandon(&process, relay).await;
                 self.approvals.close_session(&id, "session-ended");
@@ -729,12 +827,16 @@ impl Daemon {
                 return Err(e);
             }
         };
-        if let Some((_, tx)) = &transparent {
+        #[cfg(target_os = "linux")]
+        if let (Some((_, tx)), Some(proxy)) = (&transparent, &proxy) {
             let _ = tx.send(Some(proxy.cfg.clone()));
         }
         // Refused escape and kernel-attack calls and observed file accesses,
         // recorded until the sandbox is gone (a task, no thread of its own).
         let files_denied = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        #[cfg(not(target_os = "linux"))]
+        let recorder = None;
+        #[cfg(target_os = "linux")]
         let recorder = sandbox.as_ref().and_then(|sb| {
             crate::recorder::start(
                 self,
@@ -775,6 +877,7 @@ impl Daemon {
                 }))
             }),
             resolver_task: Mutex::new(resolver_task),
+            #[cfg(target_os = "linux")]
             transparent: transparent.as_ref().map(|(t, _)| t.clone()),
             mcp_watch: Mutex::new(mcp_watch),
             tool_calls,
@@ -794,9 +897,19 @@ impl Daemon {
             .await;
         let daemon = self.clone();
         let timeout = policy.limits.timeout_s.map(Duration::from_secs);
-        // The Docker engine enforces the container's memory itself.
-        if let (true, Some(mb)) = (native, policy.limits.memory_mb) {
-            tokio::spawn(self.clone().watch_memory(session.clone(), mb));
+        // The Docker engine enforces the container's memory itself; the
+        // native sandbox's and Seatbelt's are sampled.
+        let sampler = match &fitted {
+            #[cfg(target_os = "linux")]
+            Fitted::Native => Some((crate::limits::SAMPLE_INTERVAL, native_memory as Sampler)),
+            Fitted::Seatbelt(_) => Some((crate::ps::SAMPLE_INTERVAL, ps_memory as Sampler)),
+            Fitted::Docker(_) => None,
+        };
+        if let (Some((every, sample)), Some(mb)) = (sampler, policy.limits.memory_mb) {
+            tokio::spawn(
+                self.clone()
+                    .watch_memory(session.clone(), mb, every, sample),
+            );
         }
         if let Some(peak) = session.peak.clone() {
             tokio::spawn(sample_peak(session.clone(), peak));
@@ -814,13 +927,16 @@ impl Daemon {
     fn start_failed(
         &self,
         id: &str,
-        spec: &warden_sandbox::spec::SandboxSpec,
+        cgroup: Option<PathBuf>,
         started: Instant,
         e: DaemonError,
     ) -> DaemonError {
-        if let Some(dir) = spec.cgroup.clone() {
+        #[cfg(target_os = "linux")]
+        if let Some(dir) = cgroup {
             tokio::spawn(crate::cgroup::remove_session(dir));
         }
+        #[cfg(not(target_os = "linux"))]
+        let _ = cgroup;
         self.approvals.close_session(id, "session-ended");
         self.audit_exit(id, started, None, None, &e.to_string());
         e
@@ -834,31 +950,31 @@ impl Daemon {
         let _ = tokio::task::spawn_blocking(move || relay.finish(DRAIN_GRACE)).await;
     }
 
-    /// Samples the sandbox's total RSS until the session ends; a breach is
-    /// audited and ends the session (exit 137).
-    async fn watch_memory(self: Arc<Self>, session: Arc<Session>, limit_mb: u64) {
+    /// Samples the sandbox's total RSS every `every` with `sample` until the
+    /// session ends; a breach is audited and ends the session (exit 137).
+    async fn watch_memory(
+        self: Arc<Self>,
+        session: Arc<Session>,
+        limit_mb: u64,
+        every: Duration,
+        sample: Sampler,
+    ) {
         let limit = limit_mb * 1024 * 1024;
-        let mut tick = tokio::time::interval(crate::limits::SAMPLE_INTERVAL);
+        let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while !session.ended.load(Ordering::SeqCst) && session.cause().is_none() {
             tick.tick().await;
             let pid = session.pid;
-            let mem = tokio::task::spawn_blocking(move || crate::limits::tree_memory(pid))
+            let breach = tokio::task::spawn_blocking(move || sample(pid, limit))
                 .await
                 .unwrap_or_default();
-            let total = mem.total();
-            if total > limit && session.request_end(EndCause::Memory) {
-                self.audit.record(event::LimitBreach {
-                    session: session.id.clone(),
-                    mechanism: event::Breach::RssSampling {
-                        limit_bytes: limit,
-                        rss_bytes: total,
-                        resident_bytes: mem.resident,
-                        shmem_mapped_bytes: mem.shmem_mapped,
-                        tmpfs_bytes: mem.tmpfs,
-                        memfd_bytes: mem.memfd,
-                    },
-                });
+            if let Some(mechanism) = breach {
+                if session.request_end(EndCause::Memory) {
+                    self.audit.record(event::LimitBreach {
+                        session: session.id.clone(),
+                        mechanism,
+                    });
+                }
                 return;
             }
         }
@@ -869,7 +985,7 @@ impl Daemon {
         session: Arc<Session>,
         relay: Relay,
         recorder: Option<tokio::task::JoinHandle<()>>,
-        proxy: crate::egress::Proxy,
+        proxy: Option<crate::egress::Proxy>,
         timeout: Option<Duration>,
         events: mpsc::Sender<Result<pb::SpawnEvent, tonic::Status>>,
     ) {
@@ -943,7 +1059,10 @@ impl Daemon {
         }
         // The proxy's last records (connections cut by the end) precede
         // session.exit too.
-        proxy.stop().await;
+        if let Some(proxy) = proxy {
+            proxy.stop().await;
+        }
+        #[cfg(target_os = "linux")]
         if let Some(t) = &session.transparent {
             t.stop().await;
         }
@@ -956,6 +1075,7 @@ impl Daemon {
         }
         // An OOM kill inside the session's cgroup (memory.max, whole group) is a
         // memory breach like one found by sampling.
+        #[cfg(target_os = "linux")]
         if let Some(dir) = &session.cgroup {
             let kills = crate::cgroup::oom_kills(dir);
             if kills > 0 && session.request_end(EndCause::Memory) {
@@ -1157,6 +1277,41 @@ async fn sample_peak(session: Arc<Session>, peak: Arc<Mutex<event::Peak>>) {
     }
 }
 
+/// How a session's memory is sampled: `(pid, limit)` → the breach, if the
+/// sandbox holds more than `limit` bytes.
+type Sampler = fn(u32, u64) -> Option<event::Breach>;
+
+/// The native sandbox's memory, through procfs (`limits.rs`).
+#[cfg(target_os = "linux")]
+fn native_memory(pid: u32, limit: u64) -> Option<event::Breach> {
+    let mem = crate::limits::tree_memory(pid);
+    let total = mem.total();
+    (total > limit).then_some(event::Breach::RssSampling {
+        limit_bytes: limit,
+        rss_bytes: total,
+        resident_bytes: mem.resident,
+        shmem_mapped_bytes: mem.shmem_mapped,
+        tmpfs_bytes: mem.tmpfs,
+        memfd_bytes: mem.memfd,
+    })
+}
+
+/// A Seatbelt session's memory: the resident memory of its process group
+/// and descendants, from `ps` (no procfs there; no tmpfs or memfd either).
+fn ps_memory(pid: u32, limit: u64) -> Option<event::Breach> {
+    let rows = crate::ps::snapshot().ok()?;
+    let rss: u64 = crate::ps::session(&rows, pid).iter().map(|r| r.rss).sum();
+    (rss > limit).then_some(event::Breach::RssSampling {
+        limit_bytes: limit,
+        rss_bytes: rss,
+        resident_bytes: rss,
+        shmem_mapped_bytes: 0,
+        tmpfs_bytes: 0,
+        memfd_bytes: 0,
+    })
+}
+
+#[cfg(target_os = "linux")]
 fn describe_limits(p: &CompiledPolicy, cg: Option<&crate::cgroup::Delegation>) -> Vec<String> {
     let has = |c: &str| cg.is_some_and(|d| d.has(c));
     let mut out = Vec::new();

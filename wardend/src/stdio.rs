@@ -19,6 +19,11 @@
 //! It runs on daemon threads, outside any sandbox, and needs no `unsafe`:
 //! every call is a safe `nix` wrapper (`splice`, `poll`, `pipe2`, `eventfd`),
 //! as in the egress proxy's `engine/splice.rs`.
+//!
+//! Off Linux there is no `splice` or `tee` ([`sys`]): every stream is a
+//! [`Pump`] that reads into a buffer and writes it on, and the MCP taps get
+//! a copy of each buffer the pumps read ([`Pump::start_tapped`]), before it
+//! moves on. A filter ([`Filter`]) then runs on its own thread.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -29,14 +34,16 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::fcntl::{fcntl, splice, tee, FcntlArg, OFlag, SpliceFFlags};
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::socket::{recv, MsgFlags};
 use nix::sys::stat::{fstat, SFlag};
-use nix::unistd::{pipe2, read, write};
+use nix::unistd::{read, write};
+
+use crate::wake::Wake;
 
 mod filter;
+pub mod sys;
 
 use filter::FilterLoop;
 pub use filter::{Filter, GateRun, Report};
@@ -52,7 +59,7 @@ const RELAY_STACK: usize = 128 << 10;
 /// A thread with a cancel eventfd: what [`Pump`] and [`Duplex`] run on.
 struct Worker {
     thread: Option<JoinHandle<io::Result<()>>>,
-    cancel: Arc<EventFd>,
+    cancel: Arc<Wake>,
     stop: Arc<AtomicBool>,
 }
 
@@ -60,12 +67,9 @@ impl Worker {
     /// Runs `body(cancel_fd, stop_flag)` on a new thread named `name`.
     fn spawn(
         name: String,
-        body: impl FnOnce(&EventFd, &AtomicBool) -> io::Result<()> + Send + 'static,
+        body: impl FnOnce(&Wake, &AtomicBool) -> io::Result<()> + Send + 'static,
     ) -> io::Result<Worker> {
-        let cancel = Arc::new(EventFd::from_value_and_flags(
-            0,
-            EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK,
-        )?);
+        let cancel = Arc::new(Wake::new()?);
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (cancel, stop) = (cancel.clone(), stop.clone());
@@ -84,8 +88,7 @@ impl Worker {
     /// Asks the thread to stop at its next wait.
     fn cancel(&self) {
         self.stop.store(true, Ordering::SeqCst);
-        // Only fails when the counter would overflow, which leaves it readable.
-        let _ = self.cancel.write(1);
+        self.cancel.ring();
     }
 
     fn is_finished(&self) -> bool {
@@ -138,10 +141,23 @@ impl Pump {
     /// Starts copying until EOF on `src`, an error, or [`Pump::cancel`].
     /// Both fds are closed when the pump ends, which is how EOF travels on.
     pub fn start(name: &'static str, src: OwnedFd, dst: OwnedFd) -> io::Result<Pump> {
+        Pump::start_tapped(name, src, dst, None)
+    }
+
+    /// [`Pump::start`], and with `tap` a copy of every buffer read for the
+    /// MCP observer, made before the buffer is written on (a tapped pump
+    /// always copies through its buffer). How the stream is tapped where
+    /// there is no `tee(2)`.
+    pub fn start_tapped(
+        name: &'static str,
+        src: OwnedFd,
+        dst: OwnedFd,
+        tap: Option<Tap>,
+    ) -> io::Result<Pump> {
         let bytes = Arc::new(AtomicU64::new(0));
         let counter = bytes.clone();
         let worker = Worker::spawn(format!("pump-{name}"), move |cancel, stop| {
-            copy(src, dst, cancel, stop, &counter)
+            copy(src, dst, cancel, stop, &counter, tap)
         })?;
         Ok(Pump {
             name,
@@ -194,7 +210,7 @@ fn fired(p: &PollFd<'_>) -> bool {
 fn wait_fd(
     fd: BorrowedFd<'_>,
     events: PollFlags,
-    cancel: &EventFd,
+    cancel: &Wake,
     stop: &AtomicBool,
 ) -> io::Result<Wait> {
     loop {
@@ -222,20 +238,30 @@ fn wait_fd(
 fn copy(
     src: OwnedFd,
     dst: OwnedFd,
-    cancel: &EventFd,
+    cancel: &Wake,
     stop: &AtomicBool,
     bytes: &AtomicU64,
+    mut tap: Option<Tap>,
 ) -> io::Result<()> {
-    let mut use_splice = true;
-    let mut buf: Vec<u8> = Vec::new();
+    // A tapped pump copies what it read into the tap: through a buffer.
+    let mut use_splice = tap.is_none();
+    let mut buf: Vec<u8> = if use_splice {
+        Vec::new()
+    } else {
+        vec![0u8; CHUNK]
+    };
     loop {
+        // About to wait: the observer is rung for what moved.
+        if let Some(t) = tap.as_mut() {
+            t.ring_due(true, Instant::now());
+        }
         match wait_fd(src.as_fd(), PollFlags::POLLIN, cancel, stop)? {
             Wait::Cancelled => return Ok(()),
             Wait::Ready => {}
         }
         if use_splice {
             // No offsets: both fds at their current file positions.
-            match splice(&src, None, &dst, None, CHUNK, SpliceFFlags::SPLICE_F_MOVE) {
+            match sys::splice_some(&src, &dst, CHUNK, false) {
                 Ok(0) => return Ok(()), // EOF
                 Ok(n) => {
                     bytes.fetch_add(n as u64, Ordering::Relaxed);
@@ -257,6 +283,9 @@ fn copy(
             Err(Errno::EINTR | Errno::EAGAIN) => continue,
             Err(e) => return Err(e.into()),
         };
+        if let Some(t) = tap.as_mut() {
+            t.copy_bytes(&buf[..n]);
+        }
         let mut off = 0usize;
         while off < n {
             match write(&dst, &buf[off..n]) {
@@ -274,6 +303,9 @@ fn copy(
                 Err(Errno::EPIPE) => return Ok(()),
                 Err(e) => return Err(e.into()),
             }
+        }
+        if let Some(t) = tap.as_mut() {
+            t.moved(n);
         }
     }
 }
@@ -363,6 +395,15 @@ impl Relay {
         let [c_in, c_out, c_err] = client;
         let [in_w, out_r, err_r] = server;
         if let Some(taps) = taps {
+            // No tee here: the pumps copy what they read into the taps.
+            if !sys::SPLICE {
+                let [tap_in, tap_out] = taps;
+                return Ok(Relay::Threads([
+                    Pump::start_tapped("stdin", c_in, in_w, Some(tap_in))?,
+                    Pump::start_tapped("stdout", out_r, c_out, Some(tap_out))?,
+                    Pump::start("stderr", err_r, c_err)?,
+                ]));
+            }
             let (q_r, q_w) = pipe()?;
             let (p_r, p_w) = pipe()?;
             let inner = Duplex::start_with_stderr(q_r, in_w, out_r, p_w, None, Some(taps), None)?;
@@ -479,7 +520,7 @@ impl Relay {
 
 /// A close-on-exec pipe: (read end, write end).
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)
+    sys::pipe(false)
 }
 
 /// Both directions of a session's stdin/stdout on one thread.
@@ -512,9 +553,10 @@ fn file_type(fd: &OwnedFd) -> Option<SFlag> {
     Some(SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT)
 }
 
-/// True for fds `Duplex` can serve: pipes and sockets.
+/// True for fds `Duplex` can serve: pipes and sockets, where there is
+/// `splice(2)` (never elsewhere: pumps serve every stream there).
 pub fn duplex_capable(fd: &OwnedFd) -> bool {
-    matches!(file_type(fd), Some(SFlag::S_IFIFO | SFlag::S_IFSOCK))
+    sys::SPLICE && matches!(file_type(fd), Some(SFlag::S_IFIFO | SFlag::S_IFSOCK))
 }
 
 /// True for a pipe (FIFO).
@@ -748,9 +790,9 @@ const TAP_PIPE: i32 = 1 << 20;
 
 /// A tap and its reader. The tap learns its source at [`Duplex`] start.
 pub fn tap() -> io::Result<(Tap, TapReader)> {
-    let (r, w) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+    let (r, w) = sys::pipe(true)?;
     // Best effort: a smaller pipe only means gaps sooner.
-    let _ = fcntl(&w, FcntlArg::F_SETPIPE_SZ(TAP_PIPE));
+    sys::set_pipe_size(&w, TAP_PIPE);
     let marks: Marks = Arc::default();
     let wake = Arc::new(TapWake {
         notify: tokio::sync::Notify::new(),
@@ -822,6 +864,49 @@ impl Tap {
         copy
     }
 
+    /// A pump's copy: `bytes` (just read, about to be written on) into the
+    /// tap, announced and marked as [`Tap::copy`] does; what does not fit
+    /// in the tap's pipe goes by uncopied (a gap). Then [`Tap::moved`].
+    fn copy_bytes(&mut self, bytes: &[u8]) {
+        if self.broken || bytes.is_empty() {
+            return;
+        }
+        let at = Instant::now();
+        self.log().copying = Some(at);
+        if self.unrung == 0 {
+            self.unrung_since = Some(at);
+        }
+        let n = loop {
+            match write(&self.w, bytes) {
+                Ok(m) => break m,
+                Err(Errno::EINTR) => continue,
+                Err(Errno::EAGAIN) => break 0,
+                // The observer is gone.
+                Err(_) => {
+                    self.broken = true;
+                    break 0;
+                }
+            }
+        };
+        {
+            // The mark and the end of the announcement, under one lock.
+            let mut log = self.marks.lock().unwrap_or_else(|p| p.into_inner());
+            log.copying = None;
+            if n > 0 {
+                self.written += n as u64;
+                if self.written > log.followed {
+                    log.push(Mark::Copied {
+                        end: self.written,
+                        at,
+                    });
+                }
+            }
+        }
+        if n < bytes.len() && !self.broken {
+            self.lose();
+        }
+    }
+
     fn log(&self) -> std::sync::MutexGuard<'_, MarkLog> {
         self.marks.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -853,7 +938,7 @@ impl Tap {
                 }
             }
         } else {
-            match tee(src, &self.w, CHUNK, SpliceFFlags::SPLICE_F_NONBLOCK) {
+            match sys::tee_some(src, &self.w, CHUNK) {
                 Ok(n) => (Copy::Move, n),
                 // The source is empty, or the tap is full.
                 Err(Errno::EAGAIN) => {
@@ -975,8 +1060,7 @@ impl Lane {
             }
         }
         // No offsets: both fds at their current positions.
-        let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
-        match splice(&self.src, None, &self.dst, None, len, flags) {
+        match sys::splice_some(&self.src, &self.dst, len, true) {
             Ok(0) => Ok(Step::Closed),
             Ok(n) => {
                 if let Some(t) = self.tap.as_mut() {
@@ -1152,7 +1236,7 @@ impl Duplex {
 fn duplex(
     lanes: [Option<Lane>; 3],
     mut filter: Option<FilterLoop>,
-    cancel: &EventFd,
+    cancel: &Wake,
     stop: &AtomicBool,
     done: &[Arc<AtomicBool>; 2],
 ) -> io::Result<()> {
@@ -1497,6 +1581,53 @@ mod tests {
         assert_eq!(out.len(), data.len());
         assert!(out == data);
         assert_eq!(pump.bytes(), data.len() as u64);
+    }
+
+    /// How every stream is tapped where there is no `tee` (off Linux): a
+    /// pump copies each buffer it read into its tap before writing it on.
+    /// Runs here too.
+    #[test]
+    fn a_tapped_pump_copies_what_it_moves_into_the_tap_byte_exact() {
+        let (src_r, src_w) = pipe().unwrap();
+        let (dst_r, dst_w) = pipe().unwrap();
+        let (t, reader) = tap().unwrap();
+        let mut pump = Pump::start_tapped("t", src_r, dst_w, Some(t)).unwrap();
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 13 % 251) as u8).collect();
+        let writer = {
+            let data = data.clone();
+            std::thread::spawn(move || {
+                let mut f = std::fs::File::from(src_w);
+                for chunk in data.chunks(7_000) {
+                    f.write_all(chunk).unwrap();
+                }
+            })
+        };
+        // The observer reads the tap as the bytes go by (it never blocks
+        // the pump: a full tap would be a gap, not a wait).
+        let observer = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                match nix::unistd::read(&reader.fd, &mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(Errno::EAGAIN) => std::thread::sleep(Duration::from_millis(1)),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            let log = reader.marks.lock().unwrap();
+            assert!(!log.has_gap(), "the tap kept up: no gap");
+            got
+        });
+        let mut out = Vec::new();
+        std::fs::File::from(dst_r).read_to_end(&mut out).unwrap();
+        writer.join().unwrap();
+        assert!(pump.wait_for(Duration::from_secs(5)));
+        assert!(out == data);
+        assert_eq!(pump.bytes(), data.len() as u64);
+        // The pump ended and dropped its tap: the observer sees EOF.
+        let copied = observer.join().unwrap();
+        assert!(copied == data);
     }
 
     #[test]

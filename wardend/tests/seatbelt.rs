@@ -147,6 +147,7 @@ fn ctx(root: &Path) -> SeatbeltContext {
         scratch: root.join("scratch"),
         runtime_dirs: vec![root.join("runtime")],
         runtime_exec: vec![],
+        protect: vec![],
     }
 }
 
@@ -394,4 +395,38 @@ fn file_allows_stay_inside_what_is_granted() {
             }
         }
     }
+}
+
+#[test]
+fn wardens_own_files_inside_a_write_grant_are_denied_for_writing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    let p = compile(
+        &root,
+        "own",
+        "version: 1\ncommand: [server]\nfilesystem:\n  write: [./out]\n",
+    );
+    let state = root.join("examples/out/state");
+    let outside = root.join("elsewhere/state");
+    let mut c = ctx(&root);
+    c.protect = vec![outside.clone(), state.clone()];
+    let out = profile(&p, &c).unwrap();
+    let forms = parse(&out);
+    let deny = parse(&format!(
+        "(deny file-write* (subpath {}))",
+        quote(&state).unwrap()
+    ))[0]
+        .clone();
+    // After every allow: the last matching rule wins.
+    let at = forms
+        .iter()
+        .position(|f| *f == deny)
+        .expect("a deny for the state dir");
+    let last_allow = forms
+        .iter()
+        .rposition(|f| head(f) == Some("allow"))
+        .unwrap();
+    assert!(at > last_allow, "{out}");
+    // A path no write grant holds needs no deny (nothing allows it).
+    assert!(!out.contains(outside.to_str().unwrap()), "{out}");
 }

@@ -28,6 +28,15 @@
 //! The container is removed when the session ends, however it ends; one
 //! left by a daemon that died is removed when the next one starts
 //! ([`Engine::reap_stale`]).
+//!
+//! Off Linux there is no bridge ([`HAS_BRIDGE`]): it is a static Linux
+//! program handed a listener over a Unix socket bind-mounted into the
+//! container, which needs a Linux build of the daemon and an engine on the
+//! daemon's own kernel (Docker Desktop runs its engine in a VM, where a
+//! bind-mounted socket does not connect back to the host's daemon). There a
+//! policy that allows any host is refused ("cannot enforce"), and one that
+//! allows none runs with `--network none`, the program as the entrypoint,
+//! and no proxy.
 
 use std::ffi::OsString;
 use std::future::Future;
@@ -43,10 +52,9 @@ use std::time::{Duration, Instant};
 
 use warden_core::policy::{self, CompiledPolicy};
 use warden_proto::v1 as pb;
-use warden_sandbox::launch::ExitOutcome;
 use warden_sandbox::spec::SandboxSpec;
 
-use super::{Launched, Process};
+use super::{ExitOutcome, Launched, Process};
 use crate::error::DaemonError;
 use crate::stdio::{pipe, Relay};
 
@@ -256,6 +264,10 @@ fn kill_detached(cli: &Path, name: &str, sig: &str) {
     }
 }
 
+/// Whether this build has the egress bridge (`warden_sandbox::bridge`, a
+/// static Linux program): on Linux only.
+pub const HAS_BRIDGE: bool = cfg!(target_os = "linux");
+
 /// What the Docker backend decided for a policy before anything starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fitted {
@@ -263,6 +275,9 @@ pub struct Fitted {
     /// What this backend does differently from the native one, recorded in
     /// `session.start` (one sentence each).
     pub notes: Vec<String>,
+    /// The container's egress goes through the bridge and the session's
+    /// proxy; false: no network at all (off Linux, a policy with no host).
+    pub bridge: bool,
 }
 
 /// Fits `policy` to the Docker backend: refuses what it cannot enforce
@@ -272,6 +287,16 @@ pub fn fit(
     policy: &mut CompiledPolicy,
     client_env: &[pb::EnvVar],
     trace: bool,
+) -> Result<Fitted, DaemonError> {
+    fit_with(policy, client_env, trace, HAS_BRIDGE)
+}
+
+/// [`fit`] on a build that has the egress bridge (`bridge`) or not.
+pub fn fit_with(
+    policy: &mut CompiledPolicy,
+    client_env: &[pb::EnvVar],
+    trace: bool,
+    bridge: bool,
 ) -> Result<Fitted, DaemonError> {
     let refuse = |what: &str| {
         Err(DaemonError::Policy(format!(
@@ -291,6 +316,21 @@ pub fn fit(
         );
     }
     let mut notes = Vec::new();
+    if !bridge {
+        if !policy.network.allow.is_empty() {
+            return Err(DaemonError::Policy(format!(
+                "the Docker backend cannot enforce network.allow on {}: its egress bridge is a \
+                 static Linux program handed a listener over a Unix socket bind-mounted into \
+                 the container, which needs wardend on Linux with the engine on the same \
+                 kernel (Docker Desktop's engine runs in a VM); remove network.allow to run \
+                 with no network at all (--network none, no proxy)",
+                std::env::consts::OS
+            )));
+        }
+        notes.push(
+            "no network at all: --network none and no egress proxy (no bridge off Linux)".into(),
+        );
+    }
     match policy.network.mode {
         policy::net::NetMode::Transparent => {
             return refuse(
@@ -334,7 +374,9 @@ pub fn fit(
         for sock in engine_sockets(client_env) {
             if sock.starts_with(g) {
                 return Err(DaemonError::Policy(format!(
-                    "the grant {} holds the Docker engine's socket {}; the Docker backend                      never mounts it into a container (whoever reaches it is root on the                      host): grant a narrower path",
+                    "the grant {} holds the Docker engine's socket {}; the Docker backend \
+                     never mounts it into a container (whoever reaches it is root on the \
+                     host): grant a narrower path",
                     g.display(),
                     sock.display()
                 )));
@@ -376,7 +418,11 @@ pub fn fit(
         }
     };
     policy.docker_image = Some(image.clone());
-    Ok(Fitted { image, notes })
+    Ok(Fitted {
+        image,
+        notes,
+        bridge,
+    })
 }
 
 /// `session.start`'s limits, as the engine enforces them.
@@ -432,7 +478,9 @@ pub fn sandbox_facts(
         backend: backend.backend.to_string(),
         backend_requested: backend.requested.to_string(),
         backend_skipped: backend.skipped_facts(),
-        namespaces: ["mount", "pid", "net", "ipc", "uts"].map(String::from).to_vec(),
+        namespaces: ["mount", "pid", "net", "ipc", "uts"]
+            .map(String::from)
+            .to_vec(),
         landlock_abi: None,
         landlock_min_abi: policy.sandbox.landlock_min_abi,
         syscall_audit: "unavailable".into(),
@@ -440,10 +488,16 @@ pub fn sandbox_facts(
         create_guard: false,
         host_root: warden_core::paths::current_uid() == 0,
         write_protection: event::WriteProtection {
-            mode: if has_writes { "best effort" } else { "no write grants" }.into(),
+            mode: if has_writes {
+                "best effort"
+            } else {
+                "no write grants"
+            }
+            .into(),
             active: vec!["protected names bound read-only (those that exist at start)".into()],
             missing: vec![
-                "the creation guard: Docker cannot keep a protected name from being created                  in a write grant"
+                "the creation guard: Docker cannot keep a protected name from being created \
+                 in a write grant"
                     .into(),
                 "Landlock".into(),
             ],
@@ -563,10 +617,11 @@ pub fn env_file(env: &[(Vec<u8>, Vec<u8>)]) -> Result<Vec<u8>, DaemonError> {
 
 /// Where the session's own files live on the host (the daemon's, 0700).
 pub struct Paths {
-    pub bridge: PathBuf,
+    /// The egress bridge and its Unix socket; `None` without a bridge
+    /// (off Linux): then the program is the entrypoint, with no network.
+    pub bridge: Option<(PathBuf, PathBuf)>,
     /// Warden's seccomp profile ([`install_seccomp_profile`]).
     pub seccomp: PathBuf,
-    pub egress: PathBuf,
     pub env_file: PathBuf,
 }
 
@@ -687,15 +742,24 @@ pub fn create_args(
             .map(OsString::from)
             .unwrap_or_else(|| spec.program.clone().into_os_string())
     };
-    mount(&paths.bridge, Path::new(BRIDGE_IN), true)?;
-    mount(&paths.egress, Path::new(EGRESS_IN), false)?;
-    a.push("--entrypoint".into());
-    a.push(BRIDGE_IN.into());
-    a.push(image.into());
-    a.push(EGRESS_IN.into());
-    a.push(proxy_port.to_string().into());
-    a.push("--".into());
-    a.push(program);
+    match &paths.bridge {
+        Some((bridge, egress)) => {
+            mount(bridge, Path::new(BRIDGE_IN), true)?;
+            mount(egress, Path::new(EGRESS_IN), false)?;
+            a.push("--entrypoint".into());
+            a.push(BRIDGE_IN.into());
+            a.push(image.into());
+            a.push(EGRESS_IN.into());
+            a.push(proxy_port.to_string().into());
+            a.push("--".into());
+            a.push(program);
+        }
+        None => {
+            a.push("--entrypoint".into());
+            a.push(program);
+            a.push(image.into());
+        }
+    }
     for arg in spec.argv.iter().skip(1) {
         a.push(std::os::unix::ffi::OsStringExt::from_vec(arg.clone()));
     }
@@ -733,12 +797,14 @@ pub fn protected_now(spec: &SandboxSpec) -> Vec<PathBuf> {
 /// Starts session `id` in a container. The image must exist; the limits
 /// the engine accepted are checked against the policy's (Docker drops one
 /// its kernel lacks with only a warning: refused here instead).
+#[allow(clippy::too_many_arguments)]
 pub async fn spawn(
     engine: &Engine,
     state_dir: &Path,
     id: &str,
     spec: &SandboxSpec,
     policy: &CompiledPolicy,
+    fitted: &Fitted,
     stdio: [OwnedFd; 3],
     watch: crate::stdio::Watch,
 ) -> Result<Launched, DaemonError> {
@@ -762,8 +828,11 @@ pub async fn spawn(
     let root = state_dir.join("docker");
     let dir = root.join(id);
     let io = |what: &str, e: std::io::Error| DaemonError::Docker(format!("{what}: {e}"));
-    let bridge =
-        super::bridge::install(&root).map_err(|e| io("cannot install the egress bridge", e))?;
+    let bridge = if fitted.bridge {
+        Some(super::bridge::install(&root).map_err(|e| io("cannot install the egress bridge", e))?)
+    } else {
+        None
+    };
     let seccomp =
         install_seccomp_profile(&root).map_err(|e| io("cannot install the seccomp profile", e))?;
     std::fs::DirBuilder::new()
@@ -773,13 +842,17 @@ pub async fn spawn(
         .map_err(|e| io(&format!("cannot create {}", dir.display()), e))?;
     let session = SessionDir(dir.clone());
     let paths = Paths {
-        bridge,
+        bridge: bridge.map(|b| (b, dir.join("egress.sock"))),
         seccomp,
-        egress: dir.join("egress.sock"),
         env_file: dir.join("env"),
     };
-    let listener = super::bridge::listen(&paths.egress)
-        .map_err(|e| io("cannot listen for the egress bridge", e))?;
+    let listener = match &paths.bridge {
+        Some((_, egress)) => Some(
+            super::bridge::listen(egress)
+                .map_err(|e| io("cannot listen for the egress bridge", e))?,
+        ),
+        None => None,
+    };
     write_private(&paths.env_file, &env_file(&spec.env)?)
         .map_err(|e| io("cannot write the environment file", e))?;
     let args = create_args(id, &engine.instance, spec, policy, &image, &paths, port)?;
@@ -842,9 +915,12 @@ pub async fn spawn(
         let _ = tokio::task::spawn_blocking(move || relay.finish(Duration::from_secs(2))).await;
         Err(e)
     };
-    let egress = match receive(listener, port, &container).await {
-        Ok(fd) => fd,
-        Err(e) => return fail(DaemonError::Docker(e), relay, container).await,
+    let egress = match listener {
+        Some(listener) => match receive(listener, port, &container).await {
+            Ok(fd) => Some(fd),
+            Err(e) => return fail(DaemonError::Docker(e), relay, container).await,
+        },
+        None => None,
     };
     // The host pid of the container's init, for `wardenctl ps` (0 when the
     // engine's processes are not visible here, e.g. in a VM).
@@ -865,6 +941,7 @@ pub async fn spawn(
         process: container,
         relay,
         egress,
+        #[cfg(target_os = "linux")]
         native: None,
     })
 }
@@ -1237,9 +1314,8 @@ mod tests {
         p.limits.pids = Some(100);
         p.limits.cpu = Some(0.5);
         let paths = Paths {
-            bridge: root.join("bridge"),
+            bridge: Some((root.join("bridge"), root.join("egress.sock"))),
             seccomp: root.join("seccomp-0123.json"),
-            egress: root.join("egress.sock"),
             env_file: root.join("env"),
         };
         let a = create_args("abc123", "1000-x", &spec, &p, "img:1", &paths, 3128).unwrap();
@@ -1303,6 +1379,51 @@ mod tests {
             .map(|s| s.to_string_lossy().into_owned())
             .collect();
         assert_eq!(tail, ["python3", "-m", "srv"]);
+        // Without a bridge (off Linux): the program is the entrypoint, no
+        // bridge or socket is mounted, and the container has no network.
+        let none = Paths {
+            bridge: None,
+            ..paths
+        };
+        let a = create_args("abc123", "1000-x", &spec, &p, "img:1", &none, 3128).unwrap();
+        let a: Vec<String> = a.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+        assert!(a.join(" ").contains("--network none"), "{a:?}");
+        assert!(!a.iter().any(|x| x.contains("/.warden/")), "{a:?}");
+        let at = a.iter().position(|x| x == "--entrypoint").unwrap();
+        assert_eq!(
+            a[at..],
+            [
+                "--entrypoint",
+                &format!("{r}/ro/server"),
+                "img:1",
+                "--flag",
+                "a b"
+            ]
+        );
+    }
+
+    #[test]
+    fn without_the_bridge_a_policy_allowing_hosts_is_refused_and_none_runs_offline() {
+        let mut p = policy_with_grant("/srv/data");
+        p.docker_image = Some("img:1".into());
+        p.network = warden_core::policy::net::NetworkPolicy::default();
+        let f = fit_with(&mut p.clone(), &[], false, false).unwrap();
+        assert!(!f.bridge);
+        assert!(
+            f.notes.iter().any(|n| n.contains("--network none")),
+            "{:?}",
+            f.notes
+        );
+        let mut hosts = p.clone();
+        hosts.network = warden_core::policy::net::NetworkPolicy::record_all();
+        assert!(!hosts.network.allow.is_empty());
+        let e = fit_with(&mut hosts, &[], false, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot enforce network.allow"), "{e}");
+        assert!(e.contains("bridge"), "{e}");
+        // With the bridge (Linux), the same policy runs through the proxy.
+        assert!(fit_with(&mut hosts, &[], false, true).unwrap().bridge);
     }
 
     #[test]

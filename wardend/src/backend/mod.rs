@@ -10,18 +10,20 @@
 //! (`session/plan.rs::fit`), it is never silently swapped for another.
 //! A backend asked for by name is that backend or a refusal naming why.
 //!
-//! What exists in this build: the native Linux sandbox ([`native`]) and
-//! Docker ([`docker`], available when an engine answers); both run behind
-//! one interface, [`Process`] and [`Launched`]. Seatbelt is reported
-//! unavailable with that reason, so `auto` on a host without user
-//! namespaces or Docker refuses with every reason instead of running
-//! anything weaker. [`seatbelt`] is the macOS profile generator, pure and
-//! tested on Linux; its launcher is not written yet. [`bridge`] is the Docker
-//! backend's egress bridge: the container entrypoint that hands the daemon
-//! a listener made inside the container, and the daemon's side of it.
+//! What exists in this build: the native Linux sandbox (`native`, built on
+//! Linux only), Docker ([`docker`], available when an engine answers) and
+//! macOS Seatbelt ([`seatbelt`]: the profile generator and what the
+//! backend refuses, pure and tested everywhere; the launcher,
+//! `seatbelt/launch.rs`, built on macOS only); all run behind one
+//! interface, [`Process`] and [`Launched`]. Elsewhere (FreeBSD, Windows...)
+//! only Docker can run a session, and without one `auto` refuses naming the
+//! platform and every backend. [`bridge`] is the Docker backend's egress
+//! bridge: the container entrypoint that hands the daemon a listener made
+//! inside the container, and the daemon's side of it.
 
 pub mod bridge;
 pub mod docker;
+#[cfg(target_os = "linux")]
 pub mod native;
 pub mod seatbelt;
 
@@ -31,10 +33,18 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use warden_core::policy::Backend;
-use warden_sandbox::launch::ExitOutcome;
 
 use crate::error::DaemonError;
 use crate::stdio::Relay;
+
+/// How a session's server ended, whichever backend ran it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitOutcome {
+    /// Exited with this code.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+}
 
 /// A running session's process tree, whichever backend runs it. The
 /// session (`session.rs`) drives every backend through this alone: it
@@ -67,21 +77,39 @@ pub struct Launched {
     pub process: Arc<dyn Process>,
     /// Between the client's stdio and the server's.
     pub relay: Relay,
-    /// The egress attachment: a TCP listener on `127.0.0.1:PROXY_PORT` in
-    /// the sandbox's own network namespace, on which the daemon serves the
-    /// session's proxy. Every backend hands one over or fails.
-    pub egress: OwnedFd,
+    /// The egress attachment, on which the daemon serves the session's
+    /// proxy: a TCP listener on `127.0.0.1:PROXY_PORT` in the sandbox's own
+    /// network namespace (native, Docker on Linux), or one the daemon bound
+    /// on the host's loopback whose port the Seatbelt profile alone may
+    /// reach. `None` only where the server has no network at all (Docker
+    /// off Linux, for a policy that allows no host: `--network none` and
+    /// no proxy).
+    pub egress: Option<OwnedFd>,
     /// What only the native sandbox has: its seccomp notifier's queues and
     /// the transparent resolver's socket.
+    #[cfg(target_os = "linux")]
     pub native: Option<native::Extras>,
 }
 
-/// The platform the daemon runs on, for the order `auto` tries.
+/// What a backend made of a policy it can enforce (its `fit`), for the
+/// session's start.
+pub enum Fitted {
+    /// The native Linux sandbox (`session/plan.rs::fit`).
+    #[cfg(target_os = "linux")]
+    Native,
+    Docker(docker::Fitted),
+    Seatbelt(seatbelt::Fitted),
+}
+
+/// The platform the daemon runs on, for the order `auto` tries. A
+/// parameter of [`select`], so every platform's table is tested on any.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Os {
     Linux,
     Macos,
-    Other,
+    /// Any other system, by its `std::env::consts::OS` name (`freebsd`,
+    /// `windows`...).
+    Other(&'static str),
 }
 
 impl Os {
@@ -91,7 +119,7 @@ impl Os {
         } else if cfg!(target_os = "macos") {
             Os::Macos
         } else {
-            Os::Other
+            Os::Other(std::env::consts::OS)
         }
     }
 
@@ -99,7 +127,7 @@ impl Os {
         match self {
             Os::Linux => "Linux",
             Os::Macos => "macOS",
-            Os::Other => std::env::consts::OS,
+            Os::Other(name) => name,
         }
     }
 }
@@ -109,7 +137,7 @@ pub fn order(os: Os) -> &'static [Backend] {
     match os {
         Os::Linux => &[Backend::Linux, Backend::Docker],
         Os::Macos => &[Backend::Macos, Backend::Docker],
-        Os::Other => &[Backend::Docker],
+        Os::Other(_) => &[Backend::Docker],
     }
 }
 
@@ -191,18 +219,26 @@ pub fn select(
             Err(reason) => skipped.push(Skipped { backend: b, reason }),
         }
     }
+    // Where neither platform backend exists, the refusal says so too: a
+    // reader on FreeBSD learns why only Docker was tried.
+    let mut reasons: Vec<String> = Vec::new();
+    if let Os::Other(_) = os {
+        for b in [Backend::Linux, Backend::Macos] {
+            if let Some(why) = not_in_this_build(b, os) {
+                reasons.push(format!("{b}: {why}"));
+            }
+        }
+    }
+    reasons.extend(skipped.iter().map(ToString::to_string));
     Err(format!(
         "no sandbox backend is available on {} (Warden never runs a server unsandboxed): {}",
         os.name(),
-        skipped
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ")
+        reasons.join("; ")
     ))
 }
 
-/// Why a backend this build has no launcher for is unavailable on `os`.
+/// Why a backend cannot exist on `os` at all (this build has no launcher
+/// for it there); `None` when it may be available (decided live).
 pub fn not_in_this_build(b: Backend, os: Os) -> Option<String> {
     match (b, os) {
         (Backend::Linux, Os::Linux) | (Backend::Auto, _) => None,
@@ -210,35 +246,13 @@ pub fn not_in_this_build(b: Backend, os: Os) -> Option<String> {
             "the native sandbox needs Linux (namespaces, seccomp, Landlock); this is {}",
             os.name()
         )),
-        (Backend::Macos, Os::Macos) => {
-            Some("the Seatbelt launcher (sandbox-exec) is not part of this build yet".into())
-        }
+        (Backend::Macos, Os::Macos) => None,
         (Backend::Macos, _) => Some(format!(
             "Seatbelt (sandbox-exec) exists only on macOS; this is {}",
             os.name()
         )),
         (Backend::Docker, _) => None,
     }
-}
-
-/// Whether the native sandbox starts here: the sysctls allow unprivileged
-/// user namespaces and a real one is made (`exe` re-executed in the
-/// sandbox's snapshot role; AppArmor's restriction or an exhausted
-/// `user.max_user_namespaces` show here, not in the sysctls).
-pub fn native_trial(kernel: &warden_sandbox::Kernel, exe: &std::path::Path) -> Result<(), String> {
-    if let Some(why) = not_in_this_build(Backend::Linux, Os::this()) {
-        return Err(why);
-    }
-    if !kernel.user_namespaces() {
-        return Err(format!(
-            "unprivileged user namespaces are turned off ({}); `wardenctl doctor` says how \
-             to turn them on",
-            kernel.userns_settings()
-        ));
-    }
-    warden_sandbox::kernel::userns_trial(exe).map_err(|e| {
-        format!("cannot make the sandbox's user namespace ({e}); `wardenctl doctor` says why and what to do")
-    })
 }
 
 impl crate::Daemon {
@@ -248,15 +262,12 @@ impl crate::Daemon {
             return Err(why);
         }
         match b {
-            Backend::Linux => {
-                let mut native = self.native.lock().unwrap_or_else(|p| p.into_inner());
-                if native.is_err() {
-                    *native = native_trial(&self.kernel, &self.config.sandbox_exe);
-                }
-                native.clone()
-            }
+            #[cfg(target_os = "linux")]
+            Backend::Linux => self.native.available(&self.config.sandbox_exe),
+            #[cfg(target_os = "macos")]
+            Backend::Macos => seatbelt::launch::available(),
             Backend::Docker => self.docker.available().map(|_| ()),
-            _ => Ok(()),
+            other => Err(format!("no launcher for `{other}` in this build")),
         }
     }
 
@@ -326,8 +337,14 @@ mod tests {
                 reason: "no linux here".into()
             }]
         );
-        let c = select(Backend::Auto, Os::Other, only(&[Backend::Docker])).unwrap();
+        let c = select(
+            Backend::Auto,
+            Os::Other("freebsd"),
+            only(&[Backend::Docker]),
+        )
+        .unwrap();
         assert_eq!(c.backend, Backend::Docker);
+        assert!(c.skipped.is_empty());
     }
 
     #[test]
@@ -341,11 +358,110 @@ mod tests {
         // Seatbelt is never tried off macOS, nor the native sandbox off Linux.
         let e = select(
             Backend::Auto,
-            Os::Other,
+            Os::Other("freebsd"),
             only(&[Backend::Linux, Backend::Macos]),
         )
         .unwrap_err();
-        assert!(e.ends_with(": docker: no docker here"), "{e}");
+        assert!(e.ends_with("; docker: no docker here"), "{e}");
+        assert!(
+            !e.contains("no linux here") && !e.contains("no macos here"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_platforms_table() {
+        // What `auto` tries, in order, on each platform.
+        assert_eq!(order(Os::Linux), [Backend::Linux, Backend::Docker]);
+        assert_eq!(order(Os::Macos), [Backend::Macos, Backend::Docker]);
+        for name in ["freebsd", "windows", "openbsd"] {
+            assert_eq!(order(Os::Other(name)), [Backend::Docker]);
+        }
+        // Each platform's own backend, when available, wins; Docker is the
+        // fallback everywhere; a platform's own is never tried elsewhere.
+        const ALL: &[Backend] = &[Backend::Linux, Backend::Macos, Backend::Docker];
+        for (os, first) in [
+            (Os::Linux, Backend::Linux),
+            (Os::Macos, Backend::Macos),
+            (Os::Other("freebsd"), Backend::Docker),
+        ] {
+            let tried = std::cell::RefCell::new(Vec::new());
+            let c = select(Backend::Auto, os, |b| {
+                tried.borrow_mut().push(b);
+                only(ALL)(b)
+            })
+            .unwrap();
+            assert_eq!(c.backend, first, "{os:?}");
+            assert_eq!(tried.into_inner(), [first], "{os:?}");
+            let c = select(Backend::Auto, os, only(&[Backend::Docker])).unwrap();
+            assert_eq!(c.backend, Backend::Docker, "{os:?}");
+            assert_eq!(
+                c.skipped.iter().map(|s| s.backend).collect::<Vec<_>>(),
+                order(os)[..order(os).len() - 1],
+                "{os:?}"
+            );
+        }
+        // `listed` (wardenctl status): the platform's order, then the rest.
+        assert_eq!(
+            listed(Os::Macos),
+            [Backend::Macos, Backend::Docker, Backend::Linux]
+        );
+        assert_eq!(
+            listed(Os::Other("freebsd")),
+            [Backend::Docker, Backend::Linux, Backend::Macos]
+        );
+    }
+
+    #[test]
+    fn the_refusal_names_the_platform_and_every_backend() {
+        // The real reasons, as `backend_available` gives them off the
+        // platforms that have a backend of their own.
+        let os = Os::Other("freebsd");
+        let available = |b: Backend| match not_in_this_build(b, os) {
+            Some(why) => Err(why),
+            None => Err(
+                "the docker command is not installed (no `docker` on wardend's PATH)".to_string(),
+            ),
+        };
+        let e = select(Backend::Auto, os, available).unwrap_err();
+        assert_eq!(
+            e,
+            "no sandbox backend is available on freebsd (Warden never runs a server \
+             unsandboxed): linux: the native sandbox needs Linux (namespaces, seccomp, \
+             Landlock); this is freebsd; macos: Seatbelt (sandbox-exec) exists only on \
+             macOS; this is freebsd; docker: the docker command is not installed (no \
+             `docker` on wardend's PATH)"
+        );
+        // One line: the shim prints it after `warden: `.
+        assert!(!e.contains('\n'));
+        // On macOS: Seatbelt first, then Docker.
+        let e = select(Backend::Auto, Os::Macos, only(&[])).unwrap_err();
+        assert_eq!(
+            e,
+            "no sandbox backend is available on macOS (Warden never runs a server \
+             unsandboxed): macos: no macos here; docker: no docker here"
+        );
+        // A backend the platform does not have, asked for by name.
+        for (b, os, want) in [
+            (Backend::Linux, Os::Macos, "needs Linux"),
+            (Backend::Linux, Os::Other("windows"), "this is windows"),
+            (
+                Backend::Macos,
+                Os::Other("freebsd"),
+                "only on macOS; this is freebsd",
+            ),
+            (Backend::Macos, Os::Linux, "only on macOS; this is Linux"),
+        ] {
+            let e = select(b, os, |x| not_in_this_build(x, os).map_or(Ok(()), Err)).unwrap_err();
+            assert!(
+                e.starts_with(&format!("backend `{b}` is not available here: "))
+                    && e.contains(want),
+                "{e}"
+            );
+        }
+        // Each platform's own backend exists in its build.
+        assert_eq!(not_in_this_build(Backend::Macos, Os::Macos), None);
+        assert_eq!(not_in_this_build(Backend::Linux, Os::Linux), None);
     }
 
     #[test]
@@ -369,7 +485,7 @@ mod tests {
             .unwrap()
             .contains("only on macOS; this is Linux"));
         // Docker is in every build; whether an engine answers is decided live.
-        for os in [Os::Linux, Os::Macos, Os::Other] {
+        for os in [Os::Linux, Os::Macos, Os::Other("freebsd")] {
             assert_eq!(not_in_this_build(Backend::Docker, os), None);
         }
         assert!(not_in_this_build(Backend::Linux, Os::Macos)

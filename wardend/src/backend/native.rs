@@ -1,20 +1,154 @@
 //! The native Linux backend: the sandbox of `warden-sandbox` (namespaces,
 //! seccomp, Landlock), its init forked by the daemon's fork server
 //! (`warden_sandbox::ForkServer`, a long-lived copy of the init role
-//! started from the daemon's own binary).
+//! started from the daemon's own binary); and what the daemon knows of the
+//! host for it ([`Host`]: the kernel probe, the delegated cgroup, the
+//! write-grant protections, the user namespace trial). Built on Linux only.
 
 use std::future::Future;
 use std::os::fd::OwnedFd;
+use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use warden_sandbox::launch::{ExitOutcome, Sandbox, Spawned};
+use warden_core::policy::Backend;
+use warden_sandbox::launch::{Sandbox, Spawned};
 use warden_sandbox::spec::SandboxSpec;
-use warden_sandbox::{FileAccesses, RefusedCalls};
+use warden_sandbox::{FileAccesses, Kernel, RefusedCalls};
 
-use super::{Launched, Process};
+use super::{not_in_this_build, ExitOutcome, Launched, Os, Process};
+use crate::cgroup::Delegation;
 use crate::error::DaemonError;
+use crate::features::{WriteProtection, PRETEND_MISSING_VAR};
 use crate::stdio::{pipe, Relay};
+
+/// What the daemon knows of this host for the native sandbox, learnt once
+/// at start (the trial is repeated while it fails).
+pub struct Host {
+    /// The delegated cgroup v2 subtree the daemon manages, or why there is none.
+    pub cgroup: Result<Delegation, String>,
+    /// What the kernel offers, probed once at start: every session's
+    /// sandbox layers are decided from it (`session::plan`), `wardenctl
+    /// status` shows it.
+    pub kernel: Kernel,
+    /// What protects write grants on this kernel (judged once at start from
+    /// [`Host::kernel`] and the test setting [`PRETEND_MISSING_VAR`]).
+    pub write_protection: WriteProtection,
+    /// Whether the native Linux sandbox can start here, tried at start
+    /// (a real user namespace, [`native_trial`]); tried again while it
+    /// fails, so a fix (an AppArmor profile loaded) needs no restart.
+    pub trial: Mutex<Result<(), String>>,
+    /// Forks each sandbox's init from one long-lived copy of it instead of
+    /// executing `config.sandbox_exe` for every launch.
+    pub forks: warden_sandbox::ForkServer,
+}
+
+impl Host {
+    /// Takes over the delegated cgroup (when there is one), probes the
+    /// kernel, judges the write protections and tries a user namespace.
+    pub fn probe(uid: u32, config: &crate::Config) -> Host {
+        let cgroup = crate::cgroup::locate(uid)
+            .and_then(|dir| crate::cgroup::take_over(&dir).map_err(|e| e.to_string()));
+        match &cgroup {
+            Ok(d) => tracing::info!(
+                cgroup = %d.root.display(),
+                controllers = ?d.controllers,
+                "using the delegated cgroup subtree"
+            ),
+            Err(why) => tracing::info!(%why, "no delegated cgroup: limits use the fallbacks"),
+        }
+        let kernel = Kernel::probe();
+        tracing::info!(
+            release = %kernel.release,
+            landlock_abi = ?kernel.landlock_abi(),
+            user_notif = kernel.user_notif,
+            addfd_send = kernel.addfd_send,
+            wait_killable_recv = kernel.wait_killable_recv,
+            sync_wake_up = kernel.sync_wake_up,
+            "probed the kernel"
+        );
+        let pretend = std::env::var(PRETEND_MISSING_VAR).ok();
+        let write_protection = WriteProtection::judge(&kernel, pretend.as_deref());
+        if write_protection.pretended {
+            tracing::warn!(
+                var = PRETEND_MISSING_VAR,
+                missing = ?write_protection.missing(),
+                "treating protections as unavailable (a test setting)"
+            );
+        }
+        let trial = native_trial(&kernel, &config.sandbox_exe);
+        if let Err(why) = &trial {
+            tracing::warn!(%why, "the native sandbox is unavailable: sessions need another backend");
+        }
+        Host {
+            cgroup,
+            kernel,
+            write_protection,
+            trial: Mutex::new(trial),
+            forks: warden_sandbox::ForkServer::new(&config.sandbox_exe),
+        }
+    }
+
+    /// Whether the last user namespace trial succeeded.
+    pub fn trial_ok(&self) -> bool {
+        self.trial.lock().unwrap_or_else(|p| p.into_inner()).is_ok()
+    }
+
+    /// Whether the native sandbox can run a session now (tried again while
+    /// it fails).
+    pub fn available(&self, exe: &Path) -> Result<(), String> {
+        let mut trial = self.trial.lock().unwrap_or_else(|p| p.into_inner());
+        if trial.is_err() {
+            *trial = native_trial(&self.kernel, exe);
+        }
+        trial.clone()
+    }
+
+    /// `wardenctl status`'s kernel features.
+    pub fn features(&self) -> Vec<warden_proto::v1::KernelFeature> {
+        crate::features::report(&self.kernel, &self.cgroup, &self.write_protection)
+    }
+
+    /// What `session::plan` is given of this host.
+    pub fn plan(&self, uid: u32, gid: u32) -> crate::session::plan::Host<'_> {
+        crate::session::plan::Host {
+            uid,
+            gid,
+            cgroup: &self.cgroup,
+            write_protection: &self.write_protection,
+            kernel: &self.kernel,
+        }
+    }
+}
+
+/// Whether the native sandbox starts here: the sysctls allow unprivileged
+/// user namespaces and a real one is made (`exe` re-executed in the
+/// sandbox's snapshot role; AppArmor's restriction or an exhausted
+/// `user.max_user_namespaces` show here, not in the sysctls).
+pub fn native_trial(kernel: &Kernel, exe: &Path) -> Result<(), String> {
+    if let Some(why) = not_in_this_build(Backend::Linux, Os::this()) {
+        return Err(why);
+    }
+    if !kernel.user_namespaces() {
+        return Err(format!(
+            "unprivileged user namespaces are turned off ({}); `wardenctl doctor` says how \
+             to turn them on",
+            kernel.userns_settings()
+        ));
+    }
+    warden_sandbox::kernel::userns_trial(exe).map_err(|e| {
+        format!("cannot make the sandbox's user namespace ({e}); `wardenctl doctor` says why and what to do")
+    })
+}
+
+impl From<warden_sandbox::ExitOutcome> for ExitOutcome {
+    fn from(o: warden_sandbox::ExitOutcome) -> ExitOutcome {
+        match o {
+            warden_sandbox::ExitOutcome::Code(c) => ExitOutcome::Code(c),
+            warden_sandbox::ExitOutcome::Signal(s) => ExitOutcome::Signal(s),
+        }
+    }
+}
 
 /// What the native sandbox gives a session beyond the common [`Launched`].
 pub struct Extras {
@@ -43,7 +177,13 @@ pub async fn spawn(
     let d = daemon.clone();
     let spec2 = spec.clone();
     let spawned = tokio::task::spawn_blocking(move || {
-        Sandbox::spawn_forked(&d.forks, &spec2, [in_r, out_w, err_w], hooks, release)
+        Sandbox::spawn_forked(
+            &d.native.forks,
+            &spec2,
+            [in_r, out_w, err_w],
+            hooks,
+            release,
+        )
     })
     .await
     .map_err(DaemonError::LaunchTask)?
@@ -81,7 +221,7 @@ pub async fn spawn(
     Ok(Launched {
         process: Arc::new(Native(sandbox.clone())),
         relay,
-        egress,
+        egress: Some(egress),
         native: Some(Extras {
             sandbox,
             refused,
@@ -120,7 +260,7 @@ impl Process for Native {
             // If the pidfd cannot be polled, the blocking wait below does it all.
             let _ = sb.exited().await;
             match tokio::task::spawn_blocking(move || sb.wait()).await {
-                Ok(Ok(o)) => Ok(o),
+                Ok(Ok(o)) => Ok(o.into()),
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(e) => Err(e.to_string()),
             }

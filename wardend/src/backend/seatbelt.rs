@@ -1,6 +1,10 @@
-//! The macOS Seatbelt profile of a session, generated from its compiled
-//! policy: pure text generation, no macOS call. The launcher
-//! (`sandbox-exec -p PROFILE`) is not written yet.
+//! The macOS Seatbelt backend. Here: the profile of a session, generated
+//! from its compiled policy (pure text generation, no macOS call). In
+//! [`fit`] (pure too, tested everywhere): what the backend refuses, the
+//! session's facts and limits, and what the launcher is given (the
+//! profile's context, the command line, the environment). In `launch`
+//! (macOS only): `sandbox-exec -p PROFILE -- PROGRAM ARGS...` in a process
+//! group of its own, its end and its signals.
 //!
 //! SBPL semantics relied on: for one operation the *last* matching rule
 //! wins, so a later deny carves a path out of an earlier allow. Apple does
@@ -17,6 +21,33 @@ use std::path::{Path, PathBuf};
 
 use warden_core::policy::CompiledPolicy;
 use warden_sandbox::protected::PROTECTED;
+
+pub mod fit;
+#[cfg(target_os = "macos")]
+pub mod launch;
+
+pub use fit::{describe_limits, fit, sandbox_facts, Fitted};
+
+#[cfg(target_os = "macos")]
+pub use launch::spawn;
+
+/// Off macOS there is no Seatbelt: the daemon never chooses this backend
+/// there (`backend::not_in_this_build`), and a start is refused.
+#[cfg(not(target_os = "macos"))]
+pub async fn spawn(
+    _state_dir: &Path,
+    _id: &str,
+    _spec: &warden_sandbox::spec::SandboxSpec,
+    _policy: &CompiledPolicy,
+    _fitted: &Fitted,
+    _stdio: [std::os::fd::OwnedFd; 3],
+    _watch: crate::stdio::Watch,
+) -> Result<super::Launched, crate::error::DaemonError> {
+    Err(crate::error::DaemonError::Seatbelt(format!(
+        "Seatbelt (sandbox-exec) exists only on macOS; this is {}",
+        std::env::consts::OS
+    )))
+}
 
 /// macOS paths any dynamically linked program needs read-only, each with why.
 /// Kept minimal: nothing in `/private/etc` (DNS goes through the proxy, so no
@@ -79,6 +110,10 @@ pub struct SeatbeltContext {
     /// Runtime binaries the program may exec besides itself (e.g. the node
     /// binary a launcher script re-execs).
     pub runtime_exec: Vec<PathBuf>,
+    /// Warden's own files and directories (its state and policy
+    /// directories, the policy file, its binaries): denied for writing
+    /// wherever a write grant holds them, like the protected names.
+    pub protect: Vec<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -197,6 +232,19 @@ pub fn profile(p: &CompiledPolicy, ctx: &SeatbeltContext) -> Result<String, Seat
             let filter = if sub { "subpath" } else { "literal" };
             let _ = writeln!(w, "(deny file-write* ({filter} {}))", quote(&path)?);
         }
+    }
+    let mut own: Vec<&PathBuf> = ctx
+        .protect
+        .iter()
+        .filter(|o| p.write.iter().any(|g| o.starts_with(g)))
+        .collect();
+    own.sort();
+    own.dedup();
+    if !own.is_empty() {
+        let _ = writeln!(w, "; Warden's own files inside write grants");
+    }
+    for o in own {
+        let _ = writeln!(w, "(deny file-write* (subpath {}))", quote(o)?);
     }
     let _ = writeln!(
         w,

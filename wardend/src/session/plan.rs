@@ -20,14 +20,18 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
+#[cfg(target_os = "linux")]
 use warden_audit::event;
 use warden_core::policy::{self, CompileContext, CompiledPolicy, Overrides, Reserved};
 use warden_proto::v1 as pb;
 use warden_sandbox::spec::{FileWatch, Layers, SandboxSpec};
+#[cfg(target_os = "linux")]
 use warden_sandbox::Kernel;
 
+#[cfg(target_os = "linux")]
 use crate::cgroup::Delegation;
 use crate::error::DaemonError;
+#[cfg(target_os = "linux")]
 use crate::features::WriteProtection;
 
 /// Size of the private /tmp (and `$HOME`, `/dev/shm`) in MiB, without
@@ -41,7 +45,9 @@ const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// a dozen).
 pub const DEFAULT_PIDS: u64 = 4096;
 
-/// What the daemon knows about itself and this machine.
+/// What the daemon knows about itself and this machine, for the native
+/// sandbox (Linux).
+#[cfg(target_os = "linux")]
 pub struct Host<'a> {
     /// The daemon's uid and gid: the sandbox maps only these.
     pub uid: u32,
@@ -54,6 +60,7 @@ pub struct Host<'a> {
     pub kernel: &'a Kernel,
 }
 
+#[cfg(target_os = "linux")]
 impl Host<'_> {
     fn cgroup_has(&self, controller: &str) -> bool {
         self.cgroup.as_ref().is_ok_and(|d| d.has(controller))
@@ -137,6 +144,7 @@ pub fn request(
 /// Fits the compiled policy to the host: gives it the default process limit
 /// where that can be enforced, and refuses it, naming what is missing, when a
 /// limit or protection it needs cannot be had here.
+#[cfg(target_os = "linux")]
 pub fn fit(policy: &mut CompiledPolicy, host: &Host) -> Result<(), DaemonError> {
     // Review F17: a fork bomb must not take the host's process table. A
     // policy without `limits.pids` gets a generous default where it can
@@ -248,12 +256,39 @@ fn user_name(client: &[pb::EnvVar]) -> String {
 /// (for `session.start`). `warden_paths`: Warden's own files, protected in
 /// every write grant that covers them. Its layers are what this kernel
 /// offers a sandbox like it ([`Kernel::layers`]).
+#[cfg(target_os = "linux")]
 pub fn spec(
     id: &str,
     policy: &CompiledPolicy,
     client_env: &[pb::EnvVar],
     home: PathBuf,
     host: &Host,
+    warden_paths: Vec<PathBuf>,
+) -> (SandboxSpec, Vec<String>) {
+    let (mut spec, env_names) = base_spec(
+        id,
+        policy,
+        client_env,
+        home,
+        host.uid,
+        host.gid,
+        warden_paths,
+    );
+    spec.layers = host.kernel.layers(&spec);
+    (spec, env_names)
+}
+
+/// [`spec`] without the native sandbox's layers (`Layers::NONE`): what
+/// every backend is given, the server's environment filtered the same way
+/// for all (Docker and Seatbelt read the rest of it as they can enforce
+/// it). `uid`, `gid`: the daemon's.
+pub fn base_spec(
+    id: &str,
+    policy: &CompiledPolicy,
+    client_env: &[pb::EnvVar],
+    home: PathBuf,
+    uid: u32,
+    gid: u32,
     warden_paths: Vec<PathBuf>,
 ) -> (SandboxSpec, Vec<String>) {
     let (mut env, env_names) = build_env(client_env, &policy.env_allow, &home);
@@ -263,7 +298,7 @@ pub fn spec(
         let proxy = crate::egress::proxy_env();
         env.retain(|(n, _)| !proxy.iter().any(|(k, _)| k.as_bytes() == n.as_slice()));
     }
-    let mut spec = SandboxSpec {
+    let spec = SandboxSpec {
         session_id: id.to_string(),
         program: policy.program.clone(),
         argv: policy.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
@@ -272,8 +307,8 @@ pub fn spec(
         read: policy.read.clone(),
         write: policy.write.clone(),
         home,
-        uid: host.uid,
-        gid: host.gid,
+        uid,
+        gid,
         user: user_name(client_env),
         tmp_size_mb: policy.limits.tmp_mb.unwrap_or(TMP_SIZE_MB),
         pids_max: policy.limits.pids,
@@ -288,15 +323,15 @@ pub fn spec(
         allow_git_init: policy.allow_git_init,
         // Never skipped by the daemon: the field exists for benchmarks only.
         dangerously_skip_confinement: false,
-        // Decided from the rest of the spec, just below.
+        // The native sandbox decides them from the rest of the spec (`spec`).
         layers: Layers::NONE,
     };
-    spec.layers = host.kernel.layers(&spec);
     (spec, env_names)
 }
 
 /// Host directories `wardenctl trace` never shows as such: the sandbox has
 /// its own (`/proc`, `/dev`, `/tmp`...) or they are its runtime already.
+#[cfg(target_os = "linux")]
 const TRACE_SKIP: &[&str] = &[
     "proc",
     "sys",
@@ -323,6 +358,7 @@ const TRACE_SKIP: &[&str] = &[
 /// client's whole environment. The policy (what `session.start` records)
 /// says the same. Returns the environment names passed.
 #[allow(clippy::too_many_arguments)]
+#[cfg(target_os = "linux")]
 pub fn trace(
     policy: &mut CompiledPolicy,
     spec: &mut SandboxSpec,
@@ -410,6 +446,7 @@ pub fn trace(
 /// The directories of the host's `/` (not symlinks) this user may list and
 /// enter (another user's `/root` is of no use to a trace, and binding what
 /// is below it would fail), sorted.
+#[cfg(target_os = "linux")]
 pub fn host_top_dirs() -> Vec<PathBuf> {
     use nix::unistd::{access, AccessFlags};
     let mut v: Vec<PathBuf> = std::fs::read_dir("/")
@@ -474,6 +511,7 @@ pub fn approval_config(
 /// `details.sandbox` of `session.start`: the layers of `spec` (what the
 /// sandbox is given to apply, not a second guess of it) and what protects
 /// write grants.
+#[cfg(target_os = "linux")]
 pub fn sandbox_facts(
     spec: &SandboxSpec,
     policy: &CompiledPolicy,
@@ -506,6 +544,7 @@ pub fn sandbox_facts(
 }
 
 #[cfg(test)]
+#[cfg(target_os = "linux")]
 mod tests {
     use super::*;
     use std::collections::BTreeSet;

@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::eventfd::EventFd;
 use nix::unistd::{read, write};
 
 use super::{fired, set_nonblocking, Worker, CHUNK};
@@ -370,7 +369,7 @@ impl Drop for FilterLoop {
 }
 
 /// The filter on its own thread.
-fn serve(f: &mut FilterLoop, cancel: &EventFd, stop: &AtomicBool) -> io::Result<()> {
+fn serve(f: &mut FilterLoop, cancel: &crate::wake::Wake, stop: &AtomicBool) -> io::Result<()> {
     // As the duplex relay does: after moving data, poll without sleeping
     // for a moment (the answer, or the next request, usually comes within
     // microseconds; waking a sleeping thread costs tens of them).
