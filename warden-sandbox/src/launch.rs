@@ -13,11 +13,14 @@
 //! control socket, before its execve); the sandbox answers it on the shared notifier pool ([`crate::supervise::notify`]) whether or not anyone
 //! reads the refused calls ([`Spawned::refused`]).
 //!
-//! Nothing here needs a thread per sandbox to notice its end: the launcher's
-//! pidfd ([`Sandbox::exit_fd`]) becomes readable when the launcher has exited,
-//! which it does only after PID 1 (and with it every process of the pid
-//! namespace) is gone, so an event loop can wait on it and then call
-//! [`Sandbox::wait`], which no longer blocks for long.
+//! Nothing here needs a thread per sandbox to notice its end: the control
+//! socket ([`Sandbox::ended`]) becomes readable when PID 1 reports the
+//! server's exit, which it does only once every other process of the pid
+//! namespace is killed and reaped (or at its end, when it was killed), so an
+//! event loop can wait on it and then call [`Sandbox::wait`], which no
+//! longer blocks for long. The launcher's pidfd ([`Sandbox::exit_fd`])
+//! becomes readable when the namespaces' teardown is over and the launcher
+//! can be reaped ([`Sandbox::reap`]).
 
 use crate::control::{self, Exit, Failure, FromInit, Recv, ToInit};
 use crate::init;
@@ -842,32 +845,42 @@ impl Sandbox {
         }
     }
 
-    /// Blocking: waits until the server has exited and returns how. When it returns
-    /// the whole sandbox is gone (every process of the pid namespace has been reaped).
-    /// If PID 1 was killed ([`Sandbox::kill_tree`]) the server died with the
-    /// namespace: `Signal(SIGKILL)`.
+    /// Blocking: waits until the server has exited and returns how. When it
+    /// returns, no process of the sandbox runs any more: PID 1 kills and
+    /// reaps every other process before it reports the server's exit, and
+    /// is itself past its last action (it exits; the launcher, which
+    /// reports that, is reaped by [`Sandbox::reap`] or on drop). If PID 1
+    /// was killed ([`Sandbox::kill_tree`]) there is no report: this waits
+    /// for the launcher, so for the whole pid namespace, and the server
+    /// died with it: `Signal(SIGKILL)`.
     pub fn wait(&self) -> Result<ExitOutcome, SandboxError> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(o) = st.outcome {
             return Ok(o);
         }
         let mut outcome = st.exited.take();
-        loop {
+        while outcome.is_none() {
             match control::recv::<FromInit>(self.sock.as_fd()) {
-                Ok(Recv::Msg(FromInit::Exited(e), _)) => {
-                    outcome = Some(e.into());
-                    // PID 1 exits right after; its exit completes only once the
-                    // namespace is empty, and the launcher exits after reaping it.
-                }
+                Ok(Recv::Msg(FromInit::Exited(e), _)) => outcome = Some(e.into()),
                 Ok(Recv::Msg(_, _)) => {}
                 Ok(Recv::Eof) => break,
                 Err(Errno::EINTR) => {}
                 Err(e) => return Err(control(e)),
             }
         }
-        st.launcher.wait().map_err(SandboxError::Control)?;
-        // Every task of the sandbox is gone: the notifier sees POLLHUP and ends,
-        // which closes the refused-call queue behind the last call.
+        match outcome {
+            // The namespaces' teardown (PID 1's exit, then the launcher's)
+            // is not waited for; reaped already if it is over.
+            Some(_) => {
+                st.launcher.try_wait().map_err(SandboxError::Control)?;
+            }
+            None => {
+                st.launcher.wait().map_err(SandboxError::Control)?;
+            }
+        }
+        // Every task under the filter is gone (reaped): the notifier sees
+        // POLLHUP and ends, which closes the refused-call queue behind the
+        // last call.
         if let Some(n) = st.notifier.as_mut() {
             n.stop_and_join();
         }
@@ -875,16 +888,37 @@ impl Sandbox {
         st.outcome = Some(o);
         Ok(o)
     }
+
+    /// Resolves once [`Sandbox::wait`] would not block for long: PID 1
+    /// reported the server's exit, or closed its end (it was killed), on
+    /// the current tokio runtime, without a thread. `Err`: the socket could
+    /// not be registered (then [`Sandbox::wait`] on a blocking thread does
+    /// the waiting).
+    pub async fn ended(self: &Arc<Self>) -> std::io::Result<()> {
+        let fd = crate::sys::readiness::readable(self.clone(), |s: &Sandbox| s.sock.as_fd())?;
+        // Nothing else comes from the sandbox after `Started`: readable is
+        // the report or the end.
+        let _ = fd.readable().await?;
+        Ok(())
+    }
+
+    /// Blocking: reaps the launcher once it has exited (after [`Sandbox::wait`]
+    /// returned; at once after [`Sandbox::exited`] resolved).
+    pub fn reap(&self) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = st.launcher.wait();
+    }
 }
 
 impl Drop for Sandbox {
-    /// A sandbox dropped without [`Sandbox::wait`] is killed and reaped.
+    /// A sandbox dropped without [`Sandbox::wait`] is killed and reaped; one
+    /// whose launcher was not reaped yet is reaped (it is exiting).
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         if st.outcome.is_none() {
             let _ = sys::process::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL);
-            let _ = st.launcher.wait();
         }
+        let _ = st.launcher.wait();
     }
 }
 

@@ -1235,3 +1235,36 @@ fn an_exit_reported_before_the_launch_is_the_servers_outcome() {
         .expect("an exit before Launched is not a protocol error");
     assert_eq!(spawned.sandbox.wait().unwrap(), ExitOutcome::Signal(31));
 }
+
+/// When the server's exit is reported nothing of the sandbox runs any more:
+/// its background processes were killed and reaped by PID 1 before the
+/// report (the daemon ends the session at the report, without waiting for
+/// the namespaces' teardown).
+#[test]
+fn background_processes_are_gone_when_the_exit_is_reported() {
+    if !userns_available() {
+        return;
+    }
+    let f = Fixture::new();
+    let (stdio, _out) = api_stdio();
+    let sb = spawn(
+        &runner(),
+        &f.spec("sleep 1000 & sleep 1000 & sleep 0.5; exit 3"),
+        stdio,
+    )
+    .unwrap()
+    .sandbox;
+    let pid1 = sb.pid();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut tree = descendants(pid1);
+    while tree.iter().filter(|(_, n)| n == "sleep").count() < 3 {
+        assert!(Instant::now() < deadline, "{tree:?}");
+        std::thread::sleep(Duration::from_millis(10));
+        tree = descendants(pid1);
+    }
+    assert_eq!(sb.wait().unwrap(), ExitOutcome::Code(3));
+    // At once, not after a grace: reaped means gone.
+    for (p, name) in &tree {
+        assert!(!alive(*p), "{name} ({p}) outlived the report");
+    }
+}

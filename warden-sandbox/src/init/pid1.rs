@@ -233,6 +233,10 @@ pub(super) fn pid1(
     }
     control::send(sock, &FromInit::Started, None).map_err(|e| Failure::os("report start", e))?;
     let exit = supervise(sock, &sfd, server);
+    // Nothing of the sandbox outlives the report: every other process is
+    // killed and reaped first, so the daemon can end the session at the
+    // report instead of after the namespaces' teardown (our own exit).
+    end_everything();
     let _ = control::send(sock, &FromInit::Exited(exit), None);
     let code = match exit {
         Exit::Code(c) => c,
@@ -298,6 +302,22 @@ fn supervise(sock: BorrowedFd<'_>, sfd: &nix::sys::signalfd::SignalFd, server: P
                     return kill_all_and_wait(server);
                 }
             }
+        }
+    }
+}
+
+/// Kills every other process of the pid namespace and reaps them all,
+/// orphans included (they are re-parented to us as their parents die):
+/// returns once we have no child left. `kill(-1)` again on every round, for
+/// a process forked while the last one was being delivered.
+fn end_everything() {
+    loop {
+        // From a pid namespace's init: every process in it except the init.
+        let _ = sys::process::kill(-1, libc::SIGKILL);
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::__WALL)) {
+            Ok(_) | Err(Errno::EINTR) => continue,
+            // ECHILD: none left.
+            Err(_) => return,
         }
     }
 }

@@ -172,6 +172,32 @@ impl SpawnedChild {
         kill(self.pid, libc::SIGKILL).map_err(std::io::Error::from)
     }
 
+    /// Reaps it if it has exited, without waiting: `Ok(false)` while it
+    /// runs.
+    pub(crate) fn try_wait(&mut self) -> std::io::Result<bool> {
+        use std::os::unix::process::ExitStatusExt;
+        if self.status.is_some() {
+            return Ok(true);
+        }
+        let mut raw: libc::c_int = 0;
+        loop {
+            // SAFETY: waitpid writes the status into our stack integer.
+            match unsafe { libc::waitpid(self.pid, &mut raw, libc::WNOHANG) } {
+                0 => return Ok(false),
+                r if r > 0 => {
+                    self.status = Some(std::process::ExitStatus::from_raw(raw));
+                    return Ok(true);
+                }
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
     /// Blocking: reaps it (once; later calls return the same status).
     pub(crate) fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
         use std::os::unix::process::ExitStatusExt;

@@ -251,19 +251,28 @@ impl Process for Native {
         Ok(self.0.kill_tree()?)
     }
 
-    /// Waits for the sandbox's end on the event loop (its exit fd, a
-    /// pidfd), then collects the outcome on a blocking thread, which then
-    /// takes moments: an idle session holds no thread for its exit.
+    /// Waits for the sandbox's end on the event loop (PID 1's report on
+    /// its control socket), then collects the outcome on a blocking thread,
+    /// which then takes moments: an idle session holds no thread for its
+    /// exit. The namespaces' teardown that follows (PID 1's and the
+    /// launcher's exit) is not waited for: a task reaps the launcher once
+    /// its pidfd says it is gone.
     fn wait(self: Arc<Self>) -> Pin<Box<dyn Future<Output = Result<ExitOutcome, String>> + Send>> {
         Box::pin(async move {
             let sb = self.0.clone();
-            // If the pidfd cannot be polled, the blocking wait below does it all.
-            let _ = sb.exited().await;
-            match tokio::task::spawn_blocking(move || sb.wait()).await {
+            // If the socket cannot be polled, the blocking wait below does it all.
+            let _ = sb.ended().await;
+            let waited = sb.clone();
+            let outcome = match tokio::task::spawn_blocking(move || waited.wait()).await {
                 Ok(Ok(o)) => Ok(o.into()),
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(e) => Err(e.to_string()),
-            }
+            };
+            tokio::spawn(async move {
+                let _ = sb.exited().await;
+                let _ = tokio::task::spawn_blocking(move || sb.reap()).await;
+            });
+            outcome
         })
     }
 }
