@@ -167,6 +167,7 @@ pub(crate) enum Recv<T> {
 /// Receives one message of any size (peeking at its length first) and an fd if one
 /// was attached (received close-on-exec).
 pub(crate) fn recv<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<Recv<T>, Errno> {
+    let mut reset = false;
     let len = loop {
         // MSG_PEEK|MSG_TRUNC with an empty buffer only reports the length.
         match socket::recv(
@@ -176,7 +177,11 @@ pub(crate) fn recv<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<Recv<T>,
         ) {
             Ok(n) => break n,
             Err(Errno::EINTR) => {}
-            // The peer closed with our message unread: as good as EOF here.
+            // The peer closed with a message of ours unread. The kernel
+            // reports that once, before what the peer sent before closing
+            // (still queued: a failure report, an exit): look again; then
+            // it is that, or EOF.
+            Err(Errno::ECONNRESET) if !reset => reset = true,
             Err(Errno::ECONNRESET) => return Ok(Recv::Eof),
             Err(e) => return Err(e),
         }
@@ -196,6 +201,37 @@ pub(crate) fn recv<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<Recv<T>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A peer that closes with a message of ours unread makes the kernel
+    /// report a reset, once, before what the peer sent before closing: that
+    /// is still read (the init's failure report, not "it died").
+    #[test]
+    fn what_a_peer_sent_before_closing_on_unread_data_is_read() {
+        use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+        use std::os::fd::AsFd;
+        let (daemon, init) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        send(daemon.as_fd(), &ToInit::Go, None).unwrap();
+        let failed = FromInit::Failed(Failure::msg("check ids", "stand-in"));
+        send(init.as_fd(), &failed, None).unwrap();
+        drop(init);
+        match recv::<FromInit>(daemon.as_fd()).unwrap() {
+            Recv::Msg(FromInit::Failed(Failure::Setup { stage, .. }), _) => {
+                assert_eq!(stage, "check ids")
+            }
+            Recv::Msg(other, _) => panic!("{other:?}"),
+            Recv::Eof => panic!("the report was lost to the reset"),
+        }
+        assert!(matches!(
+            recv::<FromInit>(daemon.as_fd()).unwrap(),
+            Recv::Eof
+        ));
+    }
 
     #[test]
     fn the_childs_listener_message_is_what_serde_writes_and_reads() {

@@ -32,6 +32,24 @@ fn write_proc(path: &str, content: &str) -> Result<(), Failure> {
     })
 }
 
+/// Creates a network namespace (we are in the sandbox's user namespace, so
+/// it is owned by it) and sends it to PID 1 on `to_pid1`, which then closes.
+fn make_netns(to_pid1: std::os::fd::OwnedFd) -> Result<(), Failure> {
+    nix::sched::unshare(CloneFlags::CLONE_NEWNET)
+        .map_err(|e| Failure::os("unshare network namespace", e))?;
+    let ns = std::fs::File::open("/proc/self/ns/net").map_err(|e| {
+        Failure::os(
+            "open /proc/self/ns/net",
+            Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        )
+    })?;
+    control::send(to_pid1.as_fd(), &NETNS_MSG, Some(ns.as_fd()))
+        .map_err(|e| Failure::os("hand over the network namespace", e))
+}
+
+/// The one message on the network namespace channel (with the fd).
+pub(super) const NETNS_MSG: &str = "netns";
+
 /// The launcher: returns its exit code (PID 1's), or a failure to report.
 pub(super) fn launcher(role: &InitRole, sock: BorrowedFd<'_>) -> Result<i32, Failure> {
     let spec = match control::recv::<ToInit>(sock) {
@@ -90,12 +108,24 @@ pub(super) fn launcher(role: &InitRole, sock: BorrowedFd<'_>) -> Result<i32, Fai
     // it watches the launcher through a pidfd opened here.
     let parent = sys::process::pidfd_open(nix::unistd::getpid().as_raw())
         .map_err(|e| Failure::os("pidfd_open self", e))?;
+    // PID 1's network namespace is made here, after the fork, while PID 1
+    // builds the root filesystem on another CPU (it is the costliest
+    // namespace to create: a loopback device and every protocol's state),
+    // and handed over on this channel; PID 1 joins it before it needs it.
+    let (netns_tx, netns_rx) = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::SeqPacket,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| Failure::os("network namespace socketpair", e))?;
     // The child may run arbitrary code after this fork: the init role is
     // single-threaded (`role`).
     match exec::fork(role).map_err(|e| Failure::os("fork pid 1", e))? {
         ForkResult::Child => {
             drop(devnull);
-            let code = match pid1::pid1(role, sock, &spec, parent.as_fd()) {
+            drop(netns_tx);
+            let code = match pid1::pid1(role, sock, &spec, parent.as_fd(), netns_rx) {
                 Ok(never) => match never {},
                 Err(f) => {
                     let _ = control::send(sock, &FromInit::Failed(f), None);
@@ -127,6 +157,11 @@ pub(super) fn launcher(role: &InitRole, sock: BorrowedFd<'_>) -> Result<i32, Fai
                 let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
                 let _ = waitpid(child, None);
                 return Err(Failure::os("send pidfd", e));
+            }
+            drop(netns_rx);
+            if let Err(f) = make_netns(netns_tx) {
+                // Said before PID 1 finds the channel closed and fails too.
+                let _ = control::send(sock, &FromInit::Failed(f), None);
             }
             loop {
                 match waitpid(child, None) {

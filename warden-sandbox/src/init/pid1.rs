@@ -49,6 +49,7 @@ pub(super) fn pid1(
     sock: BorrowedFd<'_>,
     spec: &SandboxSpec,
     launcher: BorrowedFd<'_>,
+    netns: std::os::fd::OwnedFd,
 ) -> Result<std::convert::Infallible, Failure> {
     // Die with the launcher (which is single-threaded, so "parent death" is exact);
     // re-check afterwards in case it died before the prctl took effect.
@@ -72,10 +73,10 @@ pub(super) fn pid1(
     let last_cap = cap_last_cap()?;
 
     // Namespaces owned by our new user namespace. CLONE_NEWCGROUP makes our current
-    // cgroup the root of the cgroup view; CLONE_NEWNET leaves only a down loopback.
+    // cgroup the root of the cgroup view. The network namespace (only a down
+    // loopback) is being made by the launcher meanwhile; joined below.
     nix::sched::unshare(
         CloneFlags::CLONE_NEWNS
-            | CloneFlags::CLONE_NEWNET
             | CloneFlags::CLONE_NEWIPC
             | CloneFlags::CLONE_NEWUTS
             | CloneFlags::CLONE_NEWCGROUP,
@@ -86,6 +87,7 @@ pub(super) fn pid1(
     let hostname = format!("warden-{short}");
     rootfs::build_root(spec, &hostname)?;
     nix::unistd::sethostname(&hostname).map_err(|e| Failure::os("set hostname", e))?;
+    join_netns(netns)?;
     sys::net::loopback_up().map_err(|e| Failure::os("bring up lo", e))?;
     if let Some(port) = spec.proxy_port {
         // The egress proxy's listener, inside our network namespace; the daemon
@@ -304,6 +306,20 @@ fn supervise(sock: BorrowedFd<'_>, sfd: &nix::sys::signalfd::SignalFd, server: P
             }
         }
     }
+}
+
+/// Joins the network namespace the launcher made for us (a new one, owned
+/// by the sandbox's user namespace, with nothing in it but a down
+/// loopback), from the fd it sends on `channel`; without it there is no
+/// sandbox.
+fn join_netns(channel: std::os::fd::OwnedFd) -> Result<(), Failure> {
+    let stage = "join the network namespace";
+    let ns = match control::recv::<String>(channel.as_fd()) {
+        Ok(Recv::Msg(m, Some(fd))) if m == super::launcher::NETNS_MSG => fd,
+        Ok(_) => return Err(Failure::msg(stage, "the launcher sent none")),
+        Err(e) => return Err(Failure::os(stage, e)),
+    };
+    nix::sched::setns(ns, CloneFlags::CLONE_NEWNET).map_err(|e| Failure::os(stage, e))
 }
 
 /// Kills every other process of the pid namespace and reaps them all,
