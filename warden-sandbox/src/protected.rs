@@ -326,9 +326,23 @@ pub fn plan(spec: &SandboxSpec) -> Plan {
     };
     let mut found: BTreeMap<PathBuf, Found> = BTreeMap::new();
     for g in &spec.write {
-        for base in g.ancestors() {
+        // The last components of `g`, innermost first.
+        let tail: Vec<&std::ffi::OsStr> = g.components().rev().map(|c| c.as_os_str()).collect();
+        for (up, base) in g.ancestors().enumerate() {
             for row in PROTECTED {
                 if row.home_only && base != spec.home {
+                    continue;
+                }
+                // `base/name` is inside `g` (and not `g`) only if the name
+                // is longer than the way up from `g` to `base` and starts
+                // with that way: most rows fail this without a join.
+                let mut parts = Path::new(row.name).components();
+                let leads = (0..up).rev().all(|i| {
+                    parts
+                        .next()
+                        .is_some_and(|p| tail.get(i).is_some_and(|t| *t == p.as_os_str()))
+                });
+                if !leads || parts.next().is_none() {
                     continue;
                 }
                 let c = base.join(row.name);

@@ -512,17 +512,7 @@ impl Daemon {
             Fitted::Docker(_) => crate::backend::docker::protected_now(&spec),
             // The native sandbox binds them; Seatbelt's profile denies
             // writes to them (and to those that do not exist yet).
-            _ => {
-                let plan = warden_sandbox::protected::plan(&spec);
-                plan.protect
-                    .iter()
-                    .filter(|p| {
-                        std::fs::symlink_metadata(p)
-                            .is_ok_and(|m| !(m.is_dir() && plan.unless_dir.contains(p)))
-                    })
-                    .cloned()
-                    .collect()
-            }
+            _ => crate::backend::protected_now(&spec, |m, unless_dir| !(m.is_dir() && unless_dir)),
         };
         let start = event::SessionStart {
             session: id.clone(),

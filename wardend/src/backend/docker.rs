@@ -782,16 +782,9 @@ pub fn install_seccomp_profile(dir: &Path) -> std::io::Result<PathBuf> {
 /// directories (a symlink cannot be bound over itself; those are among
 /// what the Docker backend cannot protect), and Warden's own paths.
 pub fn protected_now(spec: &SandboxSpec) -> Vec<PathBuf> {
-    let plan = warden_sandbox::protected::plan(spec);
-    plan.protect
-        .iter()
-        .filter(|p| {
-            std::fs::symlink_metadata(p).is_ok_and(|m| {
-                !(m.file_type().is_symlink() || (m.is_dir() && plan.unless_dir.contains(p)))
-            })
-        })
-        .cloned()
-        .collect()
+    super::protected_now(spec, |m, unless_dir| {
+        !(m.file_type().is_symlink() || (m.is_dir() && unless_dir))
+    })
 }
 
 /// Starts session `id` in a container. The image must exist; the limits
@@ -1298,6 +1291,42 @@ mod tests {
             dangerously_skip_confinement: false,
             layers: warden_sandbox::spec::Layers::NONE,
         }
+    }
+
+    /// The protected paths that exist are found as by looking at every one,
+    /// though those under a missing directory are skipped.
+    #[test]
+    fn protected_now_finds_what_a_look_at_every_path_finds() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        let spec = spec(&root);
+        let every = |spec: &SandboxSpec| -> Vec<PathBuf> {
+            let plan = warden_sandbox::protected::plan(spec);
+            plan.protect
+                .iter()
+                .filter(|p| std::fs::symlink_metadata(p).is_ok())
+                .cloned()
+                .collect()
+        };
+        let all = |spec: &SandboxSpec| super::super::protected_now(spec, |_, _| true);
+        std::fs::create_dir_all(root.join("rw")).unwrap();
+        assert_eq!(all(&spec), every(&spec));
+        assert!(all(&spec).is_empty());
+        std::fs::create_dir_all(root.join("rw/.git/hooks")).unwrap();
+        std::fs::write(root.join("rw/.git/config"), "").unwrap();
+        std::fs::write(root.join("rw/.mcp.json"), "{}").unwrap();
+        std::fs::write(root.join("rw/.envrc"), "").unwrap();
+        assert_eq!(all(&spec), every(&spec));
+        assert!(
+            all(&spec).contains(&root.join("rw/.git/config")),
+            "{:?}",
+            all(&spec)
+        );
+        assert!(
+            all(&spec).contains(&root.join("rw/.mcp.json")),
+            "{:?}",
+            all(&spec)
+        );
     }
 
     #[test]

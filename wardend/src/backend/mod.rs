@@ -29,6 +29,7 @@ pub mod seatbelt;
 
 use std::future::Future;
 use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -290,6 +291,38 @@ impl crate::Daemon {
         };
         select(requested, Os::this(), |b| self.backend_available(b)).map_err(DaemonError::Backend)
     }
+}
+
+/// The protected paths of `spec`'s write grants that exist now (`lstat`),
+/// as `session.start` lists them, those `keep` accepts (given the metadata
+/// and whether the row leaves a directory alone). A path under one found
+/// missing is not looked at: most rows are inside a `.git` that a grant
+/// usually lacks (tens of `lstat` calls per launch otherwise).
+pub fn protected_now(
+    spec: &warden_sandbox::spec::SandboxSpec,
+    keep: impl Fn(&std::fs::Metadata, bool) -> bool,
+) -> Vec<PathBuf> {
+    let plan = warden_sandbox::protected::plan(spec);
+    let mut missing: std::collections::HashSet<&Path> = std::collections::HashSet::new();
+    let mut found = Vec::new();
+    // Parents come before their children (the plan's order).
+    for p in &plan.protect {
+        if p.ancestors().skip(1).any(|a| missing.contains(a)) {
+            continue;
+        }
+        match std::fs::symlink_metadata(p) {
+            Ok(m) => {
+                if keep(&m, plan.unless_dir.contains(p)) {
+                    found.push(p.clone());
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                missing.insert(p);
+            }
+            Err(_) => {}
+        }
+    }
+    found
 }
 
 #[cfg(test)]
