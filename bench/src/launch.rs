@@ -1,5 +1,5 @@
 //! `warden-bench launch-true [--runs N]` (issue 16): what one sandbox per
-//! tool call costs, spawn to exit of `/bin/true`, six ways in one run,
+//! tool call costs, spawn to exit of `/bin/true`, seven ways in one run,
 //! interleaved so that machine noise hits each alike:
 //!
 //! - **direct**: `/bin/true` itself;
@@ -15,6 +15,11 @@
 //!   `audit: {files: off}`: no file access is observed, so the loader's
 //!   path-taking calls in the sandbox never leave the kernel (the default,
 //!   `denied`, sends each to the daemon's seccomp notifier and back);
+//! - **client in process**: what `wardenctl exec-server` does for each
+//!   call, here with `/dev/null` as the server's stdio: a connection to the
+//!   daemon, the stdio preamble, `Spawn` with the policy text, and the
+//!   events until `Exited`, from this process (no process started for
+//!   it): the launch itself, without the MCP framing around a tool call;
 //! - **exec-server call**: a `tools/call` of `run_sandboxed` with `argv:
 //!   ["/bin/true"]` to a running `wardenctl exec-server --policy P` (the
 //!   same ceiling), timed from writing the request to reading its answer:
@@ -76,15 +81,17 @@ enum Way {
     Bwrap,
     Shim,
     ShimFilesOff,
+    Client,
     ExecServer,
     SandboxAlone,
 }
 
-const WAYS: [Way; 6] = [
+const WAYS: [Way; 7] = [
     Way::Direct,
     Way::Bwrap,
     Way::Shim,
     Way::ShimFilesOff,
+    Way::Client,
     Way::ExecServer,
     Way::SandboxAlone,
 ];
@@ -96,6 +103,7 @@ impl Way {
             Way::Bwrap => "bwrap (flags below)",
             Way::Shim => "warden-shim → wardend (native sandbox)",
             Way::ShimFilesOff => "warden-shim → wardend, `audit.files: off`",
+            Way::Client => "gRPC client in process → wardend (exec-server's launch)",
             Way::ExecServer => "exec-server `run_sandboxed` call → wardend",
             Way::SandboxAlone => "sandbox alone (warden-sandbox-run, no daemon)",
         }
@@ -103,6 +111,8 @@ impl Way {
 }
 
 struct Setup {
+    runtime: tokio::runtime::Runtime,
+    policy_text: String,
     exec_server: std::cell::RefCell<ExecServer>,
     bwrap: PathBuf,
     shim: PathBuf,
@@ -140,7 +150,7 @@ fn command(way: Way, s: &Setup) -> Command {
             c.arg(&s.spec);
             c
         }
-        Way::ExecServer => unreachable!("a call to the running exec-server, not a command"),
+        Way::ExecServer | Way::Client => unreachable!("measured in process, not a command"),
     };
     c.stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -219,9 +229,62 @@ impl Drop for ExecServer {
     }
 }
 
+/// One launch of `/bin/true` the way exec-server's `run` makes it: its own
+/// connection, the stdio preamble (`/dev/null` three times), `Spawn`, and
+/// the events until `Exited`.
+async fn client_launch(socket: &Path, policy: &Path, policy_text: &str) -> Duration {
+    use std::os::fd::AsFd;
+    use warden_client::pb;
+    let t0 = Instant::now();
+    let stream = warden_client::connect_raw(socket).expect("connect");
+    let null = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .unwrap();
+    warden_client::send_stdio(&stream, [null.as_fd(), null.as_fd(), null.as_fd()]).unwrap();
+    drop(null);
+    let mut client = warden_client::client_over(stream).await.unwrap();
+    let req = pb::SpawnRequest {
+        policy_path: policy.display().to_string(),
+        policy_text: policy_text.to_owned(),
+        command: vec![TRUE.into()],
+        cwd: "/".into(),
+        client: Some(pb::ClientInfo {
+            pid: std::process::id(),
+            program: "warden-bench".into(),
+            version: "0".into(),
+        }),
+        ..Default::default()
+    };
+    let mut events = client.spawn(req).await.expect("spawn").into_inner();
+    loop {
+        match events.message().await.expect("events") {
+            Some(pb::SpawnEvent {
+                event: Some(pb::spawn_event::Event::Exited(x)),
+            }) => {
+                assert!(
+                    matches!(x.outcome, Some(pb::exited::Outcome::Code(0))),
+                    "in-process launch failed: {x:?}"
+                );
+                break;
+            }
+            Some(_) => {}
+            None => panic!("the daemon closed the session without an exit"),
+        }
+    }
+    t0.elapsed()
+}
+
 fn once(way: Way, s: &Setup) -> Duration {
-    if let Way::ExecServer = way {
-        return s.exec_server.borrow_mut().call_true();
+    match way {
+        Way::ExecServer => return s.exec_server.borrow_mut().call_true(),
+        Way::Client => {
+            return s
+                .runtime
+                .block_on(client_launch(&s.socket, &s.policy, &s.policy_text))
+        }
+        _ => {}
     }
     let mut c = command(way, s);
     let t0 = Instant::now();
@@ -289,6 +352,11 @@ pub fn main() {
     )
     .unwrap();
     let setup = Setup {
+        runtime: tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+        policy_text: std::fs::read_to_string(&policy).unwrap(),
         exec_server: std::cell::RefCell::new(ExecServer::start(&daemon.socket, &policy)),
         bwrap,
         shim: bin("warden-shim"),
@@ -325,17 +393,20 @@ pub fn main() {
         println!("| {} | {} | {} | {added} |", w.label(), ms(m), ms(p90));
     }
     let added = |i: usize| st[i].0.saturating_sub(direct_m).as_secs_f64();
-    let (bw, shim, off, call, alone) = (added(1), added(2), added(3), added(4), added(5));
+    let (bw, shim, off, client, call, alone) =
+        (added(1), added(2), added(3), added(4), added(5), added(6));
     println!(
-        "\nwarden-added / bwrap-added (median): {:.2}× an exec-server call, {:.2}× through \
-         the shim, {:.2}× through the shim with audit.files off, {:.2}× the sandbox alone \
-         (target: ≤ 1.5×); the daemon's share (shim − sandbox alone): {}; file watching's \
-         (default − audit.files off): {}",
+        "\nwarden-added / bwrap-added (median): {:.2}× the launch from a client in process \
+         (exec-server's; target: ≤ 1.5×), {:.2}× a whole exec-server tool call, {:.2}× \
+         through the shim, {:.2}× through the shim with audit.files off, {:.2}× the sandbox \
+         alone; the daemon's share (shim − sandbox alone): {}; file watching's (default − \
+         audit.files off): {}",
+        client / bw,
         call / bw,
         shim / bw,
         off / bw,
         alone / bw,
-        ms(st[2].0.saturating_sub(st[5].0)),
+        ms(st[2].0.saturating_sub(st[6].0)),
         ms(st[2].0.saturating_sub(st[3].0))
     );
     println!("\nbwrap {} /bin/true", BWRAP_ARGS.join(" "));

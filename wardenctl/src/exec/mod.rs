@@ -113,8 +113,12 @@ pub fn run(
         .enable_all()
         .build()?;
     rt.block_on(async move {
+        // Pipes (what MCP clients give a stdio server) through the event
+        // loop; anything else through tokio's blocking stdio, whose every
+        // read and write is a hand-off to a thread (a few hundred µs per
+        // call: each call's request and answer paid it).
         let service = Handler(Arc::new(server))
-            .serve(rmcp::transport::stdio())
+            .serve(rmcp::transport::stdio_pipes())
             .await
             .context("MCP initialisation")?;
         service.waiting().await?;
