@@ -87,6 +87,11 @@ pub(crate) struct Capturer {
     /// then replaced.
     procs: HashMap<u32, OwnedFd>,
     root: Option<Arc<SandboxRoot>>,
+    /// `/proc/<pid>` of the first observed call's caller when that call was
+    /// the server's `execve` (always the first): its root and mount table
+    /// are read only after the call was answered
+    /// ([`Capturer::after_answer`]), off the `execve`'s way.
+    pending_root: Option<OwnedFd>,
     /// Set once the sandbox was handed a listing snapshot (approvals,
     /// [`super::hold`]): from then on a relative name's base is checked to
     /// be in the sandbox's mount tree, since `/proc` reports a snapshot's
@@ -110,6 +115,7 @@ impl Capturer {
             progress: Arc::default(),
             procs: HashMap::new(),
             root: None,
+            pending_root: None,
             snapshots: None,
         }
     }
@@ -243,13 +249,14 @@ impl Capturer {
         });
         // The first observed call: the sandbox's root and mount table, the
         // same for every process inside (chroot, pivot_root and new mount
-        // namespaces are refused).
-        let fresh = match self.root {
-            Some(_) => None,
-            None => open_proc_pid(n.pid)
-                .and_then(|dir| SandboxRoot::open(dir.as_fd()))
-                .ok()
-                .map(Arc::new),
+        // namespaces are refused). For an `execve`, which needs neither to
+        // be answered, only the caller's `/proc/<pid>` now (it names this
+        // process for good: taken while the call is pending, checked below),
+        // the rest read from it once the call is answered.
+        let (fresh, pending) = match (&self.root, open_proc_pid(n.pid)) {
+            (Some(_), _) | (None, Err(_)) => (None, None),
+            (None, Ok(dir)) if w.op == seccomp::FileOp::Exec => (None, Some(dir)),
+            (None, Ok(dir)) => (SandboxRoot::open(dir.as_fd()).ok().map(Arc::new), None),
         };
         // Everything read above came from the caller only if it is still
         // waiting in this call now (the root too: kept only then).
@@ -258,6 +265,9 @@ impl Capturer {
         }
         if fresh.is_some() {
             self.root = fresh;
+        }
+        if pending.is_some() {
+            self.pending_root = pending;
         }
         Some(Captured {
             pid: n.pid,
@@ -270,6 +280,20 @@ impl Capturer {
             guard: None,
             at: std::time::Instant::now(),
         })
+    }
+
+    /// After `c`'s call was answered: the sandbox's root and mount table,
+    /// when its reading was left for now ([`Capturer::pending_root`]), for
+    /// `c` and every capture after it. A caller gone meanwhile leaves them
+    /// to the next call.
+    pub(crate) fn after_answer(&mut self, c: &mut Captured) {
+        if let Some(dir) = self.pending_root.take() {
+            if let Ok(root) = SandboxRoot::open(dir.as_fd()) {
+                let root = Arc::new(root);
+                self.root = Some(root.clone());
+                c.root = Some(root);
+            }
+        }
     }
 
     /// A capture's call is about to be answered ([`Queued`]).

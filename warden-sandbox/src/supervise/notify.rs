@@ -428,7 +428,8 @@ impl Served {
                 }
                 Answer::Answered => {}
             }
-            if let (Some(c), Some(captured)) = (&self.capturer, captured) {
+            if let (Some(c), Some(mut captured)) = (self.capturer.as_mut(), captured) {
+                c.after_answer(&mut captured);
                 c.queue(captured);
                 self.wake.notify();
             }
