@@ -866,6 +866,10 @@ fn what_docker_cannot_enforce_is_refused() {
         assert!(!marker.exists(), "the server ran");
     };
     refused(&approve, &["--backend", "docker"], "approve: true");
+    // The client's --approve too (without it held file opens would never be
+    // asked about in a container).
+    let plain = w.policy("plain-approve", "");
+    refused(&plain, &["--approve"], "--approve");
     let transparent = w.policy(
         "transparent",
         "network:\n  mode: transparent\n  allow: [\"example.test:443\"]\n",

@@ -389,6 +389,7 @@ impl Daemon {
                 &mut policy,
                 &req.env,
                 req.trace,
+                req.approve,
             )?),
             Backend::Macos => Fitted::Seatbelt(crate::backend::seatbelt::fit(
                 &mut policy,

@@ -287,8 +287,9 @@ pub fn fit(
     policy: &mut CompiledPolicy,
     client_env: &[pb::EnvVar],
     trace: bool,
+    approve: bool,
 ) -> Result<Fitted, DaemonError> {
-    fit_with(policy, client_env, trace, HAS_BRIDGE)
+    fit_with(policy, client_env, trace, approve, HAS_BRIDGE)
 }
 
 /// [`fit`] on a build that has the egress bridge (`bridge`) or not.
@@ -296,6 +297,7 @@ pub fn fit_with(
     policy: &mut CompiledPolicy,
     client_env: &[pb::EnvVar],
     trace: bool,
+    approve: bool,
     bridge: bool,
 ) -> Result<Fitted, DaemonError> {
     let refuse = |what: &str| {
@@ -309,10 +311,13 @@ pub fn fit_with(
             "a trace: `wardenctl trace` records through the native sandbox's seccomp notifier",
         );
     }
-    if policy.approve {
+    // The policy's `approve: true` or the client's `--approve`: a file open
+    // held for a person is the native notifier's (without it held opens
+    // would silently never be asked about).
+    if policy.approve || approve {
         return refuse(
-            "approve: true: approvals hold file opens and connections in the native \
-             sandbox's seccomp notifier",
+            "approvals (approve: true, --approve): they hold file opens and connections in \
+             the native sandbox's seccomp notifier",
         );
     }
     let mut notes = Vec::new();
@@ -1185,14 +1190,14 @@ mod tests {
             "{socks:?}"
         );
         let mut p = policy_with_grant("/srv");
-        let e = fit(&mut p, &env, false).unwrap_err().to_string();
+        let e = fit(&mut p, &env, false, false).unwrap_err().to_string();
         assert!(
             e.contains("holds the Docker engine's socket /srv/engine/docker.sock"),
             "{e}"
         );
         let mut p = policy_with_grant("/srv/other");
         p.docker_image = Some("img:1".into());
-        fit(&mut p, &env, false).unwrap();
+        fit(&mut p, &env, false, false).unwrap();
     }
 
     fn policy_with_grant(g: &str) -> CompiledPolicy {
@@ -1226,37 +1231,42 @@ mod tests {
         let mut p = policy_with_grant("/srv/data");
         p.docker_image = Some("img:1".into());
         p.approve = true;
-        assert!(fit(&mut p.clone(), &[], false)
+        assert!(fit(&mut p.clone(), &[], false, false)
             .unwrap_err()
             .to_string()
             .contains("approve"));
         p.approve = false;
-        assert!(fit(&mut p.clone(), &[], true)
+        // The client's --approve as well as the policy's.
+        assert!(fit(&mut p.clone(), &[], false, true)
+            .unwrap_err()
+            .to_string()
+            .contains("--approve"));
+        assert!(fit(&mut p.clone(), &[], true, false)
             .unwrap_err()
             .to_string()
             .contains("trace"));
         let mut t = p.clone();
         t.network.mode = policy::net::NetMode::Transparent;
-        assert!(fit(&mut t, &[], false)
+        assert!(fit(&mut t, &[], false, false)
             .unwrap_err()
             .to_string()
             .contains("transparent"));
         let mut w = p.clone();
         w.write = vec![PathBuf::from("/srv/out")];
-        let e = fit(&mut w, &[], false).unwrap_err().to_string();
+        let e = fit(&mut w, &[], false, false).unwrap_err().to_string();
         assert!(e.contains("best_effort_write_protection"), "{e}");
         w.sandbox.best_effort_write_protection = true;
-        fit(&mut w, &[], false).unwrap();
+        fit(&mut w, &[], false, false).unwrap();
         let mut f = p.clone();
         f.audit.files = policy::FileAudit::All;
         f.audit.files_explicit = true;
-        assert!(fit(&mut f, &[], false)
+        assert!(fit(&mut f, &[], false, false)
             .unwrap_err()
             .to_string()
             .contains("audit.files"));
         // The defaults: both becomes proxy, file records off, pids bounded.
         let mut d = p.clone();
-        let fitted = fit(&mut d, &[], false).unwrap();
+        let fitted = fit(&mut d, &[], false, false).unwrap();
         assert_eq!(d.network.mode, policy::net::NetMode::Proxy);
         assert_eq!(d.audit.files, policy::FileAudit::Off);
         assert_eq!(d.limits.pids, Some(crate::session::DEFAULT_PIDS));
@@ -1436,7 +1446,7 @@ mod tests {
         let mut p = policy_with_grant("/srv/data");
         p.docker_image = Some("img:1".into());
         p.network = warden_core::policy::net::NetworkPolicy::default();
-        let f = fit_with(&mut p.clone(), &[], false, false).unwrap();
+        let f = fit_with(&mut p.clone(), &[], false, false, false).unwrap();
         assert!(!f.bridge);
         assert!(
             f.notes.iter().any(|n| n.contains("--network none")),
@@ -1446,13 +1456,17 @@ mod tests {
         let mut hosts = p.clone();
         hosts.network = warden_core::policy::net::NetworkPolicy::record_all();
         assert!(!hosts.network.allow.is_empty());
-        let e = fit_with(&mut hosts, &[], false, false)
+        let e = fit_with(&mut hosts, &[], false, false, false)
             .unwrap_err()
             .to_string();
         assert!(e.contains("cannot enforce network.allow"), "{e}");
         assert!(e.contains("bridge"), "{e}");
         // With the bridge (Linux), the same policy runs through the proxy.
-        assert!(fit_with(&mut hosts, &[], false, true).unwrap().bridge);
+        assert!(
+            fit_with(&mut hosts, &[], false, false, true)
+                .unwrap()
+                .bridge
+        );
     }
 
     #[test]
