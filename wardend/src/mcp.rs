@@ -1391,6 +1391,17 @@ const LOOK_ANYWAY: Duration = Duration::from_millis(200);
 /// must not fill while the observer waits).
 const FLOOD: usize = 256 << 10;
 
+/// Whether a tap's writer is gone (the relay closed it).
+fn hung_up(fd: &std::os::fd::OwnedFd) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let mut p = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    matches!(poll(&mut p, PollTimeout::ZERO), Ok(n) if n > 0)
+        && p[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLHUP))
+}
+
 /// Whether an open tap holds bytes to read (or its end).
 fn pending(readers: &[TapFd; 2], open: &[bool; 2]) -> bool {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -1477,7 +1488,32 @@ async fn run(
                 if k > 0 && older(&readers[1 - j].1, &readers[j].1) {
                     break;
                 }
-                match nix::unistd::read(&readers[j].0, &mut buf) {
+                // Only what was copied before the other tap's oldest unread
+                // copy: a read takes whatever the pipe holds, and a message
+                // copied after one waiting in the other tap (a cancellation
+                // after the progress it answers) must not be followed first.
+                // This tap's marks first, then the other's front: a copy
+                // marked here after one there was announced there first.
+                let mine = lock_marks(&readers[j].1).readable_before(None);
+                let theirs = front_at(&readers[1 - j].1);
+                let limit = match theirs {
+                    None => mine,
+                    Some(_) => lock_marks(&readers[j].1).readable_before(theirs).min(mine),
+                };
+                let mut room = usize::try_from(limit.saturating_sub(offset[j]))
+                    .unwrap_or(usize::MAX)
+                    .min(buf.len());
+                if room == 0 {
+                    // Nothing marked to read here now. The tap's end (and
+                    // whatever it holds without a mark) is read once the
+                    // other tap has nothing older.
+                    if theirs.is_none() && hung_up(&readers[j].0) {
+                        room = buf.len();
+                    } else {
+                        break;
+                    }
+                }
+                match nix::unistd::read(&readers[j].0, &mut buf[..room]) {
                     Ok(0) => {
                         open[j] = false;
                         break;

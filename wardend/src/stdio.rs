@@ -621,6 +621,28 @@ impl MarkLog {
             .or(self.copying)
     }
 
+    /// How far (an offset of the tap's bytes) the copies already marked and
+    /// made before `before` reach: what the observer may read from this tap
+    /// before it must follow the other one, whose oldest unread copy was
+    /// made at `before` (`None`: nothing unread there). Only marked copies:
+    /// bytes beyond them belong to a copy under way or announced after this
+    /// look, whose time is not known here, and wait for the next look.
+    pub fn readable_before(&self, before: Option<Instant>) -> u64 {
+        let mut limit = self.followed;
+        for mk in &self.marks {
+            match *mk {
+                Mark::Copied { end, at } => {
+                    if before.is_some_and(|t| at >= t) {
+                        break;
+                    }
+                    limit = limit.max(end);
+                }
+                Mark::Gap { .. } => {}
+            }
+        }
+        limit
+    }
+
     /// The marks up to offset `end` (what the observer read), and the time
     /// of the copy the bytes beyond the last of them belong to (the next
     /// mark's, or the copy under way's).
@@ -1398,6 +1420,30 @@ mod tests {
                 "rung before the end was readable"
             );
         }
+    }
+
+    /// What the observer may read from a tap before following the other
+    /// one: the marked copies made before the other's oldest unread copy,
+    /// never a copy not marked yet.
+    #[test]
+    fn a_tap_is_read_only_up_to_the_other_taps_oldest_copy() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_millis(1);
+        let t2 = t0 + Duration::from_millis(2);
+        let mut log = MarkLog::default();
+        log.push(Mark::Copied { end: 10, at: t0 });
+        log.push(Mark::Gap { at_offset: 10 });
+        log.push(Mark::Copied { end: 25, at: t2 });
+        log.copying = Some(t2);
+        // Nothing older waits in the other tap: every marked copy.
+        assert_eq!(log.readable_before(None), 25);
+        // A copy made at t1 waits there (a progress notification): only
+        // the request copied at t0, not the cancellation copied at t2.
+        assert_eq!(log.readable_before(Some(t1)), 10);
+        assert_eq!(log.readable_before(Some(t0)), 0);
+        // Followed bytes are not given again.
+        log.take(1, 10);
+        assert_eq!(log.readable_before(Some(t1)), 10);
     }
 
     #[test]
