@@ -8,58 +8,19 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a failed step is a panic
 
 use std::io::Read;
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use warden_sandbox::spec::{FileWatch, Layers, SandboxSpec};
+use warden_sandbox::spec::{Layers, SandboxSpec};
 use warden_sandbox::{ExitOutcome, ForkServer, Hooks, Sandbox, SandboxError};
 
 mod common;
-use common::{decided, runner, userns_available};
+use common::{api_stdio as stdio, decided, runner, sh_spec, userns_available};
 
-/// A spec running `script` under `sh -c`, with a private home in `dir`.
+/// A spec running `script` under `sh -c`, with a private home in `dir`,
+/// the layers this kernel gives it.
 fn spec(dir: &Path, script: &str) -> SandboxSpec {
     let home = dir.join("home");
     std::fs::create_dir_all(&home).unwrap();
-    decided(&SandboxSpec {
-        session_id: "f0rk5erver0001".into(),
-        program: "/bin/sh".into(),
-        argv: vec![b"sh".to_vec(), b"-c".to_vec(), script.as_bytes().to_vec()],
-        env: vec![(b"PATH".to_vec(), b"/usr/bin:/bin".to_vec())],
-        cwd: "/".into(),
-        read: vec![],
-        write: vec![],
-        home,
-        uid: nix::unistd::geteuid().as_raw(),
-        gid: nix::unistd::getegid().as_raw(),
-        user: "tester".into(),
-        tmp_size_mb: 16,
-        pids_max: None,
-        landlock_min_abi: 0,
-        proxy_port: None,
-        resolver: false,
-        cgroup: None,
-        audit_files: FileWatch::Off,
-        hold_files: false,
-        warden_paths: vec![],
-        hide: vec![],
-        allow_git_init: false,
-        dangerously_skip_confinement: false,
-        layers: Layers::NONE,
-    })
-}
-
-/// stdio: /dev/null in, a pipe out (its read end returned), /dev/null err.
-fn stdio() -> ([OwnedFd; 3], OwnedFd) {
-    let null = || -> OwnedFd {
-        std::fs::File::options()
-            .read(true)
-            .write(true)
-            .open("/dev/null")
-            .unwrap()
-            .into()
-    };
-    let (r, w) = nix::unistd::pipe().unwrap();
-    ([null(), w, null()], r)
+    decided(&sh_spec(home, script))
 }
 
 /// Runs `script` through the fork server (or, without one, by executing the

@@ -17,7 +17,7 @@ use warden_sandbox::spec::{Layers, SandboxSpec};
 use warden_sandbox::{ExitOutcome, SandboxError};
 
 mod common;
-use common::{decided, kernel, runner, spawn, userns_available};
+use common::{api_stdio, decided, kernel, runner, sh_spec, spawn, userns_available};
 
 fn uid() -> u32 {
     nix::unistd::geteuid().as_raw()
@@ -45,40 +45,12 @@ impl Fixture {
     }
 
     fn spec(&self, script: &str) -> SandboxSpec {
-        let home = self.path("home");
-        SandboxSpec {
-            session_id: "t3st1234abcdef".into(),
-            program: "/bin/sh".into(),
-            argv: vec![b"sh".to_vec(), b"-c".to_vec(), script.as_bytes().to_vec()],
-            env: vec![
-                (b"PATH".to_vec(), b"/usr/bin:/bin".to_vec()),
-                (
-                    b"HOME".to_vec(),
-                    home.as_os_str().as_encoded_bytes().to_vec(),
-                ),
-            ],
-            cwd: "/".into(),
-            read: vec![],
-            write: vec![],
-            home,
-            uid: uid(),
-            gid: nix::unistd::getegid().as_raw(),
-            user: "tester".into(),
-            tmp_size_mb: 16,
-            pids_max: None,
-            landlock_min_abi: 0,
-            proxy_port: None,
-            resolver: false,
-            cgroup: None,
-            audit_files: warden_sandbox::spec::FileWatch::Off,
-            hold_files: false,
-            warden_paths: vec![],
-            hide: vec![],
-            allow_git_init: false,
-            dangerously_skip_confinement: false,
-            // Decided when run.
-            layers: Layers::NONE,
-        }
+        let mut spec = sh_spec(self.path("home"), script);
+        spec.env.push((
+            b"HOME".to_vec(),
+            self.path("home").as_os_str().as_encoded_bytes().to_vec(),
+        ));
+        spec
     }
 
     /// Runs the spec through the runner binary with the layers this kernel
@@ -106,20 +78,6 @@ impl Fixture {
         assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
         out
     }
-}
-
-/// stdio for the API: /dev/null in, a pipe out (returned), /dev/null err.
-fn api_stdio() -> ([OwnedFd; 3], OwnedFd) {
-    let null = || -> OwnedFd {
-        std::fs::File::options()
-            .read(true)
-            .write(true)
-            .open("/dev/null")
-            .unwrap()
-            .into()
-    };
-    let (r, w) = nix::unistd::pipe().unwrap();
-    ([null(), w, null()], r)
 }
 
 fn read_all(fd: OwnedFd) -> String {

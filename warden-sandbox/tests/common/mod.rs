@@ -51,3 +51,52 @@ pub fn spawn(
 ) -> Result<warden_sandbox::Spawned, warden_sandbox::SandboxError> {
     warden_sandbox::Sandbox::spawn(exe, &decided(spec), stdio)
 }
+
+/// A spec running `script` under `/bin/sh -c` with `PATH` only, `home` as
+/// its home, the caller's ids, no grant and no layer (callers decide them).
+#[allow(dead_code)]
+pub fn sh_spec(home: std::path::PathBuf, script: &str) -> warden_sandbox::spec::SandboxSpec {
+    use warden_sandbox::spec::{FileWatch, Layers, SandboxSpec};
+    SandboxSpec {
+        session_id: "t3st1234abcdef".into(),
+        program: "/bin/sh".into(),
+        argv: vec![b"sh".to_vec(), b"-c".to_vec(), script.as_bytes().to_vec()],
+        env: vec![(b"PATH".to_vec(), b"/usr/bin:/bin".to_vec())],
+        cwd: "/".into(),
+        read: vec![],
+        write: vec![],
+        home,
+        uid: nix::unistd::geteuid().as_raw(),
+        gid: nix::unistd::getegid().as_raw(),
+        user: "tester".into(),
+        tmp_size_mb: 16,
+        pids_max: None,
+        landlock_min_abi: 0,
+        proxy_port: None,
+        resolver: false,
+        cgroup: None,
+        audit_files: FileWatch::Off,
+        hold_files: false,
+        warden_paths: vec![],
+        hide: vec![],
+        allow_git_init: false,
+        dangerously_skip_confinement: false,
+        layers: Layers::NONE,
+    }
+}
+
+/// stdio for the library API: /dev/null in, a pipe out (its read end
+/// returned), /dev/null err.
+#[allow(dead_code)]
+pub fn api_stdio() -> ([std::os::fd::OwnedFd; 3], std::os::fd::OwnedFd) {
+    let null = || -> std::os::fd::OwnedFd {
+        std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .unwrap()
+            .into()
+    };
+    let (r, w) = nix::unistd::pipe().unwrap();
+    ([null(), w, null()], r)
+}

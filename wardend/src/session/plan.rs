@@ -543,12 +543,42 @@ pub fn sandbox_facts(
     }
 }
 
+/// A compiled policy for unit tests: a server `srv` at `program`, a read
+/// grant `/data`, `TOKEN` passed through; every other key at its default.
+#[cfg(test)]
+pub(crate) fn test_policy(program: &str) -> CompiledPolicy {
+    use warden_core::policy::{self, AuditPolicy, Limits, SandboxReq};
+    CompiledPolicy {
+        version: 1,
+        name: Some("srv".into()),
+        source: Some("/p/policy.yaml".into()),
+        digest: policy::digest(""),
+        argv: vec!["srv".into(), "--flag".into()],
+        program: program.into(),
+        cwd: "/work".into(),
+        read: vec!["/data".into()],
+        write: vec![],
+        allow_git_init: false,
+        env_allow: vec!["TOKEN".into()],
+        network: Default::default(),
+        limits: Limits::default(),
+        sandbox: SandboxReq::default(),
+        audit: AuditPolicy::default(),
+        exposed: vec![],
+        warnings: vec![],
+        approve: false,
+        backend: Default::default(),
+        docker_image: None,
+        mcp: Default::default(),
+    }
+}
+
 #[cfg(test)]
 #[cfg(target_os = "linux")]
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
-    use warden_core::policy::{AuditPolicy, Limits, SandboxReq};
+    use warden_core::policy::Limits;
 
     fn var(n: &str, v: &str) -> pb::EnvVar {
         pb::EnvVar {
@@ -657,29 +687,7 @@ mod tests {
     }
 
     fn policy() -> CompiledPolicy {
-        CompiledPolicy {
-            version: 1,
-            name: Some("srv".into()),
-            source: Some("/p/policy.yaml".into()),
-            digest: policy::digest(""),
-            argv: vec!["srv".into(), "--flag".into()],
-            program: "/usr/bin/srv".into(),
-            cwd: "/work".into(),
-            read: vec!["/data".into()],
-            write: vec![],
-            allow_git_init: false,
-            env_allow: vec!["TOKEN".into()],
-            network: Default::default(),
-            limits: Limits::default(),
-            sandbox: SandboxReq::default(),
-            audit: AuditPolicy::default(),
-            exposed: vec![],
-            warnings: vec![],
-            approve: false,
-            backend: Default::default(),
-            docker_image: None,
-            mcp: Default::default(),
-        }
+        crate::session::plan::test_policy("/usr/bin/srv")
     }
 
     struct Machine {

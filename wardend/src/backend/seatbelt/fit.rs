@@ -372,32 +372,9 @@ pub fn args(profile: &str, spec: &SandboxSpec) -> Vec<OsString> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use warden_core::policy::{AuditPolicy, Limits, SandboxReq};
 
     fn policy() -> CompiledPolicy {
-        CompiledPolicy {
-            version: 1,
-            name: Some("srv".into()),
-            source: Some("/p/policy.yaml".into()),
-            digest: policy::digest(""),
-            argv: vec!["srv".into(), "--flag".into()],
-            program: "/opt/srv/bin/srv".into(),
-            cwd: "/work".into(),
-            read: vec!["/data".into()],
-            write: vec![],
-            allow_git_init: false,
-            env_allow: vec!["TOKEN".into()],
-            network: Default::default(),
-            limits: Limits::default(),
-            sandbox: SandboxReq::default(),
-            audit: AuditPolicy::default(),
-            exposed: vec![],
-            warnings: vec![],
-            approve: false,
-            backend: Default::default(),
-            docker_image: None,
-            mcp: Default::default(),
-        }
+        crate::session::plan::test_policy("/opt/srv/bin/srv")
     }
 
     fn refusal(p: &mut CompiledPolicy, trace: bool, approve: bool) -> String {
