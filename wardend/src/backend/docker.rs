@@ -301,25 +301,12 @@ pub fn fit_with(
     bridge: bool,
 ) -> Result<Fitted, DaemonError> {
     let refuse = |what: &str| {
-        Err(DaemonError::Policy(format!(
+        DaemonError::Policy(format!(
             "the Docker backend cannot enforce {what}; use the native sandbox \
              (backend: linux) for this policy"
-        )))
+        ))
     };
-    if trace {
-        return refuse(
-            "a trace: `wardenctl trace` records through the native sandbox's seccomp notifier",
-        );
-    }
-    // The policy's `approve: true` or the client's `--approve`: a file open
-    // held for a person is the native notifier's (without it held opens
-    // would silently never be asked about).
-    if policy.approve || approve {
-        return refuse(
-            "approvals (approve: true, --approve): they hold file opens and connections in \
-             the native sandbox's seccomp notifier",
-        );
-    }
+    super::refuse_notifier_only(policy, trace, approve, refuse)?;
     let mut notes = Vec::new();
     if !bridge {
         if !policy.network.allow.is_empty() {
@@ -336,32 +323,7 @@ pub fn fit_with(
             "no network at all: --network none and no egress proxy (no bridge off Linux)".into(),
         );
     }
-    match policy.network.mode {
-        policy::net::NetMode::Transparent => {
-            return refuse(
-                "network.mode: transparent: the container reaches the network only through \
-                 the egress proxy (set network.mode: proxy)",
-            )
-        }
-        policy::net::NetMode::Both => {
-            policy.network.mode = policy::net::NetMode::Proxy;
-            notes.push(
-                "network.mode both runs as proxy: transparent egress needs the native sandbox"
-                    .into(),
-            );
-        }
-        policy::net::NetMode::Proxy => {}
-    }
-    if policy.audit.files != policy::FileAudit::Off {
-        if policy.audit.files_explicit {
-            return refuse(
-                "audit.files: file access records come from the native sandbox's seccomp \
-                 notifier (set audit.files: off)",
-            );
-        }
-        policy.audit.files = policy::FileAudit::Off;
-        notes.push("no file access records: they need the native sandbox".into());
-    }
+    super::fit_without_notifier(policy, "the container", refuse, &mut notes)?;
     if !policy.write.is_empty() && !policy.sandbox.best_effort_write_protection {
         return Err(DaemonError::Policy(
             "this policy has write grants, and the Docker backend protects only the \

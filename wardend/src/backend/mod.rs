@@ -293,6 +293,74 @@ impl crate::Daemon {
     }
 }
 
+/// What a backend without the native sandbox's seccomp notifier (Docker,
+/// Seatbelt) refuses first, the same for both: a trace and approvals, from
+/// the policy or the client (`--approve`), both of which live in that
+/// notifier. `refuse` words the refusal for the backend.
+pub fn refuse_notifier_only(
+    policy: &warden_core::policy::CompiledPolicy,
+    trace: bool,
+    approve: bool,
+    refuse: impl Fn(&str) -> crate::error::DaemonError,
+) -> Result<(), crate::error::DaemonError> {
+    if trace {
+        return Err(refuse(
+            "a trace: `wardenctl trace` records through the native sandbox's seccomp notifier",
+        ));
+    }
+    // A file open held for a person is the native notifier's: without it
+    // held opens would silently never be asked about.
+    if policy.approve || approve {
+        return Err(refuse(
+            "approvals (approve: true, --approve): they hold file opens and connections in \
+             the native sandbox's seccomp notifier",
+        ));
+    }
+    Ok(())
+}
+
+/// The egress mode and file records of a backend without the native
+/// sandbox's notifier: transparent egress is refused (`who`, the container
+/// or the server, reaches the network only through the proxy) and `both`
+/// runs as `proxy`; file access records are refused when the policy asks
+/// for them and turned off when they are only the default. What is turned
+/// off is said in `notes` (recorded in `session.start`).
+pub fn fit_without_notifier(
+    policy: &mut warden_core::policy::CompiledPolicy,
+    who: &str,
+    refuse: impl Fn(&str) -> crate::error::DaemonError,
+    notes: &mut Vec<String>,
+) -> Result<(), crate::error::DaemonError> {
+    use warden_core::policy::{net::NetMode, FileAudit};
+    match policy.network.mode {
+        NetMode::Transparent => {
+            return Err(refuse(&format!(
+                "network.mode: transparent: {who} reaches the network only through the \
+                 egress proxy (set network.mode: proxy)"
+            )))
+        }
+        NetMode::Both => {
+            policy.network.mode = NetMode::Proxy;
+            notes.push(
+                "network.mode both runs as proxy: transparent egress needs the native sandbox"
+                    .into(),
+            );
+        }
+        NetMode::Proxy => {}
+    }
+    if policy.audit.files != FileAudit::Off {
+        if policy.audit.files_explicit {
+            return Err(refuse(
+                "audit.files: file access records come from the native sandbox's seccomp \
+                 notifier (set audit.files: off)",
+            ));
+        }
+        policy.audit.files = FileAudit::Off;
+        notes.push("no file access records: they need the native sandbox".into());
+    }
+    Ok(())
+}
+
 /// The protected paths of `spec`'s write grants that exist now (`lstat`),
 /// as `session.start` lists them, those `keep` accepts (given the metadata
 /// and whether the row leaves a directory alone). A path under one found

@@ -9,7 +9,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
-use warden_core::policy::{self, CompiledPolicy};
+use warden_core::policy::CompiledPolicy;
 use warden_sandbox::spec::SandboxSpec;
 
 use super::SeatbeltContext;
@@ -33,52 +33,17 @@ pub struct Fitted {
 /// `approve`: the request's `wardenctl trace` and `warden-shim --approve`.
 pub fn fit(policy: &mut CompiledPolicy, trace: bool, approve: bool) -> Result<Fitted, DaemonError> {
     let refuse = |what: &str| {
-        Err(DaemonError::Policy(format!(
+        DaemonError::Policy(format!(
             "the Seatbelt backend cannot enforce {what}; use the native sandbox \
              (backend: linux) or Docker (backend: docker) for this policy"
-        )))
+        ))
     };
-    if trace {
-        return refuse(
-            "a trace: `wardenctl trace` records through the native sandbox's seccomp notifier",
-        );
-    }
-    if policy.approve || approve {
-        return refuse(
-            "approvals (approve: true, --approve): they hold file opens and connections in \
-             the native sandbox's seccomp notifier",
-        );
-    }
+    super::super::refuse_notifier_only(policy, trace, approve, refuse)?;
     if policy.sandbox.landlock_min_abi > 0 {
-        return refuse("sandbox.landlock_min_abi: Landlock is Linux's");
+        return Err(refuse("sandbox.landlock_min_abi: Landlock is Linux's"));
     }
     let mut notes = Vec::new();
-    match policy.network.mode {
-        policy::net::NetMode::Transparent => {
-            return refuse(
-                "network.mode: transparent: the server reaches the network only through the \
-                 egress proxy (set network.mode: proxy)",
-            )
-        }
-        policy::net::NetMode::Both => {
-            policy.network.mode = policy::net::NetMode::Proxy;
-            notes.push(
-                "network.mode both runs as proxy: transparent egress needs the native sandbox"
-                    .into(),
-            );
-        }
-        policy::net::NetMode::Proxy => {}
-    }
-    if policy.audit.files != policy::FileAudit::Off {
-        if policy.audit.files_explicit {
-            return refuse(
-                "audit.files: file access records come from the native sandbox's seccomp \
-                 notifier (set audit.files: off)",
-            );
-        }
-        policy.audit.files = policy::FileAudit::Off;
-        notes.push("no file access records: they need the native sandbox".into());
-    }
+    super::super::fit_without_notifier(policy, "the server", refuse, &mut notes)?;
     if !policy.write.is_empty() && !policy.sandbox.best_effort_write_protection {
         return Err(DaemonError::Policy(
             "this policy has write grants, and the Seatbelt backend protects only the \
@@ -372,6 +337,7 @@ pub fn args(profile: &str, spec: &SandboxSpec) -> Vec<OsString> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use warden_core::policy;
 
     fn policy() -> CompiledPolicy {
         crate::session::plan::test_policy("/opt/srv/bin/srv")
