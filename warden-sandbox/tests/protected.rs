@@ -11,10 +11,10 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use warden_sandbox::spec::{Layers, SandboxSpec};
+use warden_sandbox::spec::SandboxSpec;
 
 mod common;
-use common::{decided, runner, userns_available};
+use common::{decided, runner, sh_spec, userns_available};
 
 /// The files planted in the project before each run, with their contents.
 const PLANTED: &[(&str, &str)] = &[
@@ -82,42 +82,15 @@ impl Fixture {
         let home = self.path("home");
         std::fs::create_dir_all(&home).unwrap();
         let proj = self.path("proj");
-        let proj = proj.as_os_str().as_encoded_bytes();
-        SandboxSpec {
-            session_id: "pr0tect1234abcd".into(),
-            program: "/bin/sh".into(),
-            argv: vec![
-                b"sh".to_vec(),
-                b"-c".to_vec(),
-                format!("{PRELUDE}\n{script}").into_bytes(),
-            ],
-            env: vec![
-                (b"PATH".to_vec(), b"/usr/bin:/bin".to_vec()),
-                (b"LC_ALL".to_vec(), b"C".to_vec()),
-                (b"P".to_vec(), proj.to_vec()),
-            ],
-            cwd: self.path("proj"),
-            read: vec![],
-            write,
-            home,
-            uid: nix::unistd::geteuid().as_raw(),
-            gid: nix::unistd::getegid().as_raw(),
-            user: "tester".into(),
-            tmp_size_mb: 16,
-            pids_max: None,
-            landlock_min_abi: 0,
-            proxy_port: None,
-            resolver: false,
-            cgroup: None,
-            audit_files: warden_sandbox::spec::FileWatch::Off,
-            hold_files: false,
-            warden_paths: vec![],
-            hide: vec![],
-            allow_git_init: false,
-            dangerously_skip_confinement: false,
-            // Decided when run.
-            layers: Layers::NONE,
-        }
+        let mut spec = sh_spec(home, &format!("{PRELUDE}\n{script}"));
+        spec.session_id = "pr0tect1234abcd".into();
+        spec.env.push((b"LC_ALL".to_vec(), b"C".to_vec()));
+        spec.env
+            .push((b"P".to_vec(), proj.as_os_str().as_encoded_bytes().to_vec()));
+        spec.cwd = proj;
+        spec.write = write;
+        // Layers: decided when run.
+        spec
     }
 
     /// Runs the spec with the layers this kernel gives it; requires exit 0;
